@@ -1,0 +1,584 @@
+"""The algorithm core of EAPO: pure tensor maths, no model, I/O or config objects.
+
+Everything the trainers (TRL, verl) and users' own code need lives here:
+
+* group-relative advantages (GRPO, Eq. "A_i" in Section 2.2 of the EAPO paper),
+* the reward-mean polarity split D+ / D- (Section 2.2),
+* polarity-weighted advantages  Â_i = w+·A_i on D+, w-·A_i on D-  (Section 4.1),
+* the entropy-driven positive weight  w+_t = clip(w0 · H_t / H_0, w_min, w_max)
+  (Eq. ``dynamic_weight``; closed form of the recursion in the appendix "Formula Derivation"),
+* a registry of weighting schemes (GRPO, PSR, NSR, W-REINFORCE, EAPO),
+* per-token entropy, masked means, the PPO-clip surrogate of Eq. ``grpo`` with named loss
+  aggregations, and the k1/k2/k3 KL estimators.
+
+Departures from the paper, all opt-in and off by default:
+
+* ``positive_mask(by="median")`` splits at the group median (the paper's Limitations section notes
+  the mean's sensitivity to outliers);
+* ``EntropyAdaptiveWeight(anchor_steps=k)`` anchors H_0 on the mean of the first k entropies
+  (k = 1 is the paper);
+* ``group_advantages(scale="batch" | "none")`` for batch-std (REINFORCE++-style) and
+  mean-centred (Dr. GRPO) advantages.
+
+Shapes follow verl's notation: ``B`` = number of sequences (``num_prompts * group_size``),
+``G`` = group size, ``T`` = response length, ``V`` = vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import torch
+
+__all__ = [
+    "group_advantages",
+    "positive_mask",
+    "weight_advantages",
+    "polarity_weighted_advantages",
+    "EntropyAdaptiveWeight",
+    "WeightingScheme",
+    "FixedWeighting",
+    "EntropyAdaptiveWeighting",
+    "make_weighting",
+    "WEIGHTING_SCHEMES",
+    "token_entropy",
+    "masked_mean",
+    "aggregate_loss",
+    "LOSS_AGGREGATIONS",
+    "policy_loss",
+    "kl_penalty",
+    "KL_ESTIMATORS",
+]
+
+AdvantageScale = Literal["group", "batch", "none"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Group statistics, advantages and polarity
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_rewards(rewards: torch.Tensor, group_size: int) -> None:
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D of shape (num_prompts * group_size,), got shape {tuple(rewards.shape)}")
+    if not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(f"group_size must be an integer >= 2 (a group needs at least two rollouts), got {group_size!r}")
+    if rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"rewards has length {rewards.numel()}, which is not divisible by group_size={group_size}; "
+            "each prompt must contribute exactly group_size contiguous rollouts"
+        )
+    finite = torch.isfinite(rewards)
+    if not bool(finite.all()):
+        index = int((~finite).nonzero()[0, 0])
+        raise ValueError(f"reward at index {index} is not finite ({float(rewards[index])}); score every rollout or drop its group")
+
+
+def _centred(rewards: torch.Tensor, group_size: int, by: str = "mean") -> torch.Tensor:
+    """``r_i - centre(group)`` of shape ``(num_prompts, G)``, with rounding noise snapped to exactly 0.
+
+    The centre is computed in float64. A difference whose magnitude is within a few units of
+    rounding of the input dtype (relative to the group's largest |r|) is set to exactly 0, so a
+    reward that equals the centre is never flipped to the negative side by float error, and a
+    group of equal rewards is centred to exact zeros.
+    """
+    grouped = rewards.detach().to(torch.float64).view(-1, group_size)  # [P, G]
+    if by == "mean":
+        centre = grouped.mean(dim=1, keepdim=True)
+    elif by == "median":
+        centre = torch.quantile(grouped, 0.5, dim=1, keepdim=True)
+    else:
+        raise ValueError(f"unknown split {by!r}; known: 'mean' (the paper), 'median'")
+    centred = grouped - centre  # [P, G]
+    dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float64
+    scale = grouped.abs().amax(dim=1, keepdim=True)
+    tolerance = 4 * group_size * torch.finfo(dtype).eps * scale
+    return torch.where(centred.abs() <= tolerance, torch.zeros_like(centred), centred)
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    *,
+    scale: AdvantageScale = "group",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Group-relative advantages (GRPO; Section 2.2 of the EAPO paper, ``A_i = (r_i - r̄_x)/(σ_x + ε)``).
+
+    Args:
+        rewards: ``(B,)`` with ``B = num_prompts * group_size``; each prompt's rollouts contiguous.
+        group_size: rollouts per prompt ``G`` (>= 2).
+        scale: ``"group"`` divides by the group's unbiased std + ``eps`` (GRPO, verl);
+            ``"batch"`` by the whole batch's unbiased std + ``eps``; ``"none"`` only centres (Dr. GRPO).
+        eps: added to the std.
+
+    Returns:
+        ``(B,)`` advantages in the dtype of ``rewards`` (float32 for integer input). A group whose
+        rewards are all equal gets exactly 0.
+
+    Raises:
+        ValueError: ``group_size < 2``, a length not divisible by it, or a non-finite reward (the
+            message names the index).
+    """
+    _check_rewards(rewards, group_size)
+    centred = _centred(rewards, group_size)  # [P, G] float64
+    grouped = rewards.detach().to(torch.float64).view(-1, group_size)
+    if scale == "group":
+        advantages = centred / (grouped.std(dim=1, keepdim=True) + eps)
+    elif scale == "batch":
+        batch_std = rewards.detach().to(torch.float64).std() if rewards.numel() > 1 else torch.zeros((), dtype=torch.float64)
+        advantages = centred / (batch_std + eps)
+    elif scale == "none":
+        advantages = centred
+    else:
+        raise ValueError(f"unknown advantage scale {scale!r}; known: 'group', 'batch', 'none'")
+    out_dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float32
+    return advantages.reshape(-1).to(out_dtype)
+
+
+def positive_mask(rewards: torch.Tensor, group_size: int, *, by: Literal["mean", "median"] = "mean") -> torch.Tensor:
+    """The paper's polarity split: True for D+ = {i : r_i >= r̄_x}, False for D- (Section 2.2).
+
+    Args:
+        rewards: ``(B,)``, groups contiguous.
+        group_size: ``G`` (>= 2).
+        by: ``"mean"`` (the paper) or ``"median"`` (robust to outliers; beyond the paper).
+
+    Returns:
+        ``(B,)`` bool. A reward equal to the group centre is positive even when float rounding puts
+        the computed centre a hair above it; a group of equal rewards is all positive.
+    """
+    _check_rewards(rewards, group_size)
+    return (_centred(rewards, group_size, by=by) >= 0).reshape(-1)
+
+
+def weight_advantages(
+    advantages: torch.Tensor,
+    positive: torch.Tensor,
+    w_pos: float,
+    w_neg: float,
+) -> torch.Tensor:
+    """Polarity-weighted advantages (Section 4.1): ``Â_i = w_pos·A_i`` on D+, ``w_neg·A_i`` on D-.
+
+    Args:
+        advantages: ``(B,)`` or ``(B, T)`` (token-level advantages, broadcast per sequence).
+        positive: ``(B,)`` bool from :func:`positive_mask`.
+        w_pos, w_neg: non-negative scalar weights.
+
+    Returns:
+        Tensor with the shape and dtype of ``advantages``.
+    """
+    if positive.shape[0] != advantages.shape[0]:
+        raise ValueError(
+            f"positive has {positive.shape[0]} entries but advantages has {advantages.shape[0]} sequences"
+        )
+    positive = positive.to(torch.bool).to(advantages.device)
+    while positive.dim() < advantages.dim():
+        positive = positive.unsqueeze(-1)  # [B, 1] broadcasts over T
+    return torch.where(positive, advantages * w_pos, advantages * w_neg)
+
+
+def polarity_weighted_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    w_pos: float,
+    w_neg: float,
+    *,
+    scale: AdvantageScale = "group",
+    by: Literal["mean", "median"] = "mean",
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewards → (weighted advantages ``(B,)``, positive mask ``(B,)``): the three steps above in one call."""
+    advantages = group_advantages(rewards, group_size, scale=scale, eps=eps)
+    positive = positive_mask(rewards, group_size, by=by)
+    return weight_advantages(advantages, positive, w_pos, w_neg), positive
+
+
+# ---------------------------------------------------------------------------------------------
+# Entropy-driven positive weight (Eq. dynamic_weight) and the weighting-scheme registry
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_entropy(entropy: float) -> float:
+    value = float(entropy)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"rollout entropy must be finite and > 0, got {value!r}; check that the completion mask is "
+            "not empty and the logits are finite"
+        )
+    return value
+
+
+@dataclass
+class EntropyAdaptiveWeight:
+    """``w+_t = clip(w0 · H_t / H_0, w_min, w_max)`` (Eq. ``dynamic_weight`` of the EAPO paper).
+
+    ``H_0`` is the mean of the first ``anchor_steps`` rollout entropies (``anchor_steps = 1`` is the
+    paper: "the rollout entropy recorded at the first training step, fixed thereafter"). During the
+    anchor steps the weight is ``clip(w0, w_min, w_max)``. The closed form equals the paper's
+    recursion ``w_t = w_{t-1} · H_t / H_{t-1}`` (appendix "Formula Derivation") without its error
+    accumulation.
+    """
+
+    w0: float = 0.2
+    w_min: float = 0.0
+    w_max: float = 2.0
+    anchor_steps: int = 1
+    _anchor_sum: float = field(default=0.0, repr=False)
+    _anchor_count: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.w0) and self.w0 >= 0):
+            raise ValueError(f"w0 must be finite and >= 0, got {self.w0}")
+        if not (self.w_min <= self.w_max):
+            raise ValueError(f"w_min ({self.w_min}) must be <= w_max ({self.w_max})")
+        if self.w_min < 0:
+            raise ValueError(f"w_min must be >= 0 (a negative weight flips the update), got {self.w_min}")
+        if not isinstance(self.anchor_steps, int) or self.anchor_steps < 1:
+            raise ValueError(f"anchor_steps must be an integer >= 1, got {self.anchor_steps!r}")
+
+    @property
+    def h0(self) -> float | None:
+        """The anchor entropy ``H_0``, or None until ``anchor_steps`` entropies have been seen."""
+        if self._anchor_count < self.anchor_steps:
+            return None
+        return self._anchor_sum / self._anchor_count
+
+    def _clip(self, value: float) -> float:
+        return min(max(value, self.w_min), self.w_max)
+
+    def peek(self, entropy: float) -> float:
+        """The weight :meth:`update` would return for ``entropy``, without changing any state."""
+        entropy = _check_entropy(entropy)
+        if self.h0 is None:
+            return self._clip(self.w0)
+        return self._clip(self.w0 * entropy / self.h0)
+
+    def update(self, entropy: float) -> float:
+        """Record this step's rollout entropy ``H_t`` and return ``w+_t``."""
+        entropy = _check_entropy(entropy)
+        if self._anchor_count < self.anchor_steps:
+            self._anchor_sum += entropy
+            self._anchor_count += 1
+        if self._anchor_count < self.anchor_steps:
+            return self._clip(self.w0)
+        return self.peek(entropy)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "w0": self.w0,
+            "w_min": self.w_min,
+            "w_max": self.w_max,
+            "anchor_steps": self.anchor_steps,
+            "anchor_sum": self._anchor_sum,
+            "anchor_count": self._anchor_count,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = {"anchor_sum", "anchor_count"} - set(state)
+        if missing:
+            raise KeyError(f"EntropyAdaptiveWeight state is missing {sorted(missing)}")
+        for key in ("w0", "w_min", "w_max", "anchor_steps"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(
+                    f"checkpointed {key}={state[key]} differs from the configured {key}={getattr(self, key)}; "
+                    "resume with the same algorithm settings"
+                )
+        self._anchor_sum = float(state["anchor_sum"])
+        self._anchor_count = int(state["anchor_count"])
+
+
+class WeightingScheme(Protocol):
+    """One interface for every polarity weighting: ``weights(entropy) -> (w_pos, w_neg)``."""
+
+    name: str
+    needs_entropy: bool
+
+    def weights(self, entropy: float | None) -> tuple[float, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def _check_weight(name: str, value: float) -> float:
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {value}")
+    return value
+
+
+class FixedWeighting:
+    """Constant ``(w_pos, w_neg)``: GRPO (1, 1), PSR (1, 0), NSR (0, 1), W-REINFORCE (0.1, 1)."""
+
+    needs_entropy = False
+
+    def __init__(self, name: str, w_pos: float, w_neg: float) -> None:
+        self.name = name
+        self.w_pos = _check_weight("w_pos", w_pos)
+        self.w_neg = _check_weight("w_neg", w_neg)
+
+    def weights(self, entropy: float | None = None) -> tuple[float, float]:
+        return self.w_pos, self.w_neg
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "w_pos": self.w_pos, "w_neg": self.w_neg}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if (state.get("w_pos"), state.get("w_neg")) != (self.w_pos, self.w_neg):
+            raise ValueError(
+                f"checkpointed weights (w_pos={state.get('w_pos')}, w_neg={state.get('w_neg')}) differ from the "
+                f"configured ({self.w_pos}, {self.w_neg}); resume with the same algorithm settings"
+            )
+
+    def __repr__(self) -> str:
+        return f"FixedWeighting(name={self.name!r}, w_pos={self.w_pos}, w_neg={self.w_neg})"
+
+
+class EntropyAdaptiveWeighting:
+    """EAPO: adaptive ``w+_t`` from :class:`EntropyAdaptiveWeight`, fixed ``w-``."""
+
+    needs_entropy = True
+
+    def __init__(
+        self,
+        name: str = "eapo",
+        w0: float = 0.2,
+        w_min: float = 0.0,
+        w_max: float = 2.0,
+        w_neg: float = 1.0,
+        anchor_steps: int = 1,
+    ) -> None:
+        self.name = name
+        self.adaptive = EntropyAdaptiveWeight(w0=w0, w_min=w_min, w_max=w_max, anchor_steps=anchor_steps)
+        self.w_neg = _check_weight("w_neg", w_neg)
+
+    @property
+    def h0(self) -> float | None:
+        return self.adaptive.h0
+
+    def weights(self, entropy: float | None) -> tuple[float, float]:
+        if entropy is None:
+            raise ValueError("the 'eapo' weighting needs this step's rollout entropy, got None")
+        return self.adaptive.update(entropy), self.w_neg
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "w_neg": self.w_neg, "adaptive": self.adaptive.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("w_neg") != self.w_neg:
+            raise ValueError(
+                f"checkpointed w_neg={state.get('w_neg')} differs from the configured {self.w_neg}; "
+                "resume with the same algorithm settings"
+            )
+        self.adaptive.load_state_dict(state["adaptive"])
+
+    def __repr__(self) -> str:
+        a = self.adaptive
+        return (
+            f"EntropyAdaptiveWeighting(w0={a.w0}, w_min={a.w_min}, w_max={a.w_max}, "
+            f"w_neg={self.w_neg}, anchor_steps={a.anchor_steps})"
+        )
+
+
+def _fixed(default_pos: float, default_neg: float) -> Callable[..., FixedWeighting]:
+    def build(name: str, *, w_pos: float = default_pos, w_neg: float = default_neg) -> FixedWeighting:
+        return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
+
+    return build
+
+
+def _adaptive(
+    name: str,
+    *,
+    w0: float = 0.2,
+    w_min: float = 0.0,
+    w_max: float = 2.0,
+    w_neg: float = 1.0,
+    anchor_steps: int = 1,
+) -> EntropyAdaptiveWeighting:
+    return EntropyAdaptiveWeighting(name, w0=w0, w_min=w_min, w_max=w_max, w_neg=w_neg, anchor_steps=anchor_steps)
+
+
+#: name -> (builder, the override keys it accepts). Defaults are the paper's (Section 5.1).
+WEIGHTING_SCHEMES: dict[str, tuple[Callable[..., WeightingScheme], tuple[str, ...]]] = {
+    "grpo": (_fixed(1.0, 1.0), ("w_pos", "w_neg")),
+    "psr": (_fixed(1.0, 0.0), ("w_pos", "w_neg")),
+    "nsr": (_fixed(0.0, 1.0), ("w_pos", "w_neg")),
+    "w_reinforce": (_fixed(0.1, 1.0), ("w_pos", "w_neg")),
+    "eapo": (_adaptive, ("w0", "w_min", "w_max", "w_neg", "anchor_steps")),
+}
+
+
+def make_weighting(name: str, **overrides: Any) -> WeightingScheme:
+    """Build a weighting scheme by name: ``grpo``, ``psr``, ``nsr``, ``w_reinforce`` or ``eapo``.
+
+    ``overrides`` replace the scheme's defaults (``w_pos``/``w_neg`` for the fixed schemes;
+    ``w0``/``w_min``/``w_max``/``w_neg``/``anchor_steps`` for ``eapo``); ``None`` values are ignored.
+    """
+    if name not in WEIGHTING_SCHEMES:
+        raise ValueError(f"unknown weighting scheme {name!r}; known: {', '.join(WEIGHTING_SCHEMES)}")
+    builder, accepted = WEIGHTING_SCHEMES[name]
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(overrides) - set(accepted))
+    if unknown:
+        raise ValueError(f"weighting scheme {name!r} does not take {unknown}; it accepts {list(accepted)}")
+    return builder(name, **overrides)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entropy, masked means, the PPO-clip surrogate (Eq. grpo) and KL estimators
+# ---------------------------------------------------------------------------------------------
+
+
+def token_entropy(logits: torch.Tensor, *, temperature: float = 1.0, chunk_size: int = 1024) -> torch.Tensor:
+    """Per-token entropy ``H = -Σ_v p_v log p_v`` of ``softmax(logits / temperature)``.
+
+    Args:
+        logits: ``(..., V)``, any float dtype (computed in float32 or higher).
+        temperature: sampling temperature (> 0) whose distribution the entropy describes.
+        chunk_size: rows of ``(chunk_size, V)`` processed at once; peak extra memory is
+            O(chunk_size × V) instead of O(rows × V).
+
+    Returns:
+        ``(...)`` entropies, float32 (float64 for float64 input). Differentiable.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    leading = logits.shape[:-1]
+    flat = logits.reshape(-1, logits.shape[-1])  # [N, V]
+    compute_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    pieces = []
+    for start in range(0, flat.shape[0], chunk_size):
+        chunk = flat[start : start + chunk_size].to(compute_dtype) / temperature  # [n, V]
+        log_probs = torch.log_softmax(chunk, dim=-1)
+        pieces.append(-(log_probs.exp() * log_probs).sum(dim=-1))  # [n]
+    if not pieces:
+        return flat.new_zeros(leading, dtype=compute_dtype)
+    return torch.cat(pieces).reshape(leading)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` where ``mask`` is true (over all elements, or along ``dim``).
+
+    An empty mask gives 0 rather than NaN.
+    """
+    mask = mask.to(values.dtype)
+    if dim is None:
+        return (values * mask).sum() / mask.sum().clamp_min(1.0)
+    return (values * mask).sum(dim=dim) / mask.sum(dim=dim).clamp_min(1.0)
+
+
+def _token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return masked_mean(loss, mask)
+
+
+def _seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return masked_mean(loss, mask, dim=-1).mean()  # [B] -> ()
+
+
+def _seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (loss * mask.to(loss.dtype)).sum(dim=-1).mean()
+
+
+#: Named loss aggregations (verl's ``loss_agg_mode``). ``seq-mean-token-mean`` is the paper's
+#: ``(1/N) Σ_i (1/|y_i|) Σ_t`` of Eq. ``grpo``.
+LOSS_AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "token-mean": _token_mean,
+    "seq-mean-token-mean": _seq_mean_token_mean,
+    "seq-mean-token-sum": _seq_mean_token_sum,
+}
+
+
+def aggregate_loss(loss: torch.Tensor, mask: torch.Tensor, agg: str = "seq-mean-token-mean") -> torch.Tensor:
+    """Reduce a per-token loss ``(B, T)`` under ``mask`` ``(B, T)`` to a scalar with a named mode."""
+    if agg not in LOSS_AGGREGATIONS:
+        raise ValueError(f"unknown loss aggregation {agg!r}; known: {', '.join(LOSS_AGGREGATIONS)}")
+    return LOSS_AGGREGATIONS[agg](loss, mask)
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    agg: str = "seq-mean-token-mean",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO-clip surrogate of Eq. ``grpo`` (without the KL term; add :func:`kl_penalty` for it).
+
+    ``loss = agg(-min(ρ_t Â, clip(ρ_t, 1 - clip_low, 1 + clip_high) Â))`` with ``ρ_t = π_θ / π_old``.
+
+    Args:
+        logp: ``(B, T)`` log-probs of the sampled tokens under the current policy.
+        old_logp: ``(B, T)`` the same under the behaviour (old) policy; no gradient flows into it.
+        advantages: ``(B,)`` per-sequence or ``(B, T)`` per-token (already polarity-weighted).
+        mask: ``(B, T)`` 1 for response tokens, 0 for padding.
+        clip_low, clip_high: the clip range ε (the paper: 0.2 both sides).
+        agg: a key of :data:`LOSS_AGGREGATIONS`.
+
+    Returns:
+        ``(loss, metrics)``: a scalar loss to minimise and detached 0-dim tensors
+        ``clip_frac`` (fraction of tokens where the clipped branch is active),
+        ``approx_kl`` (k3 estimate of KL(π_old ‖ π_θ)) and ``ratio_mean``.
+    """
+    if logp.shape != old_logp.shape or logp.shape != mask.shape:
+        raise ValueError(
+            f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask {tuple(mask.shape)} must have one shape (B, T)"
+        )
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)  # [B, 1] broadcasts over T
+    log_ratio = logp - old_logp.detach()  # [B, T]
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
+    per_token = -torch.minimum(unclipped, clipped)  # [B, T]
+    loss = aggregate_loss(per_token, mask, agg)
+    with torch.no_grad():
+        metrics = {
+            "clip_frac": masked_mean((clipped < unclipped).to(logp.dtype), mask),
+            "approx_kl": masked_mean(kl_penalty(old_logp.detach(), logp.detach(), kind="k3"), mask),
+            "ratio_mean": masked_mean(ratio.detach(), mask),
+        }
+    return loss, metrics
+
+
+def _k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    return logp - ref_logp
+
+
+def _k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (logp - ref_logp) ** 2
+
+
+def _k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+#: Per-token estimators of KL(π_θ ‖ π_ref) from samples of π_θ (Schulman's k1, k2, k3).
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "k1": _k1,
+    "k2": _k2,
+    "k3": _k3,
+    "low_var_kl": _k3,
+}
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, *, kind: str = "k3") -> torch.Tensor:
+    """Per-token KL estimate ``(B, T)`` between the policy and the reference (the β·D_KL term of Eq. ``grpo``).
+
+    ``k1 = log π - log π_ref``; ``k2 = ½ (log π - log π_ref)²``;
+    ``k3 = π_ref/π - log(π_ref/π) - 1`` (unbiased, non-negative, low variance; verl's ``low_var_kl``
+    without its clamp).
+    """
+    if kind not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {kind!r}; known: {', '.join(KL_ESTIMATORS)}")
+    return KL_ESTIMATORS[kind](logp, ref_logp)
