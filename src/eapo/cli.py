@@ -17,7 +17,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """EAPO command line: train, eval, plot, sweep and data tools."""
@@ -25,7 +24,9 @@ def _root() -> None:
 
 # Modules that expose ``register(app)``; one line per subcommand family.
 _COMMAND_MODULES = [
+    "eapo.commands.train",
     "eapo.commands.weights",
+    "eapo.commands.data",
 ]
 
 

@@ -63,9 +63,13 @@ AdvantageScale = Literal["group", "batch", "none"]
 
 def _check_rewards(rewards: torch.Tensor, group_size: int) -> None:
     if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D of shape (num_prompts * group_size,), got shape {tuple(rewards.shape)}")
+        raise ValueError(
+            f"rewards must be 1-D of shape (num_prompts * group_size,), got shape {tuple(rewards.shape)}"
+        )
     if not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(f"group_size must be an integer >= 2 (a group needs at least two rollouts), got {group_size!r}")
+        raise ValueError(
+            f"group_size must be an integer >= 2 (a group needs at least two rollouts), got {group_size!r}"
+        )
     if rewards.numel() % group_size != 0:
         raise ValueError(
             f"rewards has length {rewards.numel()}, which is not divisible by group_size={group_size}; "
@@ -74,7 +78,9 @@ def _check_rewards(rewards: torch.Tensor, group_size: int) -> None:
     finite = torch.isfinite(rewards)
     if not bool(finite.all()):
         index = int((~finite).nonzero()[0, 0])
-        raise ValueError(f"reward at index {index} is not finite ({float(rewards[index])}); score every rollout or drop its group")
+        raise ValueError(
+            f"reward at index {index} is not finite ({float(rewards[index])}); score every rollout or drop its group"
+        )
 
 
 def _centred(rewards: torch.Tensor, group_size: int, by: str = "mean") -> torch.Tensor:
@@ -129,17 +135,25 @@ def group_advantages(
     if scale == "group":
         advantages = centred / (grouped.std(dim=1, keepdim=True) + eps)
     elif scale == "batch":
-        batch_std = rewards.detach().to(torch.float64).std() if rewards.numel() > 1 else torch.zeros((), dtype=torch.float64)
+        batch_std = (
+            rewards.detach().to(torch.float64).std()
+            if rewards.numel() > 1
+            else torch.zeros((), dtype=torch.float64)
+        )
         advantages = centred / (batch_std + eps)
     elif scale == "none":
         advantages = centred
     else:
         raise ValueError(f"unknown advantage scale {scale!r}; known: 'group', 'batch', 'none'")
+    # 0 / (0 + eps) is NaN when eps = 0: a centred value of exactly 0 stays exactly 0.
+    advantages = torch.where(centred == 0, torch.zeros_like(advantages), advantages)
     out_dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float32
     return advantages.reshape(-1).to(out_dtype)
 
 
-def positive_mask(rewards: torch.Tensor, group_size: int, *, by: Literal["mean", "median"] = "mean") -> torch.Tensor:
+def positive_mask(
+    rewards: torch.Tensor, group_size: int, *, by: Literal["mean", "median"] = "mean"
+) -> torch.Tensor:
     """The paper's polarity split: True for D+ = {i : r_i >= r̄_x}, False for D- (Section 2.2).
 
     Args:
@@ -260,10 +274,9 @@ class EntropyAdaptiveWeight:
     def update(self, entropy: float) -> float:
         """Record this step's rollout entropy ``H_t`` and return ``w+_t``."""
         entropy = _check_entropy(entropy)
-        if self._anchor_count < self.anchor_steps:
+        if self._anchor_count < self.anchor_steps:  # an anchor step: H_t goes into H_0, w+ = w0
             self._anchor_sum += entropy
             self._anchor_count += 1
-        if self._anchor_count < self.anchor_steps:
             return self._clip(self.w0)
         return self.peek(entropy)
 
@@ -400,7 +413,9 @@ def _adaptive(
     w_neg: float = 1.0,
     anchor_steps: int = 1,
 ) -> EntropyAdaptiveWeighting:
-    return EntropyAdaptiveWeighting(name, w0=w0, w_min=w_min, w_max=w_max, w_neg=w_neg, anchor_steps=anchor_steps)
+    return EntropyAdaptiveWeighting(
+        name, w0=w0, w_min=w_min, w_max=w_max, w_neg=w_neg, anchor_steps=anchor_steps
+    )
 
 
 #: name -> (builder, the override keys it accepts). Defaults are the paper's (Section 5.1).
@@ -457,7 +472,10 @@ def token_entropy(logits: torch.Tensor, *, temperature: float = 1.0, chunk_size:
     for start in range(0, flat.shape[0], chunk_size):
         chunk = flat[start : start + chunk_size].to(compute_dtype) / temperature  # [n, V]
         log_probs = torch.log_softmax(chunk, dim=-1)
-        pieces.append(-(log_probs.exp() * log_probs).sum(dim=-1))  # [n]
+        probs = log_probs.exp()
+        # 0·log 0 = 0: masked (-inf) logits contribute nothing (and no NaN gradient)
+        safe_log_probs = torch.where(probs > 0, log_probs, torch.zeros_like(log_probs))
+        pieces.append(-(probs * safe_log_probs).sum(dim=-1))  # [n]
     if not pieces:
         return flat.new_zeros(leading, dtype=compute_dtype)
     return torch.cat(pieces).reshape(leading)

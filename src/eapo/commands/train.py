@@ -1,0 +1,59 @@
+"""``eapo train``: one EAPO (or baseline) training run into a run directory."""
+
+from __future__ import annotations
+
+import logging
+import time
+from importlib import resources
+from pathlib import Path
+
+import typer
+
+
+def packaged_config(name: str) -> Path:
+    """Path of a preset shipped in the package (``demo``, ``tiny``, ``paper_rjua``, ``paper_cmd``)."""
+    path = Path(str(resources.files("eapo") / "configs" / f"{name}.yaml"))
+    if not path.exists():
+        raise FileNotFoundError(f"no packaged preset {name!r} ({path})")
+    return path
+
+
+def train(
+    overrides: list[str] = typer.Argument(
+        None, help="key=value overrides, e.g. algorithm.method=psr train.max_steps=3"
+    ),
+    config: Path = typer.Option(
+        None, "--config", "-c", help="YAML config (default: the embedded demo preset)."
+    ),
+    output_dir: Path = typer.Option(
+        None, "--output-dir", "-o", help="Run directory (default: runs/<method>-<time>)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue the run in --output-dir from its last checkpoint."
+    ),
+) -> None:
+    """Train with EAPO or a baseline (grpo, psr, nsr, w_reinforce) on TRL."""
+    from eapo.config import ConfigError, load_config
+    from eapo.train import RunError, run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(config if config is not None else packaged_config("demo"), overrides or [])
+    except ConfigError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    if output_dir is None:
+        if resume:
+            typer.echo("error: --resume needs --output-dir (the run to continue)", err=True)
+            raise typer.Exit(2)
+        output_dir = Path("runs") / f"{cfg.algorithm.method}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        run_dir = run(cfg, output_dir, resume=resume)
+    except (ConfigError, RunError, FileNotFoundError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"run directory: {run_dir}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)

@@ -1,0 +1,335 @@
+"""The typed configuration tree of an ``eapo train`` run, loaded from YAML with ``key=value`` overrides.
+
+Sections: ``model``, ``data``, ``rollout``, ``reward``, ``algorithm``, ``train``, ``logging``. Every
+field has a one-line help string; validation happens once, in :meth:`EAPOConfig.validate`. Unknown
+keys are errors that list the valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eapo.core import WEIGHTING_SCHEMES
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid; the message names the key and what to do."""
+
+
+def _help(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
+    if factory is not dataclasses.MISSING:
+        return field(default_factory=factory, metadata={"help": text})
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass
+class LoraSettings:
+    enabled: bool = _help("Train a LoRA adapter instead of all weights.", False)
+    r: int = _help("LoRA rank.", 16)
+    alpha: int = _help("LoRA alpha.", 32)
+    dropout: float = _help("LoRA dropout.", 0.0)
+    target_modules: str | list[str] = _help("Modules to adapt ('all-linear' or a list).", "all-linear")
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = _help(
+        "'tiny' (random 2-layer Llama), 'smollm2-135m-instruct' (embedded, offline), a local directory or a hub id.",
+        "smollm2-135m-instruct",
+    )
+    dtype: str = _help("Weights dtype: float32, bfloat16 or float16 (fp32 is fastest on CPU).", "float32")
+    gradient_checkpointing: bool = _help("Trade compute for activation memory.", False)
+    lora: LoraSettings = _help("LoRA settings.", factory=LoraSettings)
+
+
+@dataclass
+class DataConfig:
+    name: str = _help("Loader name: demo, cmd, rjua, medquad, jsonl, csv, parquet, hf.", "demo")
+    path: str | None = _help(
+        "File or directory (default: $EAPO_DATA_DIR/<name>/ for cmd, rjua, medquad).", None
+    )
+    split: str = _help("Split to train on (see eapo.data.load).", "train")
+    limit: int | None = _help("Use at most this many records.", None)
+    prompt: str | None = _help("Prompt template name or file (default: the dataset's own).", None)
+    max_prompt_tokens: int = _help("Longer prompts have their question truncated (counted in the log).", 2048)
+    options: dict[str, Any] = _help("Extra loader options (question_field=, encoding=, ...).", factory=dict)
+
+
+@dataclass
+class RolloutConfig:
+    num_generations: int = _help("Rollouts per prompt N (the paper: 4).", 4)
+    max_completion_tokens: int = _help("Maximum response length in tokens (the paper: 2048).", 2048)
+    temperature: float = _help("Sampling temperature.", 1.0)
+    top_p: float = _help("Nucleus sampling.", 1.0)
+    use_vllm: bool = _help("Generate with vLLM (needs a GPU and the vllm extra).", False)
+    vllm_mode: str = _help("'colocate' (same GPUs) or 'server' (trl vllm-serve).", "colocate")
+    vllm_server_base_url: str | None = _help("URL of a trl vllm-serve server (server mode).", None)
+    vllm_gpu_memory_utilization: float = _help("GPU memory fraction for vLLM in colocate mode.", 0.3)
+
+
+@dataclass
+class JudgeConfig:
+    base_url: str | None = _help(
+        "OpenAI-compatible endpoint of the LLM judge (needed when llm_judge has a weight).", None
+    )
+    model: str | None = _help("Judge model name.", None)
+    api_key_env: str = _help(
+        "NAME of the environment variable holding the judge's API key.", "OPENAI_API_KEY"
+    )
+    target: str = _help("What the judge scores during training: think, response or both.", "think")
+    concurrency: int = _help("Concurrent judge requests.", 32)
+    timeout: float = _help("Per-request timeout in seconds.", 60.0)
+
+
+@dataclass
+class RewardConfig:
+    weights: dict[str, float] = _help(
+        "Composite weights α_k by component (format, rouge_l, reranker, llm_judge).",
+        factory=lambda: {"format": 0.1, "rouge_l": 0.3, "reranker": 0.3, "llm_judge": 0.3},
+    )
+    options: dict[str, dict[str, Any]] = _help(
+        "Per-component options, e.g. {rouge_l: {level: char}, reranker: {backend: bi-encoder}}.", factory=dict
+    )
+    judge: JudgeConfig = _help("LLM judge endpoint.", factory=JudgeConfig)
+
+
+@dataclass
+class AlgorithmConfig:
+    method: str = _help("Weighting scheme: grpo, psr, nsr, w_reinforce or eapo.", "eapo")
+    w_pos: float | None = _help("Fixed positive weight w+ (fixed schemes).", None)
+    w_neg: float | None = _help("Negative weight w- (every scheme).", None)
+    w0: float | None = _help("EAPO base positive weight (default 0.2).", None)
+    w_min: float | None = _help("EAPO lower clip (default 0).", None)
+    w_max: float | None = _help("EAPO upper clip (default 2).", None)
+    anchor_steps: int | None = _help("EAPO: steps averaged into H_0 (default 1, the paper).", None)
+    split_by: str = _help("Polarity split at the group 'mean' (paper) or 'median'.", "mean")
+    scale_rewards: str = _help("Advantage scaling: group (GRPO), batch or none.", "group")
+    beta: float = _help("KL coefficient to the frozen reference model (the paper: 0.001).", 0.001)
+    epsilon: float = _help("PPO clip range ε (the paper: 0.2).", 0.2)
+    epsilon_high: float | None = _help("Upper clip (default: epsilon).", None)
+    loss_type: str = _help(
+        "TRL loss aggregation; 'grpo' is the paper's 1/|y_i| (seq-mean-token-mean).", "grpo"
+    )
+    num_iterations: int = _help("Policy updates per generation batch (μ).", 1)
+
+    def weighting_overrides(self) -> dict[str, Any]:
+        keys = WEIGHTING_SCHEMES[self.method][1]
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = _help("Optimisation steps (-1: run num_epochs).", -1)
+    num_epochs: float = _help("Epochs over the prompts when max_steps is -1 (the paper: 10).", 1.0)
+    prompts_per_step: int = _help("Prompts per optimisation step, all processes (the paper: 32).", 32)
+    micro_batch_size: int = _help("Completions per device per forward/backward.", 8)
+    learning_rate: float = _help("Peak learning rate (the paper: 1e-6).", 1e-6)
+    lr_scheduler: str = _help("transformers scheduler name.", "constant")
+    warmup_ratio: float = _help("Warm-up fraction.", 0.0)
+    weight_decay: float = _help("AdamW weight decay.", 0.0)
+    max_grad_norm: float = _help("Gradient clipping.", 1.0)
+    seed: int = _help("Seed for data order, sampling and initialisation.", 0)
+    save_steps: int = _help("Checkpoint every this many steps (0: only at the end).", 50)
+    save_total_limit: int | None = _help("Keep at most this many checkpoints.", 2)
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = _help("Write TensorBoard events under RUN_DIR/tensorboard.", True)
+    progress: bool = _help("Show a progress bar with ETA, entropy, w+ and reward.", True)
+    plot: bool = _help("Write RUN_DIR/dynamics.png at the end.", True)
+
+
+@dataclass
+class EAPOConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def validate(self) -> EAPOConfig:
+        """Check cross-field constraints once; raise :class:`ConfigError` naming the key."""
+        a, r, t = self.algorithm, self.rollout, self.train
+        if a.method not in WEIGHTING_SCHEMES:
+            raise ConfigError(
+                f"algorithm.method={a.method!r} is unknown; valid: {', '.join(WEIGHTING_SCHEMES)}"
+            )
+        accepted = WEIGHTING_SCHEMES[a.method][1]
+        for key in ("w_pos", "w_neg", "w0", "w_min", "w_max", "anchor_steps"):
+            if getattr(a, key) is not None and key not in accepted:
+                raise ConfigError(
+                    f"algorithm.{key} does not apply to method {a.method!r}; it accepts {', '.join(accepted)}"
+                )
+        _choice("algorithm.split_by", a.split_by, ("mean", "median"))
+        _choice("algorithm.scale_rewards", a.scale_rewards, ("group", "batch", "none"))
+        _choice("rollout.vllm_mode", r.vllm_mode, ("colocate", "server"))
+        _choice("model.dtype", self.model.dtype, ("float32", "bfloat16", "float16"))
+        _choice("reward.judge.target", self.reward.judge.target, ("think", "response", "both"))
+        if r.num_generations < 2:
+            raise ConfigError(
+                f"rollout.num_generations must be >= 2 (groups need two rollouts), got {r.num_generations}"
+            )
+        if t.max_steps == 0 or (t.max_steps < 0 and t.num_epochs <= 0):
+            raise ConfigError("set train.max_steps > 0 or train.num_epochs > 0")
+        completions = t.prompts_per_step * r.num_generations
+        if completions % t.micro_batch_size != 0:
+            raise ConfigError(
+                f"train.prompts_per_step × rollout.num_generations = {completions} completions per step must be a "
+                f"multiple of train.micro_batch_size={t.micro_batch_size}"
+            )
+        if t.micro_batch_size % r.num_generations != 0 and r.num_generations % t.micro_batch_size != 0:
+            raise ConfigError(
+                f"train.micro_batch_size={t.micro_batch_size} and rollout.num_generations={r.num_generations} must "
+                "divide one another"
+            )
+        if not self.reward.weights or all(w == 0 for w in self.reward.weights.values()):
+            raise ConfigError("reward.weights must give at least one component a non-zero weight")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"{key}={value!r} is invalid; valid: {', '.join(valid)}")
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotation ``tp`` (ints accepted for floats)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+        return dict(value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key} must be a list, got {value!r}")
+        return list(value)
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp is bool and isinstance(value, bool):
+        return value
+    if tp is str and isinstance(value, str):
+        return value
+    raise ConfigError(f"{key} must be {getattr(tp, '__name__', tp)}, got {value!r}")
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in values if k not in names]
+    if unknown:
+        where = f"section {prefix.rstrip('.')!r}" if prefix else "the top level"
+        raise ConfigError(f"unknown key {prefix + unknown[0]!r} in {where}; valid keys: {', '.join(names)}")
+    kwargs = {}
+    for name, value in values.items():
+        tp = hints[name]
+        if _is_dataclass_type(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"{prefix + name} must be a mapping of {', '.join(f.name for f in dataclasses.fields(tp))}"
+                )
+            kwargs[name] = _build(tp, value, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(prefix + name, value, tp)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {dotted!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["algorithm.method=psr", "train.max_steps=3"]`` → a nested dict (values parsed as YAML)."""
+    tree: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(
+                f"override {item!r} must look like section.key=value (e.g. algorithm.method=psr)"
+            )
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"override {item!r} has an empty key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({error})") from error
+        _set_dotted(tree, key, value)
+    return tree
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key not in ("weights", "options"):
+            out[key] = _merge(out[key], value)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> EAPOConfig:
+    """Read a YAML config (or start from the defaults), apply ``key=value`` overrides, validate."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"config file {path} does not exist (presets live in configs/)")
+        try:
+            tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: not valid YAML: {error}") from error
+        if not isinstance(tree, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    tree = _merge(tree, parse_overrides(overrides or []))
+    try:
+        return _build(EAPOConfig, tree, "").validate()
+    except ConfigError as error:
+        where = f"{path}: " if path is not None else ""
+        raise ConfigError(f"{where}{error}") from None
+
+
+def dump_config(config: EAPOConfig) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True)

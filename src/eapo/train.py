@@ -1,0 +1,338 @@
+"""The ``eapo train`` recipe: setup → data → reward → trainer → train → save → plot.
+
+It reads top to bottom; the maths is in :mod:`eapo.core`, the TRL hooks in :mod:`eapo.trainer`
+and the run-directory contract in :mod:`eapo.run_dir`. Scale-out needs no code change:
+``accelerate launch [--config_file deepspeed_zero3.yaml] -m eapo.cli train ...`` runs the same
+recipe under DDP or DeepSpeed, and ``rollout.use_vllm=true`` switches TRL to vLLM rollouts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from eapo.config import ConfigError, EAPOConfig, dump_config
+from eapo.run_dir import (
+    CONFIG_FILE,
+    FINAL_DIR,
+    SUMMARY_FILE,
+    MetricsCallback,
+    ProgressCallback,
+    atomic_write_text,
+    complete_checkpoints,
+    is_run_dir,
+    read_metrics,
+    truncate_metrics,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class RunError(RuntimeError):
+    """The run cannot start; the message says why and what to do."""
+
+
+def run(
+    config: EAPOConfig,
+    output_dir: str | Path,
+    *,
+    resume: bool = False,
+    callbacks: list[Any] | None = None,
+) -> Path:
+    """Train one configuration into ``output_dir`` and return the run directory.
+
+    ``callbacks`` are extra ``transformers.TrainerCallback`` objects (e.g. custom logging).
+    """
+    from accelerate import PartialState
+
+    state = PartialState()
+    config.validate()
+
+    # 1. The run directory: refuse to overwrite another run; on resume, find the last full checkpoint.
+    run_dir = Path(output_dir)
+    checkpoint = _prepare_run_dir(run_dir, config, resume=resume, is_main=state.is_main_process)
+
+    # 2. The policy (TRL loads it, and its frozen reference, from this path).
+    from eapo.models import load_tokenizer, resolve_model
+
+    try:
+        model_path = resolve_model(config.model.name_or_path, seed=config.train.seed)
+        tokenizer = load_tokenizer(model_path)
+    except Exception as error:
+        raise RunError(
+            f"model.name_or_path={config.model.name_or_path!r} cannot be loaded: {error}"
+        ) from error
+
+    # 3. Prompts and references.
+    dataset = build_dataset(config, tokenizer)
+    if len(dataset) < config.train.prompts_per_step:
+        raise RunError(
+            f"the dataset has {len(dataset)} prompts, fewer than one step's train.prompts_per_step="
+            f"{config.train.prompts_per_step}; lower train.prompts_per_step or use more data (data.limit)"
+        )
+
+    # 4. The composite reward (the same scorer as `eapo eval`); the judge is checked before step 1.
+    reward = build_reward(config)
+
+    # 5. The polarity weighting scheme.
+    from eapo.core import make_weighting
+
+    weighting = make_weighting(config.algorithm.method, **config.algorithm.weighting_overrides())
+
+    # 6. The trainer.
+    from transformers.trainer_callback import PrinterCallback
+
+    from eapo.trainer import EAPOTrainer
+
+    metrics_callback = MetricsCallback(run_dir, tensorboard=config.logging.tensorboard)
+    all_callbacks: list[Any] = [metrics_callback, *(callbacks or [])]
+    if config.logging.progress:
+        all_callbacks.append(ProgressCallback(metrics_callback))
+    trainer = EAPOTrainer(
+        model=model_path,
+        reward_funcs=[reward_function(reward)],
+        args=grpo_args(config, run_dir, num_processes=state.num_processes),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(config),
+        callbacks=all_callbacks,
+        weighting=weighting,
+        split_by=config.algorithm.split_by,
+    )
+    trainer.remove_callback(PrinterCallback)  # our progress bar and metrics.jsonl replace its raw dict prints
+
+    # 7. Train (TRL restores model, optimizer, scheduler, RNG and data position; EAPOTrainer the scheme).
+    started = time.time()
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+
+    # 8. Save the final model or adapter atomically, the summary and the dynamics figure.
+    if state.is_main_process:
+        _save_final(trainer, tokenizer, run_dir)
+        summary = {
+            "global_step": trainer.state.global_step,
+            "train_runtime_s": time.time() - started,
+            "train_loss": result.training_loss,
+            "method": config.algorithm.method,
+            "weighting": repr(weighting),
+            "model_path": model_path,
+            "final_metrics": metrics_callback.last,
+        }
+        atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
+        if config.logging.plot:
+            _plot(run_dir)
+    close = getattr(reward, "close", None)
+    if close is not None:
+        close()
+    return run_dir
+
+
+# --------------------------------------------------------------------------------------------
+# Building blocks (each usable on its own)
+# --------------------------------------------------------------------------------------------
+
+
+def build_dataset(config: EAPOConfig, tokenizer):
+    """Load records, render the paper's prompt through the chat template, return a ``datasets.Dataset``."""
+    from datasets import Dataset
+
+    from eapo.data import default_prompt_for, load, render_prompts
+
+    data = config.data
+    records = load(data.name, data.path, split=data.split, limit=data.limit, **data.options)
+    prompt = data.prompt or default_prompt_for(data.name)
+    prompts = render_prompts(records, tokenizer, prompt=prompt, max_prompt_tokens=data.max_prompt_tokens)
+    return Dataset.from_list(
+        [
+            {
+                "prompt": text,
+                "reference": record.reference,
+                "question": record.question,
+                "record_id": record.id,
+            }
+            for text, record in zip(prompts, records, strict=True)
+        ]
+    )
+
+
+def build_reward(config: EAPOConfig):
+    """The configured composite reward; an unreachable judge endpoint fails here, before any training."""
+    from eapo.rewards import make_composite
+
+    weights = {name: alpha for name, alpha in config.reward.weights.items() if alpha}
+    options = {name: dict(opts) for name, opts in config.reward.options.items()}
+    if "llm_judge" in weights:
+        judge = config.reward.judge
+        if not judge.base_url or not judge.model:
+            raise ConfigError(
+                "reward.weights.llm_judge > 0 needs reward.judge.base_url and reward.judge.model "
+                "(an OpenAI-compatible endpoint), or set reward.weights.llm_judge=0"
+            )
+        options["llm_judge"] = {
+            "base_url": judge.base_url,
+            "model": judge.model,
+            "api_key_env": judge.api_key_env,
+            "target": judge.target,
+            "concurrency": judge.concurrency,
+            "timeout": judge.timeout,
+            **options.get("llm_judge", {}),
+        }
+    composite = make_composite(weights, **options)
+    judge_scorer = composite.components.get("llm_judge") if hasattr(composite, "components") else None
+    if judge_scorer is not None:
+        try:
+            judge_scorer.check_reachable()
+        except Exception as error:
+            raise RunError(
+                f"the LLM judge at {config.reward.judge.base_url} cannot be reached: {error}"
+            ) from error
+    return composite
+
+
+def reward_function(composite):
+    """Adapt the composite scorer to TRL's reward-function interface (logs per-component metrics)."""
+
+    def eapo_reward(prompts, completions, reference, question=None, log_metric=None, **_: Any):
+        result = composite.score(prompts, completions, reference, questions=question)
+        if log_metric is not None:
+            for key, value in result.metrics.items():
+                log_metric(key, value)
+        return result.rewards
+
+    return eapo_reward
+
+
+def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
+    """Translate the typed config into TRL's ``GRPOConfig`` (the paper's defaults live in the config)."""
+    import torch
+    from trl import GRPOConfig
+
+    t, r, a = config.train, config.rollout, config.algorithm
+    completions_per_step = t.prompts_per_step * r.num_generations
+    per_process = completions_per_step // num_processes
+    if completions_per_step % num_processes or per_process % t.micro_batch_size:
+        raise ConfigError(
+            f"{completions_per_step} completions per step cannot be split into {num_processes} processes × "
+            f"micro-batches of train.micro_batch_size={t.micro_batch_size}"
+        )
+    dtype = config.model.dtype
+    cuda = torch.cuda.is_available()
+    return GRPOConfig(
+        output_dir=str(run_dir),
+        per_device_train_batch_size=t.micro_batch_size,
+        gradient_accumulation_steps=per_process // t.micro_batch_size,
+        num_generations=r.num_generations,
+        max_completion_length=r.max_completion_tokens,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        learning_rate=t.learning_rate,
+        lr_scheduler_type=t.lr_scheduler,
+        warmup_steps=t.warmup_ratio,
+        weight_decay=t.weight_decay,
+        max_grad_norm=t.max_grad_norm,
+        max_steps=t.max_steps,
+        num_train_epochs=t.num_epochs,
+        seed=t.seed,
+        data_seed=t.seed,
+        beta=a.beta,
+        epsilon=a.epsilon,
+        epsilon_high=a.epsilon_high,
+        loss_type=a.loss_type,
+        num_iterations=a.num_iterations,
+        scale_rewards=a.scale_rewards,
+        use_vllm=r.use_vllm,
+        vllm_mode=r.vllm_mode,
+        vllm_server_base_url=r.vllm_server_base_url,
+        vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+        model_init_kwargs={"dtype": dtype},
+        bf16=cuda and dtype == "bfloat16",
+        fp16=cuda and dtype == "float16",
+        gradient_checkpointing=config.model.gradient_checkpointing,
+        save_strategy="steps" if t.save_steps > 0 else "no",
+        save_steps=t.save_steps if t.save_steps > 0 else 500,
+        save_total_limit=t.save_total_limit,
+        logging_steps=1,
+        report_to="none",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        log_completions=False,
+    )
+
+
+def lora_config(config: EAPOConfig):
+    lora = config.model.lora
+    if not lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Run-directory helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _prepare_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool, is_main: bool) -> Path | None:
+    existing = run_dir.exists() and is_run_dir(run_dir)
+    if existing and not resume:
+        raise RunError(
+            f"{run_dir} already holds a run (config.yaml/metrics.jsonl); pass --resume to continue it "
+            "or choose another --output-dir"
+        )
+    checkpoint = None
+    if resume and existing:
+        saved = (
+            (run_dir / CONFIG_FILE).read_text(encoding="utf-8") if (run_dir / CONFIG_FILE).exists() else None
+        )
+        if saved is not None and saved != dump_config(config):
+            raise RunError(
+                f"{run_dir / CONFIG_FILE} differs from this run's configuration; resume with the same config "
+                "and overrides (or start a new --output-dir)"
+            )
+        checkpoints = complete_checkpoints(run_dir)
+        checkpoint = checkpoints[-1] if checkpoints else None
+        if checkpoint is None and (run_dir / FINAL_DIR).exists():
+            raise RunError(f"{run_dir} has already finished (final/ exists) and has no checkpoint to resume")
+    if is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / CONFIG_FILE, dump_config(config))
+        if checkpoint is not None:
+            step = int(checkpoint.name.split("-")[-1])
+            truncate_metrics(run_dir, step)
+            logger.info("resuming %s from %s (step %d)", run_dir, checkpoint.name, step)
+        elif resume and existing:
+            truncate_metrics(run_dir, 0)
+            logger.info("no complete checkpoint in %s: starting from step 0", run_dir)
+    return checkpoint
+
+
+def _save_final(trainer, tokenizer, run_dir: Path) -> None:
+    final = run_dir / FINAL_DIR
+    staging = run_dir / f".{FINAL_DIR}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    trainer.save_model(str(staging))
+    tokenizer.save_pretrained(str(staging))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(staging, final)
+
+
+def _plot(run_dir: Path) -> None:
+    try:
+        from eapo.plot import plot_runs
+    except ImportError:  # plotting is optional at this layer
+        logger.warning("eapo.plot is unavailable: dynamics.png not written")
+        return
+    if read_metrics(run_dir):
+        plot_runs([run_dir], run_dir / "dynamics.png")

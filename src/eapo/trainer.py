@@ -1,0 +1,178 @@
+"""``EAPOTrainer``: TRL's ``GRPOTrainer`` with EAPO's polarity weighting (Section 4.1 of the EAPO paper).
+
+Only the rollout-and-scoring step changes. After TRL has generated, scored and group-normalised
+(``A_i``), this trainer
+
+1. measures the rollout entropy ``H_t`` of the current policy over this step's completion tokens
+   (a token-weighted mean over all processes), reusing TRL's old-log-prob forward when TRL makes one
+   and otherwise running one no-grad forward;
+2. asks the weighting scheme (``eapo.core.make_weighting``) for ``(w+, w-)`` — for EAPO,
+   ``w+_t = clip(w0 · H_t / H_0, w_min, w_max)`` (Eq. ``dynamic_weight``);
+3. splits the rollouts at the group mean reward (``eapo.core.positive_mask``) and scales the
+   advantages (``eapo.core.weight_advantages``).
+
+The loss is TRL's: with ``loss_type="grpo"`` it is Eq. ``grpo`` of the paper (PPO-clip, 1/|y_i|
+normalisation, β·KL to the frozen reference). The scheme's state is written into every checkpoint
+(``eapo_state.json``) and restored on resume, so a resumed run keeps its ``H_0``.
+
+All maths lives in :mod:`eapo.core`; this file only moves tensors between TRL and it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+
+from eapo.core import WeightingScheme, positive_mask, weight_advantages
+from eapo.run_dir import EAPO_STATE_FILE, atomic_write_text
+
+
+class EAPOTrainer(GRPOTrainer):
+    """GRPO with polarity weights from a :class:`eapo.core.WeightingScheme`.
+
+    Args (beyond ``GRPOTrainer``'s):
+        weighting: the scheme giving ``(w+, w-)`` each step (``make_weighting("eapo")`` etc.).
+        split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}) or ``"median"``.
+    """
+
+    def __init__(self, *args: Any, weighting: WeightingScheme, split_by: str = "mean", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.weighting = weighting
+        self.split_by = split_by
+        self.first_entropy: float | None = None  # H of the first step, logged as eapo/H0 for every method
+        self._capture_entropy = False
+        self._captured_entropies: torch.Tensor | None = None
+        self._gathered_rewards: torch.Tensor | None = None
+
+    # --- hooks into TRL's generation step -------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._gathered_rewards = rewards_per_func  # [B_all, num_funcs], gathered over processes
+        return rewards_per_func
+
+    def _get_per_token_logps_and_entropies(
+        self, model, *args: Any, compute_entropy: bool = False, **kwargs: Any
+    ):
+        # Reuse TRL's old-log-prob pass (the first policy forward of the generation step) for H_t.
+        if self._capture_entropy and model is self.model:
+            self._capture_entropy = False
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, *args, compute_entropy=True, **kwargs
+            )
+            self._captured_entropies = entropies
+            return logps, (entropies if compute_entropy else None), aux
+        return super()._get_per_token_logps_and_entropies(
+            model, *args, compute_entropy=compute_entropy, **kwargs
+        )
+
+    def _trl_computes_old_logps(self) -> bool:
+        # Mirrors the condition in GRPOTrainer._generate_and_score_completions.
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return self.args.gradient_accumulation_steps % generate_every != 0 or (
+            self.use_vllm and self.vllm_importance_sampling_correction
+        )
+
+    def _generate_and_score_completions(self, inputs):
+        training = self.model.training
+        self._captured_entropies = None
+        self._capture_entropy = training and self._trl_computes_old_logps()
+        output = super()._generate_and_score_completions(inputs)
+        self._capture_entropy = False
+        if not training:
+            return output
+        entropy = self._rollout_entropy(output)
+        w_pos, w_neg = self.weighting.weights(entropy)
+        if self.first_entropy is None:
+            self.first_entropy = entropy
+
+        rewards = self._total_rewards()  # [B_all]
+        positive = positive_mask(rewards, self.num_generations, by=self.split_by)  # [B_all]
+        local = output["advantages"].shape[0]
+        start = self.accelerator.process_index * local
+        output["advantages"] = weight_advantages(
+            output["advantages"], positive[start : start + local], w_pos, w_neg
+        )
+
+        h0 = getattr(self.weighting, "h0", None)
+        metrics = self._metrics["train"]
+        metrics["entropy/rollout"].append(entropy)
+        metrics["eapo/H0"].append(h0 if h0 is not None else self.first_entropy)
+        metrics["eapo/w_pos"].append(w_pos)
+        metrics["eapo/w_neg"].append(w_neg)
+        metrics["eapo/frac_positive"].append(positive.float().mean().item())
+        return output
+
+    # --- the three EAPO quantities --------------------------------------------------------------
+
+    def _rollout_entropy(self, output: dict[str, Any]) -> float:
+        """``H_t``: token-weighted mean entropy of the policy over all completion tokens, all processes."""
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        entropies = self._captured_entropies
+        if entropies is None:
+            prompt_completion_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+            attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+            with torch.no_grad():
+                _, entropies, _ = super()._get_per_token_logps_and_entropies(
+                    self.model,
+                    prompt_completion_ids,
+                    attention_mask,
+                    output["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                    compute_entropy=True,
+                )
+        self._captured_entropies = None
+        stats = torch.stack([(entropies * mask).sum(), mask.sum()]).float()  # [2]
+        stats = self.accelerator.reduce(stats, reduction="sum")
+        return (stats[0] / stats[1].clamp(min=1.0)).item()
+
+    def _total_rewards(self) -> torch.Tensor:
+        """The scalar reward of every rollout (all processes), NaN-free for the polarity split.
+
+        Rows no reward function could score carry no advantage in TRL; here they are set to their
+        group's mean so they count as positive with a zero advantage and never move a group's mean.
+        """
+        per_func = self._gathered_rewards  # [B_all, F]
+        weights = self.reward_weights.to(per_func.device)
+        rewards = (per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+        grouped = rewards.view(-1, self.num_generations)  # [P, G]
+        fill = torch.nanmean(grouped, dim=1, keepdim=True).nan_to_num(0.0).expand_as(grouped)
+        return torch.where(torch.isnan(grouped), fill, grouped).reshape(-1).to(torch.float64)
+
+    # --- checkpoints ----------------------------------------------------------------------------
+
+    def eapo_state(self) -> dict[str, Any]:
+        return {"weighting": self.weighting.state_dict(), "first_entropy": self.first_entropy}
+
+    def load_eapo_state(self, state: dict[str, Any]) -> None:
+        self.weighting.load_state_dict(state["weighting"])
+        self.first_entropy = state.get("first_entropy")
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            # Written last and atomically: a checkpoint without it is incomplete and never resumed from.
+            atomic_write_text(os.path.join(folder, EAPO_STATE_FILE), json.dumps(self.eapo_state(), indent=2))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            path = os.path.join(checkpoint, EAPO_STATE_FILE)
+            if not os.path.exists(path):
+                raise FileNotFoundError(
+                    f"{path} is missing: the checkpoint is incomplete (the run was killed while saving); "
+                    "delete it to resume from the previous one"
+                )
+            with open(path, encoding="utf-8") as f:
+                self.load_eapo_state(json.load(f))

@@ -1,0 +1,294 @@
+"""Hand-derived values for EntropyAdaptiveWeight (Eq. dynamic_weight) and the weighting registry."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from eapo.core import (
+    WEIGHTING_SCHEMES,
+    EntropyAdaptiveWeight,
+    EntropyAdaptiveWeighting,
+    FixedWeighting,
+    make_weighting,
+)
+
+# ---------------------------------------------------------------------------------------------
+# EntropyAdaptiveWeight
+# ---------------------------------------------------------------------------------------------
+
+
+def test_paper_defaults_follow_entropy_ratio_to_first_step():
+    weight = EntropyAdaptiveWeight()
+    # H_0 = 2.0; w = 0.2 · H_t / 2.0, clipped to [0, 2].
+    got = [weight.update(h) for h in (2.0, 3.0, 1.0, 0.5, 20.0, 40.0)]
+    expected = [0.2, 0.3, 0.1, 0.05, 2.0, 2.0]
+    assert got == pytest.approx(expected, rel=1e-15, abs=0)
+    assert weight.h0 == 2.0
+
+
+def test_h0_is_fixed_by_the_first_step_only():
+    weight = EntropyAdaptiveWeight(w0=0.5, w_max=10.0)
+    weight.update(4.0)
+    weight.update(1.0)
+    weight.update(8.0)
+    assert weight.h0 == 4.0
+    assert weight.update(6.0) == pytest.approx(0.5 * 6.0 / 4.0, rel=1e-15)
+
+
+def test_closed_form_equals_the_paper_recursion_while_unclipped():
+    # Appendix "Formula Derivation": w_t = w_{t-1} · H_t / H_{t-1}  <=>  w_t = w0 · H_t / H_0.
+    entropies = [1.3, 1.1, 0.9, 1.4, 0.7, 0.8]
+    weight = EntropyAdaptiveWeight(w0=0.2, w_max=100.0)
+    recursive = 0.2
+    for step, entropy in enumerate(entropies):
+        if step > 0:
+            recursive *= entropy / entropies[step - 1]
+        assert weight.update(entropy) == pytest.approx(recursive, rel=1e-12)
+
+
+def test_clipping_at_w_min_and_w_max():
+    weight = EntropyAdaptiveWeight(w0=0.4, w_min=0.1, w_max=0.6)
+    assert weight.update(1.0) == 0.4
+    assert weight.update(1.4) == pytest.approx(0.56, rel=1e-15)  # inside
+    assert weight.update(2.0) == 0.6  # 0.8 clipped to w_max
+    assert weight.update(0.2) == 0.1  # 0.08 clipped to w_min
+    assert weight.update(0.25) == pytest.approx(0.1, rel=1e-15)  # exactly w_min
+    assert weight.update(1.0) == 0.4  # clipping keeps no memory
+
+
+@pytest.mark.parametrize(("w0", "w_min", "w_max", "expected"), [(0.5, 0.0, 0.3, 0.3), (0.2, 0.5, 2.0, 0.5)])
+def test_w0_is_clipped_during_anchor_steps(w0, w_min, w_max, expected):
+    weight = EntropyAdaptiveWeight(w0=w0, w_min=w_min, w_max=w_max, anchor_steps=2)
+    assert weight.update(1.0) == expected
+    assert weight.update(5.0) == expected
+
+
+def test_anchor_steps_average_the_first_entropies():
+    weight = EntropyAdaptiveWeight(w0=0.2, anchor_steps=3)
+    # H_0 = mean(1, 2, 3) = 2; the three anchor steps return w0 whatever the entropy.
+    assert [weight.update(h) for h in (1.0, 2.0, 3.0)] == [0.2, 0.2, 0.2]
+    assert weight.h0 == 2.0
+    assert weight.update(4.0) == pytest.approx(0.4, rel=1e-15)
+    assert weight.update(6.0) == pytest.approx(0.6, rel=1e-15)
+    assert weight.update(1.0) == pytest.approx(0.1, rel=1e-15)
+
+
+def test_h0_is_none_until_anchor_steps_are_seen():
+    weight = EntropyAdaptiveWeight(anchor_steps=2)
+    assert weight.h0 is None
+    weight.update(1.0)
+    assert weight.h0 is None
+    weight.update(2.0)
+    assert weight.h0 == 1.5
+
+
+@pytest.mark.parametrize("anchor_steps", [1, 2, 4])
+def test_peek_predicts_update_without_changing_state(anchor_steps):
+    weight = EntropyAdaptiveWeight(w0=0.3, w_max=1.0, anchor_steps=anchor_steps)
+    for entropy in (1.0, 3.0, 0.5, 2.0, 4.0, 0.1, 1.7):
+        before = weight.state_dict()
+        predicted = weight.peek(entropy)
+        assert weight.state_dict() == before
+        assert weight.update(entropy) == predicted
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, -0.0, float("nan"), float("inf"), float("-inf")])
+def test_non_finite_or_non_positive_entropy_is_rejected_and_changes_nothing(bad):
+    weight = EntropyAdaptiveWeight(anchor_steps=2)
+    weight.update(1.0)
+    before = weight.state_dict()
+    with pytest.raises(ValueError, match=r"rollout entropy must be finite and > 0, got"):
+        weight.update(bad)
+    with pytest.raises(ValueError, match=r"rollout entropy must be finite and > 0"):
+        weight.peek(bad)
+    assert weight.state_dict() == before
+    assert weight.update(3.0) == 0.2
+    assert weight.h0 == 2.0
+
+
+def test_entropy_may_be_a_tensor_scalar():
+    weight = EntropyAdaptiveWeight()
+    weight.update(torch.tensor(2.0))
+    assert weight.update(torch.tensor(3.0)) == pytest.approx(0.3, rel=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"w0": -0.1}, r"w0 must be finite and >= 0"),
+        ({"w0": float("nan")}, r"w0 must be finite and >= 0"),
+        ({"w_min": 1.0, "w_max": 0.5}, r"w_min \(1.0\) must be <= w_max \(0.5\)"),
+        ({"w_min": -0.5}, r"w_min must be >= 0"),
+        ({"anchor_steps": 0}, r"anchor_steps must be an integer >= 1, got 0"),
+        ({"anchor_steps": 1.5}, r"anchor_steps must be an integer >= 1, got 1.5"),
+    ],
+)
+def test_invalid_settings_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EntropyAdaptiveWeight(**kwargs)
+
+
+@pytest.mark.parametrize(("anchor_steps", "seen"), [(1, 1), (1, 4), (3, 1), (3, 2), (3, 3), (3, 5)])
+def test_state_round_trip_continues_with_the_same_h0(anchor_steps, seen):
+    entropies = [1.2, 0.8, 1.9, 1.1, 0.6, 1.4, 2.5, 0.9]
+    original = EntropyAdaptiveWeight(w0=0.2, w_max=2.0, anchor_steps=anchor_steps)
+    for entropy in entropies[:seen]:
+        original.update(entropy)
+    state = json.loads(json.dumps(original.state_dict()))  # checkpoints store plain data
+    resumed = EntropyAdaptiveWeight(w0=0.2, w_max=2.0, anchor_steps=anchor_steps)
+    resumed.load_state_dict(state)
+    assert resumed.h0 == original.h0
+    for entropy in entropies[seen:]:
+        assert resumed.update(entropy) == original.update(entropy)
+
+
+def test_load_state_dict_rejects_different_settings_and_missing_keys():
+    state = EntropyAdaptiveWeight(w0=0.2).state_dict()
+    with pytest.raises(ValueError, match=r"checkpointed w0=0.2 differs from the configured w0=0.3"):
+        EntropyAdaptiveWeight(w0=0.3).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"checkpointed anchor_steps=1 differs"):
+        EntropyAdaptiveWeight(anchor_steps=2).load_state_dict(state)
+    with pytest.raises(KeyError, match=r"missing \['anchor_count', 'anchor_sum'\]"):
+        EntropyAdaptiveWeight().load_state_dict({"w0": 0.2})
+
+
+# ---------------------------------------------------------------------------------------------
+# make_weighting and the registry
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("grpo", (1.0, 1.0)), ("psr", (1.0, 0.0)), ("nsr", (0.0, 1.0)), ("w_reinforce", (0.1, 1.0))],
+)
+def test_fixed_schemes_have_the_paper_weights(name, expected):
+    scheme = make_weighting(name)
+    assert isinstance(scheme, FixedWeighting)
+    assert scheme.name == name
+    assert scheme.needs_entropy is False
+    assert scheme.weights(None) == expected
+    assert scheme.weights(0.7) == expected  # entropy is ignored
+
+
+def test_eapo_scheme_has_the_paper_defaults():
+    scheme = make_weighting("eapo")
+    assert isinstance(scheme, EntropyAdaptiveWeighting)
+    assert scheme.needs_entropy is True
+    a = scheme.adaptive
+    assert (a.w0, a.w_min, a.w_max, a.anchor_steps, scheme.w_neg) == (0.2, 0.0, 2.0, 1, 1.0)
+    assert scheme.weights(2.0) == (0.2, 1.0)
+    w_pos, w_neg = scheme.weights(3.0)
+    assert w_pos == pytest.approx(0.3, rel=1e-15)
+    assert w_neg == 1.0
+    assert scheme.weights(100.0) == (2.0, 1.0)
+    assert scheme.h0 == 2.0
+
+
+def test_registry_lists_exactly_the_five_schemes():
+    assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "eapo"]
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "expected"),
+    [
+        ("grpo", {"w_pos": 0.5}, (0.5, 1.0)),
+        ("psr", {"w_neg": 0.3}, (1.0, 0.3)),
+        ("nsr", {"w_pos": 0.25, "w_neg": 2.0}, (0.25, 2.0)),
+        ("w_reinforce", {"w_pos": 0.05}, (0.05, 1.0)),
+        ("w_reinforce", {"w_pos": None, "w_neg": None}, (0.1, 1.0)),  # None means "default"
+    ],
+)
+def test_fixed_weights_are_overridable(name, overrides, expected):
+    assert make_weighting(name, **overrides).weights(None) == expected
+
+
+def test_eapo_overrides():
+    scheme = make_weighting("eapo", w0=0.5, w_min=0.1, w_max=1.0, w_neg=0.5, anchor_steps=2, w_pos=None)
+    assert [scheme.weights(h) for h in (1.0, 3.0)] == [(0.5, 0.5), (0.5, 0.5)]  # anchor: H_0 = 2
+    assert scheme.weights(3.0) == (0.75, 0.5)
+    assert scheme.weights(8.0) == (1.0, 0.5)
+    assert scheme.weights(0.2) == (0.1, 0.5)
+
+
+def test_eapo_needs_an_entropy():
+    with pytest.raises(ValueError, match=r"'eapo' weighting needs this step's rollout entropy, got None"):
+        make_weighting("eapo").weights(None)
+
+
+def test_unknown_scheme_lists_the_known_ones():
+    with pytest.raises(
+        ValueError, match=r"unknown weighting scheme 'ppo'; known: grpo, psr, nsr, w_reinforce, eapo"
+    ):
+        make_weighting("ppo")
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "message"),
+    [
+        ("grpo", {"w0": 0.3}, r"'grpo' does not take \['w0'\]; it accepts \['w_pos', 'w_neg'\]"),
+        (
+            "eapo",
+            {"w_pos": 1.0},
+            r"'eapo' does not take \['w_pos'\]; it accepts \['w0', 'w_min', 'w_max', 'w_neg'",
+        ),
+        ("psr", {"alpha": 1, "beta": 2}, r"does not take \['alpha', 'beta'\]"),
+    ],
+)
+def test_unknown_override_is_rejected(name, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        make_weighting(name, **overrides)
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "message"),
+    [
+        ("grpo", {"w_pos": -1.0}, r"w_pos must be finite and >= 0, got -1.0"),
+        ("nsr", {"w_neg": float("inf")}, r"w_neg must be finite and >= 0, got inf"),
+        ("eapo", {"w_neg": -0.5}, r"w_neg must be finite and >= 0"),
+        ("eapo", {"w_min": 3.0}, r"w_min \(3.0\) must be <= w_max \(2.0\)"),
+    ],
+)
+def test_invalid_override_values_are_rejected(name, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        make_weighting(name, **overrides)
+
+
+@pytest.mark.parametrize("name", list(WEIGHTING_SCHEMES))
+def test_every_scheme_state_round_trips(name):
+    entropies = [1.5, 1.2, 2.1, 0.9, 1.3]
+    original = make_weighting(name)
+    for entropy in entropies[:2]:
+        original.weights(entropy)
+    resumed = make_weighting(name)
+    resumed.load_state_dict(json.loads(json.dumps(original.state_dict())))
+    for entropy in entropies[2:]:
+        assert resumed.weights(entropy) == original.weights(entropy)
+
+
+def test_load_state_dict_rejects_a_different_configuration():
+    with pytest.raises(
+        ValueError, match=r"checkpointed weights \(w_pos=1.0, w_neg=1.0\) differ from the configured"
+    ):
+        make_weighting("psr").load_state_dict(make_weighting("grpo").state_dict())
+    with pytest.raises(ValueError, match=r"checkpointed w_neg=1.0 differs from the configured 0.5"):
+        make_weighting("eapo", w_neg=0.5).load_state_dict(make_weighting("eapo").state_dict())
+    with pytest.raises(ValueError, match=r"checkpointed w0=0.2 differs"):
+        make_weighting("eapo", w0=0.4).load_state_dict(make_weighting("eapo").state_dict())
+
+
+def test_reprs_name_the_settings():
+    assert repr(make_weighting("psr")) == "FixedWeighting(name='psr', w_pos=1.0, w_neg=0.0)"
+    assert repr(make_weighting("eapo")) == (
+        "EntropyAdaptiveWeighting(w0=0.2, w_min=0.0, w_max=2.0, w_neg=1.0, anchor_steps=1)"
+    )
+
+
+def test_unclipped_weight_is_linear_in_entropy():
+    # A sanity check of Eq. dynamic_weight's shape: doubling H_t doubles w+ while unclipped.
+    weight = EntropyAdaptiveWeight(w0=0.2, w_max=math.inf)
+    weight.update(1.0)
+    assert weight.update(2.0) == pytest.approx(2 * weight.peek(1.0), rel=1e-15)
