@@ -87,6 +87,7 @@ def _step_gradients(
     )
     trainer.remove_callback(PrinterCallback)
     trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # normally set by Trainer's training loop
     rows = [dataset[i] for i in range(2) for _ in range(config.rollout.num_generations)]
     torch.manual_seed(1234)
     inputs = trainer._generate_and_score_completions(rows)
