@@ -24,6 +24,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from transformers import TrainerCallback  # noqa: E402 - after the offline switches
 
 ROOT = Path(__file__).resolve().parents[1]
+SOURCES: set[str] = set()  # where EAPOTrainer took H_t from in the timed runs
 
 
 class StepTimer(TrainerCallback):
@@ -62,6 +63,8 @@ def run_once(kind: str, config, model_path, tokenizer, dataset, reward, out: Pat
     else:
         trainer = GRPOTrainer(**common)
     trainer.remove_callback(PrinterCallback)
+    if kind == "eapo":
+        SOURCES.add(trainer.entropy_source())
     trainer.train()
     return timer.times[1:]  # drop the warm-up step
 
@@ -107,6 +110,7 @@ def main() -> None:
         f"config: {args.config} ({config.model.name_or_path}, {config.train.prompts_per_step} prompts x "
         f"{config.rollout.num_generations} rollouts, {config.rollout.max_completion_tokens} new tokens)"
     )
+    print(f"EAPO entropy source: {', '.join(sorted(SOURCES))}")
     print(f"steps timed per trainer: {len(times['grpo'])} (after warm-up), alternating runs: {args.repeats}")
     print(f"median step time  TRL GRPO: {grpo * 1000:.1f} ms   EAPO: {eapo * 1000:.1f} ms")
     ratio = eapo / grpo

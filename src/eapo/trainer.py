@@ -4,8 +4,8 @@ Only the rollout-and-scoring step changes. After TRL has generated, scored and g
 (``A_i``), this trainer
 
 1. measures the rollout entropy ``H_t`` of the current policy over this step's completion tokens
-   (a token-weighted mean over all processes), reusing TRL's old-log-prob forward when TRL makes one
-   and otherwise running one no-grad forward;
+   (a token-weighted mean over all processes) from a forward pass TRL makes anyway, or from one
+   extra no-grad forward when there is none (see :meth:`EAPOTrainer.entropy_source`);
 2. asks the weighting scheme (``eapo.core.make_weighting``) for ``(w+, w-)`` — for EAPO,
    ``w+_t = clip(w0 · H_t / H_0, w_min, w_max)`` (Eq. ``dynamic_weight``);
 3. splits the rollouts at the group mean reward (``eapo.core.positive_mask``) and scales the
@@ -38,18 +38,56 @@ class EAPOTrainer(GRPOTrainer):
     Args (beyond ``GRPOTrainer``'s):
         weighting: the scheme giving ``(w+, w-)`` each step (``make_weighting("eapo")`` etc.).
         split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}) or ``"median"``.
+        reuse_loss_pass: take ``H_t`` from the update's own forward when one micro-batch holds the
+            whole step (see :meth:`entropy_source`); False forces the extra no-grad forward.
     """
 
-    def __init__(self, *args: Any, weighting: WeightingScheme, split_by: str = "mean", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        weighting: WeightingScheme,
+        split_by: str = "mean",
+        reuse_loss_pass: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.weighting = weighting
         self.split_by = split_by
+        self.reuse_loss_pass = reuse_loss_pass
         self.first_entropy: float | None = None  # H of the first step, logged as eapo/H0 for every method
         self._capture_entropy = False
         self._captured_entropies: torch.Tensor | None = None
         self._gathered_rewards: torch.Tensor | None = None
+        self._deferred_inputs: dict[str, Any] | None = None
 
-    # --- hooks into TRL's generation step -------------------------------------------------------
+    def entropy_source(self) -> str:
+        """Which forward pass gives ``H_t`` in this configuration (all give the same value):
+
+        * ``"old_logps"`` — TRL's no-grad old-log-prob pass (vLLM importance correction, μ > 1 or
+          misaligned accumulation): free;
+        * ``"loss_pass"`` — when one micro-batch per process holds the whole step (no accumulation,
+          μ = 1), the update's own forward: ``H_t`` and the weights are computed from its detached
+          entropies *before* the loss is formed, with the parameters that generated the rollouts,
+          so it is free too;
+        * ``"extra_forward"`` — otherwise, one no-grad forward over the step's completions.
+        """
+        if self._trl_computes_old_logps():
+            return "old_logps"
+        one_micro_batch = (
+            self.args.gradient_accumulation_steps == 1
+            and self.args.steps_per_generation == 1
+            and self.num_iterations == 1
+        )
+        return "loss_pass" if self.reuse_loss_pass and one_micro_batch else "extra_forward"
+
+    def _trl_computes_old_logps(self) -> bool:
+        # Mirrors the condition in GRPOTrainer._generate_and_score_completions.
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return self.args.gradient_accumulation_steps % generate_every != 0 or (
+            self.use_vllm and self.vllm_importance_sampling_correction
+        )
+
+    # --- hooks into TRL's generation step and loss pass ------------------------------------------
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -59,77 +97,99 @@ class EAPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(
         self, model, *args: Any, compute_entropy: bool = False, **kwargs: Any
     ):
-        # Reuse TRL's old-log-prob pass (the first policy forward of the generation step) for H_t.
         if self._capture_entropy and model is self.model:
+            # TRL's old-log-prob pass: the first policy forward of the generation step.
             self._capture_entropy = False
             logps, entropies, aux = super()._get_per_token_logps_and_entropies(
                 model, *args, compute_entropy=True, **kwargs
             )
             self._captured_entropies = entropies
             return logps, (entropies if compute_entropy else None), aux
-        return super()._get_per_token_logps_and_entropies(
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(
             model, *args, compute_entropy=compute_entropy, **kwargs
         )
+        inputs = self._deferred_inputs
+        if inputs is not None and entropies is not None:
+            # The loss pass of a step whose weighting was deferred: TRL reads inputs["advantages"]
+            # right after this forward, so the weights are applied before the loss is formed.
+            self._deferred_inputs = None
+            entropy = self._masked_global_mean(entropies.detach(), self._completion_mask(inputs))
+            self._weight(inputs, inputs.pop("eapo_positive"), entropy)
+        return logps, entropies, aux
 
-    def _trl_computes_old_logps(self) -> bool:
-        # Mirrors the condition in GRPOTrainer._generate_and_score_completions.
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        return self.args.gradient_accumulation_steps % generate_every != 0 or (
-            self.use_vllm and self.vllm_importance_sampling_correction
-        )
+    def _compute_loss(self, model, inputs):
+        self._deferred_inputs = inputs if "eapo_positive" in inputs else None
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._deferred_inputs = None
 
     def _generate_and_score_completions(self, inputs):
         training = self.model.training
+        source = self.entropy_source() if training else None
         self._captured_entropies = None
-        self._capture_entropy = training and self._trl_computes_old_logps()
+        self._capture_entropy = source == "old_logps"
         output = super()._generate_and_score_completions(inputs)
         self._capture_entropy = False
         if not training:
             return output
-        entropy = self._rollout_entropy(output)
-        w_pos, w_neg = self.weighting.weights(entropy)
-        if self.first_entropy is None:
-            self.first_entropy = entropy
 
         rewards = self._total_rewards()  # [B_all]
         positive = positive_mask(rewards, self.num_generations, by=self.split_by)  # [B_all]
+        self._metrics["train"]["eapo/frac_positive"].append(positive.float().mean().item())
         local = output["advantages"].shape[0]
         start = self.accelerator.process_index * local
-        output["advantages"] = weight_advantages(
-            output["advantages"], positive[start : start + local], w_pos, w_neg
+        local_positive = positive[start : start + local]  # [B_local]
+        if source == "loss_pass":
+            output["eapo_positive"] = local_positive  # weighted in the loss pass (see above)
+            return output
+        entropies = self._captured_entropies
+        if entropies is None:
+            entropies = self._policy_entropies(output)
+        self._captured_entropies = None
+        self._weight(
+            output, local_positive, self._masked_global_mean(entropies, self._completion_mask(output))
         )
+        return output
 
+    # --- the three EAPO quantities --------------------------------------------------------------
+
+    def _weight(self, batch: dict[str, Any], positive: torch.Tensor, entropy: float) -> None:
+        """``H_t`` → ``(w+, w-)`` → ``Â = w±·A`` on ``batch["advantages"]``, plus the ``eapo/*`` metrics."""
+        w_pos, w_neg = self.weighting.weights(entropy)
+        if self.first_entropy is None:
+            self.first_entropy = entropy
+        batch["advantages"] = weight_advantages(batch["advantages"], positive, w_pos, w_neg)
         h0 = getattr(self.weighting, "h0", None)
         metrics = self._metrics["train"]
         metrics["entropy/rollout"].append(entropy)
         metrics["eapo/H0"].append(h0 if h0 is not None else self.first_entropy)
         metrics["eapo/w_pos"].append(w_pos)
         metrics["eapo/w_neg"].append(w_neg)
-        metrics["eapo/frac_positive"].append(positive.float().mean().item())
-        return output
 
-    # --- the three EAPO quantities --------------------------------------------------------------
+    @staticmethod
+    def _completion_mask(batch: dict[str, Any]) -> torch.Tensor:
+        mask = batch["completion_mask"]  # [B, T]
+        return mask * batch["tool_mask"] if "tool_mask" in batch else mask
 
-    def _rollout_entropy(self, output: dict[str, Any]) -> float:
-        """``H_t``: token-weighted mean entropy of the policy over all completion tokens, all processes."""
-        mask = output["completion_mask"]
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"]
-        entropies = self._captured_entropies
-        if entropies is None:
-            prompt_completion_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-            attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-            with torch.no_grad():
-                _, entropies, _ = super()._get_per_token_logps_and_entropies(
-                    self.model,
-                    prompt_completion_ids,
-                    attention_mask,
-                    output["completion_ids"].size(1),
-                    batch_size=self.args.per_device_train_batch_size,
-                    compute_entropy=True,
-                )
-        self._captured_entropies = None
-        stats = torch.stack([(entropies * mask).sum(), mask.sum()]).float()  # [2]
+    def _policy_entropies(self, output: dict[str, Any]) -> torch.Tensor:
+        """Per-token entropies ``[B, T]`` of the current policy on the step's completions (no-grad forward)."""
+        prompt_completion_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        with torch.no_grad():
+            _, entropies, _ = super()._get_per_token_logps_and_entropies(
+                self.model,
+                prompt_completion_ids,
+                attention_mask,
+                output["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+                compute_entropy=True,
+            )
+        return entropies
+
+    def _masked_global_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
+        """``H_t``: the token-weighted mean over every process's completion tokens."""
+        stats = torch.stack([(values * mask).sum(), mask.sum()]).float()  # [2]
         stats = self.accelerator.reduce(stats, reduction="sum")
         return (stats[0] / stats[1].clamp(min=1.0)).item()
 

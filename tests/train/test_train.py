@@ -64,7 +64,7 @@ def test_eapo_weight_follows_entropy_ratio(tmp_path):
 
 
 def _step_gradients(
-    method: str, tmp_path: Path
+    method: str, tmp_path: Path, reuse_loss_pass: bool = True
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """Gradient of the first step's loss (beta=0) for one method, on identical rollouts."""
     from transformers.trainer_callback import PrinterCallback
@@ -84,7 +84,9 @@ def _step_gradients(
         train_dataset=dataset,
         processing_class=tokenizer,
         weighting=make_weighting(method),
+        reuse_loss_pass=reuse_loss_pass,
     )
+    assert trainer.entropy_source() == ("loss_pass" if reuse_loss_pass else "extra_forward")
     trainer.remove_callback(PrinterCallback)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # normally set by Trainer's training loop
@@ -92,7 +94,8 @@ def _step_gradients(
     torch.manual_seed(1234)
     inputs = trainer._generate_and_score_completions(rows)
     trainer.model.zero_grad()
-    trainer.compute_loss(trainer.model, inputs).backward()
+    trainer.compute_loss(trainer.model, inputs).backward()  # the loss pass may apply the weights
+    assert "eapo_positive" not in inputs
     grads = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
     rewards = trainer._total_rewards()
     return grads, inputs["advantages"].detach().clone(), rewards
@@ -114,6 +117,14 @@ def test_psr_and_nsr_split_the_grpo_gradient_by_polarity(tmp_path):
         torch.testing.assert_close(psr[name] + nsr[name], g, rtol=1e-4, atol=1e-6)
     assert sum(float(g.abs().sum()) for g in nsr.values()) > 0
     assert sum(float(g.abs().sum()) for g in psr.values()) > 0
+
+
+def test_entropy_from_the_loss_pass_equals_the_extra_forward(tmp_path):
+    grads_reused, adv_reused, _ = _step_gradients("eapo", tmp_path / "a", reuse_loss_pass=True)
+    grads_extra, adv_extra, _ = _step_gradients("eapo", tmp_path / "b", reuse_loss_pass=False)
+    torch.testing.assert_close(adv_reused, adv_extra, rtol=1e-5, atol=1e-7)
+    for name, g in grads_extra.items():
+        torch.testing.assert_close(grads_reused[name], g, rtol=1e-4, atol=1e-7)
 
 
 def test_all_positive_batch_leaves_nsr_parameters_unchanged(tmp_path):
