@@ -1,0 +1,111 @@
+"""The typed configuration: presets, overrides and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from eapo.config import ConfigError, EAPOConfig, dump_config, load_config, parse_overrides
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = ["demo", "tiny", "paper_rjua", "paper_cmd"]
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_load_and_round_trip(name, tmp_path):
+    config = load_config(ROOT / "configs" / f"{name}.yaml")
+    again = tmp_path / "again.yaml"
+    again.write_text(dump_config(config))
+    assert load_config(again) == config
+
+
+def test_paper_presets_carry_the_papers_hyperparameters():
+    for name in ("paper_rjua", "paper_cmd"):
+        c = load_config(ROOT / "configs" / f"{name}.yaml")
+        assert c.model.name_or_path == "Qwen/Qwen3-8B"
+        assert (c.train.prompts_per_step, c.rollout.num_generations) == (32, 4)
+        assert (c.data.max_prompt_tokens, c.rollout.max_completion_tokens) == (2048, 2048)
+        assert (c.train.num_epochs, c.train.learning_rate, c.algorithm.beta, c.algorithm.epsilon) == (
+            10,
+            1e-6,
+            0.001,
+            0.2,
+        )
+        assert (c.algorithm.method, c.algorithm.w0, c.algorithm.w_min, c.algorithm.w_max) == (
+            "eapo",
+            0.2,
+            0.0,
+            2.0,
+        )
+        assert c.rollout.use_vllm and c.reward.weights["llm_judge"] > 0 and c.algorithm.loss_type == "grpo"
+
+
+def test_defaults_are_the_papers():
+    c = EAPOConfig()
+    assert (c.algorithm.beta, c.algorithm.epsilon, c.algorithm.loss_type, c.rollout.num_generations) == (
+        0.001,
+        0.2,
+        "grpo",
+        4,
+    )
+
+
+@pytest.mark.parametrize("name", ["ddp", "zero2", "zero3"])
+def test_accelerate_configs_parse(name):
+    config = yaml.safe_load((ROOT / "configs" / "accelerate" / f"{name}.yaml").read_text())
+    assert config["distributed_type"] in ("MULTI_GPU", "DEEPSPEED")
+    if name.startswith("zero"):
+        assert config["deepspeed_config"]["zero_stage"] == int(name[-1])
+
+
+def test_overrides_are_typed_and_nested():
+    assert parse_overrides(
+        ["algorithm.w0=0.1", "train.max_steps=3", "data.limit=null", "rollout.use_vllm=true"]
+    ) == {
+        "algorithm": {"w0": 0.1},
+        "train": {"max_steps": 3},
+        "data": {"limit": None},
+        "rollout": {"use_vllm": True},
+    }
+    c = load_config(ROOT / "configs" / "tiny.yaml", ["algorithm.w0=1", "reward.weights.format=0.5"])
+    assert c.algorithm.w0 == 1.0 and isinstance(c.algorithm.w0, float)
+    assert c.reward.weights == {"format": 0.5, "rouge_l": 0.8}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["algorithm.method=ppo"],
+            "algorithm.method='ppo' is unknown; valid: grpo, psr, nsr, w_reinforce, eapo",
+        ),
+        (["algorithm.w_plus=1"], "unknown key 'algorithm.w_plus' in section 'algorithm'; valid keys: method"),
+        (["bogus.key=1"], "unknown key 'bogus' in the top level"),
+        (["algorithm.method=grpo", "algorithm.w0=0.1"], "algorithm.w0 does not apply to method 'grpo'"),
+        (["train.max_steps=abc"], "train.max_steps must be int"),
+        (["rollout.num_generations=1"], "rollout.num_generations must be >= 2"),
+        (["train.micro_batch_size=3"], "multiple of train.micro_batch_size=3"),
+        (["algorithm.split_by=mode"], "algorithm.split_by='mode' is invalid; valid: mean, median"),
+    ],
+)
+def test_bad_overrides_name_the_key(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        load_config(ROOT / "configs" / "tiny.yaml", overrides)
+    assert message in str(error.value)
+    assert "tiny.yaml" in str(error.value)
+
+
+def test_malformed_override():
+    with pytest.raises(ConfigError, match="'novalue' must look like section.key=value"):
+        load_config(None, ["novalue"])
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="broken.yaml: not valid YAML"):
+        load_config(broken)
