@@ -49,3 +49,26 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# The verl plugin (eapo.integrations.verl) in its own environment: verl 0.9.x pins transformers
+# below 5.11, the TRL stack above needs 5.23. torch==2.13.0 first (the CPU wheel on disk), then verl
+# with what its v1 trainer imports beyond verl's own requirements (TransferQueue, cachetools, fastapi,
+# uvicorn; no vLLM), then eapo itself with --no-deps plus the light packages eapo.core, rewards, data
+# and the CLI import, so nothing pulls trl or a newer transformers. verl 0.9.1 is the version tested.
+.PHONY: test-verl
+VERL_VENV ?= .venv-verl
+VERL_PIP := $(VERL_VENV)/bin/python -m pip
+VERL_STAMP := $(VERL_VENV)/.eapo-verl-installed
+
+$(VERL_STAMP): pyproject.toml
+	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_PIP) install --quiet --upgrade pip
+	$(VERL_PIP) install --quiet torch==2.13.0
+	$(VERL_PIP) install --quiet "verl==0.9.1" "TransferQueue==0.1.11" cachetools fastapi uvicorn "pytest>=8,<10"
+	$(VERL_PIP) install --quiet --no-deps -e .
+	$(VERL_PIP) install --quiet "typer>=0.15,<0.30" "pyyaml>=6.0,<7" "rapidfuzz>=3.9,<4" "openai>=1.60,<4" "pyarrow>=15,<27"
+	touch $(VERL_STAMP)
+
+# CPU tests of the plugin: estimators, trainer step and checkpoints, export, reward function.
+test-verl: $(VERL_STAMP)
+	$(VERL_VENV)/bin/pytest -q tests/verl

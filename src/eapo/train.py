@@ -166,7 +166,9 @@ def build_reward(config: EAPOConfig):
     weights = {name: alpha for name, alpha in config.reward.weights.items() if alpha}
     unknown = sorted(set(config.reward.options) - set(config.reward.weights))
     if unknown:
-        raise ConfigError(f"reward.options has {unknown}, which reward.weights does not list ({list(config.reward.weights)})")
+        raise ConfigError(
+            f"reward.options has {unknown}, which reward.weights does not list ({list(config.reward.weights)})"
+        )
     options = {name: dict(opts) for name, opts in config.reward.options.items() if name in weights}
     if "llm_judge" in weights:
         judge = config.reward.judge

@@ -1,0 +1,1 @@
+"""Adapters that run EAPO inside other RL engines (``eapo.integrations.verl`` for verl)."""

@@ -1,0 +1,327 @@
+"""verl advantage estimators ``eapo``, ``psr``, ``nsr`` and ``w_reinforce``: polarity-weighted GRPO.
+
+Each estimator computes ``Â_i = w+·A_i`` on D+ and ``w-·A_i`` on D- (Section 4.1 of the EAPO paper)
+with :func:`eapo.core.polarity_weighted_advantages`; the four differ only in where ``(w+, w-)`` come
+from:
+
+* ``psr`` (1, 0), ``nsr`` (0, 1), ``w_reinforce`` (0.1, 1): the scheme's defaults, or the overrides
+  ``algorithm.eapo.w_pos`` / ``algorithm.eapo.w_neg``. They work with any verl trainer.
+* ``eapo``: ``w+_t`` depends on this step's rollout entropy (Eq. ``dynamic_weight``), which an
+  estimator never sees. The ``eapo`` trainer (:mod:`eapo.integrations.verl.trainer`) computes the
+  step's weights and hands them over with :func:`polarity_weights`; called without it, the estimator
+  fails and says so. Under that trainer the fixed schemes take their weights the same way.
+
+verl calls an estimator as ``fn(token_level_rewards=, response_mask=, index=, config=, **optional)``
+with ``config`` the ``algorithm`` section (``verl.trainer.ppo.ray_trainer.compute_advantage``).
+
+Departures from verl's ``grpo`` estimator, whose maths is otherwise the same (unbiased group std,
+``epsilon`` 1e-6, ``algorithm.norm_adv_by_std_in_grpo=False`` for mean-centring only):
+
+* a group with a single rollout gets advantage 0 (verl's ``grpo`` passes its raw score through as
+  the advantage); there is nothing to contrast it with, and eapo.core needs ``G >= 2``;
+* rollouts equal to their group's mean count as positive (the paper's ``r_i >= r̄``), so with
+  ``w+ != w-`` they matter only through ``frac_positive``: their advantage is 0 either way.
+* verl's v1 trainer scores multi-turn agent loops (several outputs per rollout) by their final
+  output only for ``grpo``; these estimators treat every output as a rollout of its group. The
+  paper's single-turn QA has one output per rollout, where the two agree.
+
+Rows of one group need not be contiguous (verl reorders the batch to balance sequence lengths) and
+groups may differ in size (failed rollouts are dropped): rows are gathered per group, groups of one
+size are scored together, and results are scattered back to verl's row order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from eapo.core import make_weighting, polarity_weighted_advantages
+
+__all__ = [
+    "ESTIMATOR_NAMES",
+    "SETTING_KEYS",
+    "PolarityStep",
+    "polarity_weights",
+    "active_step",
+    "eapo_settings",
+    "fixed_weights",
+    "polarity_grpo_advantages",
+    "compute_eapo_advantage",
+    "compute_psr_advantage",
+    "compute_nsr_advantage",
+    "compute_w_reinforce_advantage",
+    "ESTIMATORS",
+    "register_estimators",
+]
+
+#: The estimator names this plugin registers; each is also a weighting scheme of :mod:`eapo.core`.
+ESTIMATOR_NAMES: tuple[str, ...] = ("eapo", "psr", "nsr", "w_reinforce")
+
+#: Keys accepted under ``algorithm.eapo`` (see :class:`eapo.integrations.verl.trainer.EapoSettings`).
+SETTING_KEYS: tuple[str, ...] = ("method", "w0", "w_min", "w_max", "w_pos", "w_neg")
+
+
+# ---------------------------------------------------------------------------------------------
+# The step's weights, handed from the trainer to the estimator
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class PolarityStep:
+    """One training step's polarity weights, and what the estimator reports back.
+
+    The trainer fills ``method``, ``w_pos`` and ``w_neg``; the estimator fills ``num_sequences``
+    and ``num_positive`` (|D+|) when it runs.
+    """
+
+    method: str
+    w_pos: float
+    w_neg: float
+    num_sequences: int = 0
+    num_positive: int = 0
+
+    @property
+    def frac_positive(self) -> float:
+        """|D+| / B of the batch the estimator scored (NaN before it ran)."""
+        return self.num_positive / self.num_sequences if self.num_sequences else float("nan")
+
+
+_ACTIVE_STEP: contextvars.ContextVar[PolarityStep | None] = contextvars.ContextVar(
+    "eapo_polarity_step", default=None
+)
+
+
+@contextlib.contextmanager
+def polarity_weights(method: str, w_pos: float, w_neg: float) -> Iterator[PolarityStep]:
+    """Make ``(w_pos, w_neg)`` the weights the ``method`` estimator uses inside this block.
+
+    verl's estimator signature has no place for per-step values, and verl builds the call itself
+    (``compute_advantage`` in ``verl.trainer.ppo.ray_trainer``), so the trainer sets them here, in
+    the same thread, around its call into verl. Yields the :class:`PolarityStep` the estimator
+    fills with its counts.
+    """
+    step = PolarityStep(method=method, w_pos=float(w_pos), w_neg=float(w_neg))
+    token = _ACTIVE_STEP.set(step)
+    try:
+        yield step
+    finally:
+        _ACTIVE_STEP.reset(token)
+
+
+def active_step() -> PolarityStep | None:
+    """The :class:`PolarityStep` of the enclosing :func:`polarity_weights` block, if any."""
+    return _ACTIVE_STEP.get()
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings from ``algorithm.eapo``
+# ---------------------------------------------------------------------------------------------
+
+
+def eapo_settings(algorithm_config: Any) -> dict[str, Any]:
+    """``algorithm.eapo`` as a plain dict (``{}`` when absent); unknown keys raise.
+
+    ``algorithm_config`` is what verl passes as ``config``: an OmegaConf ``DictConfig``, verl's
+    ``AlgoConfig`` dataclass, a mapping, or ``None``.
+    """
+    if algorithm_config is None:
+        return {}
+    section = algorithm_config.get("eapo", None) if hasattr(algorithm_config, "get") else None
+    if section is None:
+        return {}
+    if isinstance(section, Mapping):  # a plain dict, or an OmegaConf DictConfig
+        settings = dict(section)
+    elif dataclasses.is_dataclass(section):
+        settings = dataclasses.asdict(section)
+    else:
+        raise TypeError(f"algorithm.eapo must be a mapping of settings, got {type(section).__name__}")
+    unknown = sorted(set(settings) - set(SETTING_KEYS))
+    if unknown:
+        raise ValueError(f"algorithm.eapo has unknown keys {unknown}; known: {list(SETTING_KEYS)}")
+    return settings
+
+
+def fixed_weights(name: str, settings: Mapping[str, Any]) -> tuple[float, float]:
+    """``(w_pos, w_neg)`` of the fixed scheme ``name`` with ``algorithm.eapo`` overrides applied."""
+    method = settings.get("method")
+    if method is not None and method != name:
+        raise ValueError(
+            f"algorithm.adv_estimator={name} but algorithm.eapo.method={method}; set both to the same scheme"
+        )
+    overrides = {key: value for key, value in settings.items() if key != "method"}
+    try:
+        scheme = make_weighting(name, **overrides)  # rejects keys the scheme does not take (w0 for psr)
+    except ValueError as error:
+        raise ValueError(f"algorithm.eapo: {error}") from error
+    return scheme.weights(None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The estimator maths: gather groups, call eapo.core, scatter back
+# ---------------------------------------------------------------------------------------------
+
+
+def _groups(index: Sequence[Any]) -> list[list[int]]:
+    """Row indices of each group (by ``index`` value), groups in order of first appearance."""
+    rows: dict[Any, list[int]] = defaultdict(list)
+    for row, group_id in enumerate(index):
+        rows[group_id].append(row)
+    return list(rows.values())
+
+
+def polarity_grpo_advantages(
+    scores: torch.Tensor,
+    index: Sequence[Any],
+    w_pos: float,
+    w_neg: float,
+    *,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Polarity-weighted group advantages for rows grouped by ``index`` (any order, any group sizes).
+
+    Args:
+        scores: ``(B,)`` sequence rewards.
+        index: ``B`` group ids (verl's ``uid``); rows with equal ids form a group.
+        w_pos, w_neg: the polarity weights.
+        norm_by_std: divide by the group std + ``epsilon`` (GRPO) or only centre (Dr. GRPO).
+        epsilon: added to the std.
+
+    Returns:
+        ``(advantages (B,), positive (B,) bool)`` in verl's row order. Singleton groups get 0 and
+        count as positive.
+    """
+    if scores.dim() != 1 or len(index) != scores.shape[0]:
+        raise ValueError(
+            f"scores must be (B,) with one index per row; got {tuple(scores.shape)} and {len(index)} ids"
+        )
+    scale = "group" if norm_by_std else "none"
+    advantages = torch.zeros_like(
+        scores, dtype=scores.dtype if scores.dtype.is_floating_point else torch.float32
+    )
+    positive = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
+    by_size: dict[int, list[list[int]]] = defaultdict(list)
+    for rows in _groups(index):
+        by_size[len(rows)].append(rows)
+    for size, groups in by_size.items():
+        if size < 2:
+            continue  # nothing to contrast with: advantage 0, positive
+        order = torch.tensor([row for rows in groups for row in rows], device=scores.device)  # [P*G]
+        weighted, pos = polarity_weighted_advantages(
+            scores[order], size, w_pos, w_neg, scale=scale, eps=epsilon
+        )
+        advantages[order] = weighted.to(advantages.dtype)
+        positive[order] = pos.to(positive.device)
+    return advantages, positive
+
+
+def _estimate(
+    name: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Any] | None,
+    config: Any,
+    epsilon: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if index is None:
+        raise ValueError(
+            f"the {name!r} advantage estimator groups rollouts by prompt and needs verl's 'uid' (index); "
+            "none was passed"
+        )
+    settings = eapo_settings(config)
+    step = active_step()
+    if step is not None:
+        if step.method != name:
+            raise ValueError(
+                f"the trainer supplied weights for method {step.method!r} but algorithm.adv_estimator={name}; "
+                "set algorithm.eapo.method and algorithm.adv_estimator to the same scheme"
+            )
+        w_pos, w_neg = step.w_pos, step.w_neg
+    elif name == "eapo":
+        raise RuntimeError(
+            "algorithm.adv_estimator=eapo needs this step's rollout entropy, which only the eapo trainer "
+            "supplies: set trainer.use_v1=True and trainer.v1.trainer_mode=eapo (with eapo[verl] installed "
+            "so that verl loads the plugin)"
+        )
+    else:
+        w_pos, w_neg = fixed_weights(name, settings)
+    norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
+    scores = token_level_rewards.sum(dim=-1)  # [B]
+    advantages, positive = polarity_grpo_advantages(
+        scores, list(index), w_pos, w_neg, norm_by_std=norm_by_std, epsilon=epsilon
+    )
+    if step is not None:
+        step.num_sequences = int(positive.numel())
+        step.num_positive = int(positive.sum())
+    token_advantages = advantages.unsqueeze(-1) * response_mask  # [B, T]
+    return token_advantages, token_advantages
+
+
+def _make_estimator(name: str):
+    def estimator(
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        index: Sequence[Any] | None = None,
+        epsilon: float = 1e-6,
+        config: Any = None,
+        **unused: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return _estimate(name, token_level_rewards, response_mask, index, config, epsilon)
+
+    estimator.__name__ = estimator.__qualname__ = f"compute_{name}_advantage"
+    estimator.__doc__ = f"""verl advantage estimator ``{name}``: polarity-weighted GRPO outcome advantages.
+
+    Args:
+        token_level_rewards: ``(bs, response_length)``; the sequence reward is its sum.
+        response_mask: ``(bs, response_length)``.
+        index: ``(bs,)`` group ids (verl's ``uid``).
+        epsilon: added to the group std.
+        config: verl's ``algorithm`` config (reads ``norm_adv_by_std_in_grpo`` and ``eapo.*``).
+
+    Returns:
+        ``(advantages, returns)``, both ``(bs, response_length)`` and equal, as verl's ``grpo``.
+    """
+    return estimator
+
+
+compute_eapo_advantage = _make_estimator("eapo")
+compute_psr_advantage = _make_estimator("psr")
+compute_nsr_advantage = _make_estimator("nsr")
+compute_w_reinforce_advantage = _make_estimator("w_reinforce")
+
+#: name -> estimator function, in registration order.
+ESTIMATORS = {
+    "eapo": compute_eapo_advantage,
+    "psr": compute_psr_advantage,
+    "nsr": compute_nsr_advantage,
+    "w_reinforce": compute_w_reinforce_advantage,
+}
+
+
+def register_estimators() -> None:
+    """Register :data:`ESTIMATORS` with verl's ``register_adv_est``.
+
+    verl refuses to re-register a name to a different function. An entry left by an earlier import
+    of this very module (same module and function name, e.g. after a failed plugin load) is
+    replaced; one from anyone else raises verl's error.
+    """
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
+
+    for name, fn in ESTIMATORS.items():
+        existing = ADV_ESTIMATOR_REGISTRY.get(name)
+        if existing is not None and existing is not fn and _same_function(existing, fn):
+            del ADV_ESTIMATOR_REGISTRY[name]
+        register_adv_est(name)(fn)
+
+
+def _same_function(a: Any, b: Any) -> bool:
+    return (getattr(a, "__module__", None), getattr(a, "__qualname__", None)) == (
+        getattr(b, "__module__", None),
+        getattr(b, "__qualname__", None),
+    )

@@ -1,0 +1,129 @@
+"""verl reward function: the paper's composite ``α1·r_fmt + α2·r_rouge + α3·r_rerank + α4·r_llm`` (Section 2.3).
+
+Point verl at it with::
+
+    reward.custom_reward_function.path=pkg://eapo.integrations.verl
+    reward.custom_reward_function.name=compute_score
+    +reward.custom_reward_function.reward_kwargs.options.llm_judge.base_url=http://judge:8000/v1
+    +reward.custom_reward_function.reward_kwargs.options.llm_judge.model=deepseek-chat
+
+verl's reward managers (``naive`` and the others in ``verl.experimental.reward_loop``) call it once
+per rollout as ``await compute_score(data_source=, solution_str=, ground_truth=, extra_info=,
+**reward_kwargs)``; it scores through :func:`eapo.rewards.make_composite`, the scorer the TRL trainer
+and ``eapo eval`` use, and returns ``{"score": total, "<component>": raw score, ...}``. verl trains on
+``score`` and keeps the other keys as ``reward_extra_info`` (logged in validation).
+
+``reward_kwargs`` (all optional):
+
+* ``weights``: component → α; default :attr:`eapo.config.RewardConfig.weights` (format 0.1, Rouge-L
+  0.3, reranker 0.3, judge 0.3);
+* ``options``: component → its options, e.g. ``{"llm_judge": {"base_url": ..., "model": ...},
+  "reranker": {"backend": "cross-encoder"}, "format": {"prefix": "<think>"}}``.
+
+The judge's ``{query}`` is ``extra_info["question"]``, which ``eapo data export-verl`` writes.
+
+Departure: a rollout that no weighted component could score (the composite's total is ``None``,
+e.g. the judge unreachable with only the judge weighted) gets ``score`` 0.0 and
+``reward_unscored`` 1.0, since verl needs a number; a single unscored component is handled by the
+composite's NaN-aware re-weighting and shows as NaN under its own key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["compute_score", "composite_for", "default_weights"]
+
+logger = logging.getLogger(__name__)
+
+_COMPOSITES: dict[str, Any] = {}
+_COMPOSITES_LOCK = threading.Lock()
+
+
+def default_weights() -> dict[str, float]:
+    """The α of the project's default reward (``eapo.config.RewardConfig().weights``)."""
+    from eapo.config import RewardConfig
+
+    return dict(RewardConfig().weights)
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers → plain dicts/lists (verl passes ``reward_kwargs`` as a dict of DictConfigs)."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, DictConfig | ListConfig):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf ships with verl
+        pass
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return value
+
+
+def composite_for(
+    weights: Mapping[str, float] | None = None, options: Mapping[str, Any] | None = None
+) -> Any:
+    """The :class:`eapo.rewards.CompositeReward` for these settings, built once per process.
+
+    Building loads models (the reranker) and opens clients (the judge), so every rollout scored
+    with the same settings shares one instance.
+    """
+    from eapo.rewards import make_composite
+
+    weights = _plain(weights) if weights is not None else default_weights()
+    options = _plain(options) if options is not None else {}
+    key = json.dumps({"weights": weights, "options": options}, sort_keys=True, default=str)
+    with _COMPOSITES_LOCK:
+        composite = _COMPOSITES.get(key)
+        if composite is None:
+            composite = make_composite({name: float(alpha) for name, alpha in weights.items()}, **options)
+            _COMPOSITES[key] = composite
+        return composite
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+async def compute_score(
+    data_source: str | None,
+    solution_str: str,
+    ground_truth: str | None,
+    extra_info: Mapping[str, Any] | None = None,
+    *,
+    weights: Mapping[str, float] | None = None,
+    options: Mapping[str, Any] | None = None,
+    **unused: Any,
+) -> dict[str, float]:
+    """Score one rollout with the composite reward (verl's ``compute_score`` interface).
+
+    Args:
+        data_source: the row's ``data_source`` (not used: every source is scored the same way).
+        solution_str: the decoded response.
+        ground_truth: ``reward_model.ground_truth`` of the row, the reference answer.
+        extra_info: the row's ``extra_info``; ``question`` is the judge's query.
+        weights, options: see the module docstring (from ``reward_kwargs``).
+        unused: other keywords verl may pass (``reward_router_address``, ...).
+
+    Returns:
+        ``{"score": total, <component>: raw score or NaN, "reward_unscored": 0.0 or 1.0}``, the same
+        keys for every rollout.
+    """
+    composite = composite_for(weights, options)
+    question = (extra_info or {}).get("question")
+    prompts = [question] if question is not None else None
+    result = await asyncio.to_thread(composite.score, prompts, [solution_str], [ground_truth])
+    total = result.rewards[0]
+    if total is None:
+        logger.warning("no weighted reward component could score a rollout of %s; score 0.0", data_source)
+    scores = {"score": 0.0 if total is None else float(total)}
+    scores.update({name: _number(values[0]) for name, values in result.components.items()})
+    scores["reward_unscored"] = 1.0 if total is None else 0.0
+    return scores

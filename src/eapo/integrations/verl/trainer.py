@@ -1,0 +1,276 @@
+"""The ``eapo`` trainer for verl's v1 PPO loop: entropy → (w+, w-) → polarity-weighted advantages.
+
+verl's synchronous v1 trainer (``verl.trainer.ppo.v1.PPOTrainerSync``) runs, per step: rollout →
+reward → old log-probs (which logs the policy's mean token entropy as ``actor/entropy``) → ref
+log-probs → ``_compute_advantage`` → actor update. This subclass overrides only
+``_compute_advantage``: it reads ``H_t = metrics["actor/entropy"]``, asks the weighting scheme for
+``(w+_t, w-)`` (Eq. ``dynamic_weight`` for ``eapo``), hands them to the registered estimator with
+:func:`~eapo.integrations.verl.estimators.polarity_weights`, and logs::
+
+    eapo/w_pos  eapo/w_neg  eapo/H0  eapo/frac_positive  entropy/rollout
+
+(the keys of :class:`eapo.trainer.EAPOTrainer`; ``eapo/H0`` is the scheme's anchor for ``eapo`` and
+the first step's entropy for the fixed schemes). The scheme's state (the ``H_0`` anchor) is written
+beside verl's checkpoint as ``global_step_N/eapo_weighting.json`` and restored on resume.
+
+Enable it with ``trainer.use_v1=True trainer.v1.trainer_mode=eapo algorithm.adv_estimator=eapo``;
+settings come from ``algorithm.eapo.*`` (see :class:`EapoSettings`).
+
+Where it departs from verl: ``H_t`` is verl's ``actor/entropy``, aggregated with the actor's
+``loss_agg_mode`` (``seq-mean-token-mean`` in the paper's setting: the mean over sequences of each
+sequence's mean token entropy), where :class:`eapo.trainer.EAPOTrainer` uses the token-weighted
+mean over the batch. Both are "the rollout entropy" of the paper; they differ when lengths differ.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+from eapo.core import WeightingScheme, make_weighting
+from eapo.integrations.verl.estimators import ESTIMATOR_NAMES, PolarityStep, eapo_settings, polarity_weights
+
+__all__ = [
+    "TRAINER_NAME",
+    "ENTROPY_METRIC",
+    "WEIGHTING_STATE_FILE",
+    "EapoSettings",
+    "EAPOVerlTrainer",
+    "rollout_entropy",
+    "save_weighting_state",
+    "load_weighting_state",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``trainer.v1.trainer_mode`` value that selects :class:`EAPOVerlTrainer`.
+TRAINER_NAME = "eapo"
+#: The metric verl's old-log-prob pass writes; ``H_t`` of the paper.
+ENTROPY_METRIC = "actor/entropy"
+#: File written into verl's ``global_step_N`` checkpoint folder.
+WEIGHTING_STATE_FILE = "eapo_weighting.json"
+
+
+@dataclass(frozen=True)
+class EapoSettings:
+    """``algorithm.eapo.*``: which polarity weighting the ``eapo`` trainer applies.
+
+    Unset (``None``) values take the scheme's defaults, the paper's (Section 5.1): ``eapo`` w0 = 0.2,
+    w_min = 0, w_max = 2, w- = 1; ``psr`` (1, 0); ``nsr`` (0, 1); ``w_reinforce`` (0.1, 1).
+    """
+
+    method: str
+    """Weighting scheme: eapo, psr, nsr or w_reinforce. Defaults to ``algorithm.adv_estimator``."""
+    w0: float | None = None
+    """eapo: base positive weight w0."""
+    w_min: float | None = None
+    """eapo: lower clip of w+."""
+    w_max: float | None = None
+    """eapo: upper clip of w+."""
+    w_pos: float | None = None
+    """Fixed schemes: the positive weight w+."""
+    w_neg: float | None = None
+    """Every scheme: the negative weight w-."""
+
+    @classmethod
+    def from_algorithm_config(cls, algorithm: Any) -> EapoSettings:
+        """Read and validate ``algorithm.eapo`` against ``algorithm.adv_estimator``.
+
+        Raises:
+            ValueError: an estimator that is not one of this plugin's, a ``method`` that differs from
+                it, an unknown key, or a weight the scheme does not take or rejects.
+        """
+        estimator = algorithm.get("adv_estimator", None)
+        if estimator not in ESTIMATOR_NAMES:
+            raise ValueError(
+                f"trainer.v1.trainer_mode={TRAINER_NAME} needs algorithm.adv_estimator to be one of "
+                f"{list(ESTIMATOR_NAMES)} (registered by eapo.integrations.verl), got {estimator!r}"
+            )
+        values = eapo_settings(algorithm)
+        method = values.pop("method", None) or estimator
+        if method != estimator:
+            raise ValueError(
+                f"algorithm.eapo.method={method} but algorithm.adv_estimator={estimator}; set both to the same scheme"
+            )
+        settings = cls(method=method, **values)
+        settings.build_weighting()  # validate once, here
+        return settings
+
+    def overrides(self) -> dict[str, float]:
+        """The weights that were set, by name."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name != "method" and getattr(self, f.name) is not None
+        }
+
+    def build_weighting(self) -> WeightingScheme:
+        """A fresh :class:`eapo.core.WeightingScheme` for these settings."""
+        try:
+            return make_weighting(self.method, **self.overrides())
+        except ValueError as error:
+            raise ValueError(f"algorithm.eapo: {error}") from error
+
+
+def rollout_entropy(metrics: dict[str, Any]) -> float | None:
+    """``H_t`` from verl's step metrics (``actor/entropy``), or None when absent."""
+    value = metrics.get(ENTROPY_METRIC)
+    if value is None:
+        return None
+    value = float(value.item() if hasattr(value, "item") else value)
+    if not math.isfinite(value):
+        raise ValueError(
+            f"metrics[{ENTROPY_METRIC!r}] is {value}; the old-log-prob pass produced a non-finite entropy"
+        )
+    return value
+
+
+def _missing_entropy_message(method: str) -> str:
+    return (
+        f"algorithm.eapo.method={method} reads this step's rollout entropy H_t from metrics[{ENTROPY_METRIC!r}], "
+        "which verl's old-log-prob pass writes, but it is missing. Bypass mode "
+        "(algorithm.rollout_correction.bypass_mode=True) skips that pass: turn it off, or use a fixed "
+        f"scheme ({', '.join(n for n in ESTIMATOR_NAMES if n != 'eapo')})."
+    )
+
+
+def save_weighting_state(
+    path: str, method: str, weighting: WeightingScheme, first_entropy: float | None
+) -> None:
+    """Write the scheme's state to ``path`` as JSON (atomically: a temporary file, then rename)."""
+    state = {"method": method, "weighting": weighting.state_dict(), "first_entropy": first_entropy}
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    temporary = f"{path}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(state, handle, indent=2, sort_keys=True)
+    os.replace(temporary, path)
+
+
+def load_weighting_state(path: str, method: str, weighting: WeightingScheme) -> float | None:
+    """Restore ``weighting`` from ``path``; returns the saved first-step entropy.
+
+    Raises:
+        ValueError: the checkpoint was written for another method or other settings.
+    """
+    with open(path, encoding="utf-8") as handle:
+        state = json.load(handle)
+    if state.get("method") != method:
+        raise ValueError(
+            f"{path} was written by algorithm.eapo.method={state.get('method')}, but this run uses {method}; "
+            "resume with the same algorithm settings"
+        )
+    try:
+        weighting.load_state_dict(state["weighting"])
+    except (KeyError, ValueError) as error:
+        raise ValueError(f"{path}: {error}") from error
+    return state.get("first_entropy")
+
+
+@register_trainer(TRAINER_NAME)
+class EAPOVerlTrainer(PPOTrainerSync):
+    """verl's synchronous v1 PPO trainer with EAPO's polarity weights (select with ``trainer_mode=eapo``)."""
+
+    def __init__(self, config: Any) -> None:
+        # Validate before verl's __init__ (and long before any GPU work).
+        self.settings = EapoSettings.from_algorithm_config(config.algorithm)
+        self.weighting: WeightingScheme = self.settings.build_weighting()
+        self.first_entropy: float | None = None
+        rollout_correction = config.algorithm.get("rollout_correction", None) or {}
+        if self.weighting.needs_entropy and rollout_correction.get("bypass_mode", False):
+            raise ValueError(_missing_entropy_message(self.settings.method))
+        super().__init__(config)
+
+    # verl's PPOTrainer keeps the registry name it was created under in ``self.trainer_mode`` and also
+    # uses it as the switch between synchronous and asynchronous behaviour (replay buffer, dataloader
+    # refills, TransferQueue checkpoints), with "sync" meaning synchronous. This trainer is the
+    # synchronous one, so the switch always reads "sync" (and ``trainer.v1.sync.*`` holds its options);
+    # the name it was selected by is kept in ``registered_mode``.
+    @property
+    def trainer_mode(self) -> str:
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        self.registered_mode = value
+
+    # --- the one step EAPO changes ---------------------------------------------------------------
+
+    def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        entropy = rollout_entropy(metrics)  # H_t, from this step's old-log-prob pass
+        if entropy is None and self.weighting.needs_entropy:
+            raise RuntimeError(_missing_entropy_message(self.settings.method))
+        if self.first_entropy is None and entropy is not None:
+            self.first_entropy = entropy
+        w_pos, w_neg = self.weighting.weights(entropy)
+        with polarity_weights(self.settings.method, w_pos, w_neg) as step:
+            batch = super()._compute_advantage(batch, metrics)
+        if step.num_sequences == 0:
+            raise RuntimeError(
+                f"the {self.settings.method!r} advantage estimator did not run, so (w+, w-) were not applied; "
+                "verl computed advantages some other way (check algorithm.adv_estimator)"
+            )
+        metrics.update(self._eapo_metrics(step, entropy))
+        return batch
+
+    def _eapo_metrics(self, step: PolarityStep, entropy: float | None) -> dict[str, float]:
+        h0 = getattr(self.weighting, "h0", None)
+        metrics = {
+            "eapo/w_pos": step.w_pos,
+            "eapo/w_neg": step.w_neg,
+            "eapo/frac_positive": step.frac_positive,
+        }
+        if entropy is not None:
+            metrics["entropy/rollout"] = entropy
+        anchor = h0 if h0 is not None else self.first_entropy
+        if anchor is not None:
+            metrics["eapo/H0"] = anchor
+        return metrics
+
+    # --- checkpoints: the scheme's state beside verl's -------------------------------------------
+
+    def _weighting_state_path(self, global_step_folder: str) -> str:
+        return os.path.join(global_step_folder, WEIGHTING_STATE_FILE)
+
+    def _save_checkpoint(self) -> None:
+        # Written before verl's own save, which ends by updating latest_checkpointed_iteration.txt:
+        # a checkpoint that resume can find always has the scheme's state.
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        save_weighting_state(
+            self._weighting_state_path(folder), self.settings.method, self.weighting, self.first_entropy
+        )
+        super()._save_checkpoint()
+
+    def _load_checkpoint(self) -> None:
+        super()._load_checkpoint()
+        folder = self._resumed_folder()
+        if folder is None:
+            return
+        path = self._weighting_state_path(folder)
+        if not os.path.exists(path):
+            logger.warning(
+                "resuming from %s, which has no %s (written by a run without the eapo trainer): "
+                "the weighting scheme starts afresh and re-anchors H_0 on the next step",
+                folder,
+                WEIGHTING_STATE_FILE,
+            )
+            return
+        self.first_entropy = load_weighting_state(path, self.settings.method, self.weighting)
+        logger.info("restored the %s weighting state from %s", self.settings.method, path)
+
+    def _resumed_folder(self) -> str | None:
+        """The ``global_step_N`` folder verl's ``_load_checkpoint`` resumed from, or None (fresh start)."""
+        if self.global_steps == 0:
+            return None
+        trainer = self.config.trainer
+        if trainer.resume_mode == "resume_path":
+            folder = trainer.resume_from_path
+        else:
+            folder = find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
+        return os.path.abspath(folder) if folder else None

@@ -1,0 +1,52 @@
+"""``eapo data export-verl`` without verl installed: the columns and values it writes.
+
+(That verl's RLHFDataset reads the files is tested in test_verl_export.py, where verl is installed.)
+"""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from eapo.cli import app
+from eapo.data import build_messages, load
+from eapo.integrations.verl_parquet import VERL_COLUMNS, verl_rows
+
+
+def test_rows_follow_verls_layout():
+    records = load("demo", split="dev", limit=2)
+    rows = verl_rows(records, prompt="en", data_source="eapo/demo", split="dev")
+    assert rows[1] == {
+        "data_source": "eapo/demo",
+        "prompt": build_messages(records[1], "en"),
+        "ability": "medical_qa",
+        "reward_model": {"style": "model", "ground_truth": records[1].reference},
+        "extra_info": {"split": "dev", "index": 1, "id": records[1].id, "question": records[1].question},
+    }
+
+
+def test_cli_writes_one_parquet_per_split(tmp_path):
+    result = CliRunner().invoke(
+        app,
+        [
+            "data",
+            "export-verl",
+            "demo",
+            "--out",
+            str(tmp_path),
+            "--split",
+            "0:0.5",
+            "--prompt",
+            "rjua_en",
+            "--limit",
+            "3",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    table = pq.read_table(tmp_path / "0-0.5.parquet")
+    assert tuple(table.column_names) == VERL_COLUMNS
+    rows = table.to_pylist()
+    records = load("demo", split=(0.0, 0.5), limit=3)
+    assert [row["prompt"] for row in rows] == [build_messages(record, "rjua_en") for record in records]
+    assert [row["reward_model"]["ground_truth"] for row in rows] == [record.reference for record in records]
+    assert {row["extra_info"]["split"] for row in rows} == {"0:0.5"}
