@@ -1,0 +1,117 @@
+"""Rewards: the paper's composite ``r = α1·r_fmt + α2·r_rouge + α3·r_rerank + α4·r_llm`` (Section 2.3).
+
+Every component is a callable ``(prompts, completions, references, **kwargs) -> list[float | None]``
+with a registry ``name`` and a human ``label``; ``None`` means "could not score this sample". The
+trainer, the evaluation harness, TRL and verl all build them through this registry::
+
+    from eapo.rewards import make_reward, make_composite
+
+    rouge = make_reward("rouge_l", level="char")
+    reward = make_composite(
+        {"format": 0.1, "rouge_l": 0.3, "reranker": 0.3, "llm_judge": 0.3},
+        reranker={"backend": "auto"},
+        llm_judge={"base_url": "http://localhost:8000/v1", "model": "judge", "api_key_env": None},
+    )
+    result = reward.score(prompts, completions, references)  # .rewards, .components, .metrics
+
+Components (all in [0, 1]):
+
+* ``format`` — {0, 1}: ``<think>…</think>`` then ``<advice>…</advice>`` (:mod:`eapo.rewards.format`);
+* ``rouge_l`` — Rouge-L F1, char / word / auto level (:mod:`eapo.rewards.rouge`);
+* ``reranker`` — cross-encoder relevance, or the labelled bi-encoder stand-in (:mod:`eapo.rewards.reranker`);
+* ``llm_judge`` — the appendix LLM-as-a-Judge prompts (:mod:`eapo.rewards.judge`).
+
+Metric keys of :meth:`CompositeReward.score`: ``reward/<component>/{mean,std,none_frac}``,
+``reward/{mean,std,none_frac}`` and ``reward/llm_judge/<target>/<dimension>/mean``.
+
+Components are imported lazily, so ``import eapo.rewards`` stays light (no torch, no openai).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from eapo.rewards.base import RewardFunction, as_text, prompt_text
+from eapo.rewards.composite import CompositeResult, CompositeReward, check_weights, combine, summarize
+from eapo.rewards.extract import extract_answer, extract_think
+
+__all__ = [
+    "REWARD_COMPONENTS",
+    "RewardFunction",
+    "CompositeReward",
+    "CompositeResult",
+    "make_reward",
+    "make_composite",
+    "reward_class",
+    "combine",
+    "summarize",
+    "extract_answer",
+    "extract_think",
+    "as_text",
+    "prompt_text",
+]
+
+#: Registry of reward components: name -> "module:Class". Every entry has the same call signature.
+REWARD_COMPONENTS: dict[str, str] = {
+    "format": "eapo.rewards.format:FormatReward",
+    "rouge_l": "eapo.rewards.rouge:RougeL",
+    "reranker": "eapo.rewards.reranker:Reranker",
+    "llm_judge": "eapo.rewards.judge:LLMJudge",
+}
+
+
+def reward_class(name: str) -> Callable[..., RewardFunction]:
+    """The class registered under ``name``."""
+    if name not in REWARD_COMPONENTS:
+        raise ValueError(f"unknown reward component {name!r}; known: {', '.join(REWARD_COMPONENTS)}")
+    module, _, attribute = REWARD_COMPONENTS[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def make_reward(name: str, **options: Any) -> RewardFunction:
+    """Build the reward component ``name`` with ``options`` (its constructor's keyword arguments).
+
+    Raises:
+        ValueError: an unknown name, or an option the component does not take (the message lists
+            the ones it accepts).
+    """
+    cls = reward_class(name)
+    parameters = inspect.signature(cls).parameters
+    accepted = [
+        key for key, parameter in parameters.items() if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"reward {name!r} does not take option(s) {unknown}; it accepts {accepted}")
+    return cls(**options)
+
+
+def make_composite(
+    weights: Mapping[str, float],
+    *,
+    parallel: bool = True,
+    **options: Mapping[str, Any],
+) -> CompositeReward:
+    """Build ``Σ α_k r_k`` from ``{component name: α}``; ``options`` maps a component name to its options.
+
+    Example: ``make_composite({"format": 0.5, "rouge_l": 0.5}, rouge_l={"level": "word"})``.
+    """
+    check_weights(weights)
+    for name in weights:
+        reward_class(name)  # an unknown name fails before any model is loaded
+    unknown = sorted(set(options) - set(weights))
+    if unknown:
+        raise ValueError(
+            f"options given for {unknown}, which are not in the composite's weights {sorted(weights)}; "
+            "add them to the weights or drop the options"
+        )
+    for name, component_options in options.items():
+        if not isinstance(component_options, Mapping):
+            raise ValueError(
+                f"options for reward {name!r} must be a mapping of keyword arguments, got {component_options!r}"
+            )
+    components = {name: make_reward(name, **dict(options.get(name, {}))) for name in weights}
+    return CompositeReward(weights, components, parallel=parallel)

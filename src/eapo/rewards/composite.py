@@ -1,0 +1,205 @@
+"""The composite reward ``r(x, y) = α1·r_fmt + α2·r_rouge + α3·r_rerank + α4·r_llm`` (Section 2.3 of the EAPO paper).
+
+``total = Σ_k α_k · r_k`` over the configured components. Departure (robustness): the sum is
+NaN-aware — a component that returns ``None`` for a sample is dropped and the remaining weights
+are rescaled to the full weight, ``total = (Σ_avail α_k r_k) · (Σ_all α_k / Σ_avail α_k)``, so a
+sample keeps the scale of a fully-scored one; with every weighted component ``None`` the total is
+``None``. Components with α = 0 are computed and logged but never enter the total.
+
+Metric keys (the contract the trainer logs and the plots read), per component ``<c>``:
+
+* ``reward/<c>/mean``, ``reward/<c>/std`` (population std over the non-``None`` scores; NaN when
+  all are ``None``) and ``reward/<c>/none_frac``;
+* ``reward/mean``, ``reward/std``, ``reward/none_frac`` over the totals;
+* for components with per-sample ``last_details`` (the LLM judge), ``reward/<c>/<field>/mean`` for
+  each numeric field, e.g. ``reward/llm_judge/think/logical_coherence/mean``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from eapo.rewards.base import RewardFunction
+
+__all__ = ["CompositeReward", "CompositeResult", "combine", "summarize", "check_weights"]
+
+
+@dataclass
+class CompositeResult:
+    """One batch scored by :meth:`CompositeReward.score`."""
+
+    rewards: list[float | None]
+    """The weighted totals, one per completion (``None``: no weighted component could score it)."""
+    components: dict[str, list[float | None]]
+    """Each component's raw scores, by component name."""
+    metrics: dict[str, float]
+    """The ``reward/...`` metrics described in the module docstring."""
+    details: dict[str, list[dict[str, Any] | None]] = field(default_factory=dict)
+    """Per-sample details of components that expose ``last_details`` (the LLM judge's dimensions)."""
+
+
+def combine(
+    components: Mapping[str, Sequence[float | None]], weights: Mapping[str, float]
+) -> list[float | None]:
+    """NaN-aware weighted sum (see the module docstring); all component lists have one length."""
+    lengths = {name: len(scores) for name, scores in components.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"components returned different numbers of scores: {lengths}")
+    n = next(iter(lengths.values()), 0)
+    weighted = [name for name in components if weights[name] > 0]
+    full_weight = sum(weights[name] for name in weighted)
+    totals: list[float | None] = []
+    for index in range(n):
+        available = [name for name in weighted if components[name][index] is not None]
+        if not available:
+            totals.append(None)
+            continue
+        available_weight = sum(weights[name] for name in available)
+        partial = sum(weights[name] * components[name][index] for name in available)  # type: ignore[operator]
+        totals.append(
+            partial if len(available) == len(weighted) else partial * full_weight / available_weight
+        )
+    return totals
+
+
+def summarize(scores: Sequence[float | None]) -> tuple[float, float, float]:
+    """``(mean, population std, none fraction)`` of a score list; mean and std are NaN when nothing was scored."""
+    values = [float(value) for value in scores if value is not None]
+    none_frac = (len(scores) - len(values)) / len(scores) if scores else 0.0
+    if not values:
+        return math.nan, math.nan, none_frac
+    mean = math.fsum(values) / len(values)
+    std = math.sqrt(math.fsum((value - mean) ** 2 for value in values) / len(values))
+    return mean, std, none_frac
+
+
+def check_weights(weights: Mapping[str, float]) -> None:
+    """Raise a ValueError unless every α is a finite number >= 0 and at least one is > 0."""
+    if not weights:
+        raise ValueError("a composite reward needs at least one component, e.g. {'rouge_l': 1.0}")
+    for name, alpha in weights.items():
+        if (
+            not isinstance(alpha, int | float)
+            or isinstance(alpha, bool)
+            or not math.isfinite(alpha)
+            or alpha < 0
+        ):
+            raise ValueError(f"reward weight for {name!r} must be a finite number >= 0, got {alpha!r}")
+    if not any(alpha > 0 for alpha in weights.values()):
+        raise ValueError(f"at least one reward weight must be > 0, got {dict(weights)}")
+
+
+def _detail_metrics(name: str, details: Sequence[dict[str, Any] | None]) -> dict[str, float]:
+    sums: dict[str, list[float]] = {}
+    for detail in details:
+        for key, value in (detail or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                sums.setdefault(key, []).append(float(value))
+    return {f"reward/{name}/{key}/mean": math.fsum(values) / len(values) for key, values in sums.items()}
+
+
+class CompositeReward:
+    """``Σ α_k r_k`` over named reward components; call it like any reward, or :meth:`score` for everything.
+
+    Args:
+        weights: component name → α (finite, >= 0, not all 0).
+        components: component name → reward function (same keys as ``weights``).
+        parallel: run the components on threads at once (the judge's network wait overlaps the
+            reranker's forward passes); exceptions propagate either way.
+    """
+
+    name = "composite"
+
+    def __init__(
+        self,
+        weights: Mapping[str, float],
+        components: Mapping[str, RewardFunction],
+        *,
+        parallel: bool = True,
+    ) -> None:
+        check_weights(weights)
+        if set(weights) != set(components):
+            raise ValueError(
+                f"weights {sorted(weights)} and components {sorted(components)} must name the same rewards"
+            )
+        self.weights = {name: float(alpha) for name, alpha in weights.items()}
+        self.components = dict(components)
+        self.parallel = parallel
+        self.label = " + ".join(
+            f"{alpha:g}·{self.components[name].label}" for name, alpha in self.weights.items()
+        )
+        self._executor: ThreadPoolExecutor | None = None
+        self.__name__ = self.name
+
+    def _run(
+        self, prompts: Any, completions: Any, references: Any, kwargs: dict[str, Any]
+    ) -> dict[str, list[float | None]]:
+        if not self.parallel or len(self.components) == 1:
+            return {
+                name: fn(prompts, completions, references, **kwargs) for name, fn in self.components.items()
+            }
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=len(self.components), thread_name_prefix="eapo-reward"
+            )
+        futures = {
+            name: self._executor.submit(fn, prompts, completions, references, **kwargs)
+            for name, fn in self.components.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+    def score(
+        self,
+        prompts: Sequence[Any] | None,
+        completions: Sequence[Any],
+        references: Sequence[str | None] | None,
+        **kwargs: Any,
+    ) -> CompositeResult:
+        """Score a batch: totals, every component's scores, the metrics and per-sample details."""
+        components = self._run(prompts, completions, references, kwargs)
+        for name, scores in components.items():
+            if len(scores) != len(completions):
+                raise ValueError(
+                    f"reward {name!r} returned {len(scores)} scores for {len(completions)} completions"
+                )
+        totals = combine(components, self.weights)
+        metrics: dict[str, float] = {}
+        details: dict[str, list[dict[str, Any] | None]] = {}
+        for name, scores in components.items():
+            mean, std, none_frac = summarize(scores)
+            metrics[f"reward/{name}/mean"] = mean
+            metrics[f"reward/{name}/std"] = std
+            metrics[f"reward/{name}/none_frac"] = none_frac
+            component_details = getattr(self.components[name], "last_details", None)
+            if component_details is not None and len(component_details) == len(completions):
+                details[name] = list(component_details)
+                metrics.update(_detail_metrics(name, component_details))
+        mean, std, none_frac = summarize(totals)
+        metrics.update({"reward/mean": mean, "reward/std": std, "reward/none_frac": none_frac})
+        return CompositeResult(rewards=totals, components=components, metrics=metrics, details=details)
+
+    def __call__(
+        self,
+        prompts: Sequence[Any] | None,
+        completions: Sequence[Any],
+        references: Sequence[str | None] | None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        return self.score(prompts, completions, references, **kwargs).rewards
+
+    def close(self) -> None:
+        """Shut down the worker threads and every component that has a ``close()`` (the judge's client)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        for component in self.components.values():
+            close = getattr(component, "close", None)
+            if callable(close):
+                close()
+
+    def __repr__(self) -> str:
+        return f"CompositeReward(weights={self.weights}, components={list(self.components)})"
