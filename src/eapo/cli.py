@@ -27,6 +27,10 @@ _COMMAND_MODULES = [
     "eapo.commands.train",
     "eapo.commands.weights",
     "eapo.commands.data",
+    "eapo.commands.eval",
+    "eapo.commands.plot",
+    "eapo.commands.sweep",
+    "eapo.commands.verl_export",
 ]
 
 

@@ -21,8 +21,6 @@ from eapo.run_dir import (
     CONFIG_FILE,
     FINAL_DIR,
     SUMMARY_FILE,
-    MetricsCallback,
-    ProgressCallback,
     atomic_write_text,
     complete_checkpoints,
     is_run_dir,
@@ -87,6 +85,7 @@ def run(
     # 6. The trainer.
     from transformers.trainer_callback import PrinterCallback
 
+    from eapo.callbacks import MetricsCallback, ProgressCallback
     from eapo.trainer import EAPOTrainer
 
     metrics_callback = MetricsCallback(run_dir, tensorboard=config.logging.tensorboard)

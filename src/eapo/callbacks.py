@@ -1,0 +1,104 @@
+"""Trainer callbacks that write the run directory's ``metrics.jsonl``, TensorBoard events and the progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from eapo.run_dir import METRICS_FILE
+
+# TRL's log keys → the contract's names (TRL's own keys are kept too).
+_RENAMES = {
+    "completions/mean_length": "completion/mean_length",
+    "clip_ratio/region_mean": "clip_frac",
+    "entropy": "entropy/train",
+}
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsCallback(TrainerCallback):
+    """Appends one line per optimisation step to ``metrics.jsonl`` (flushed + fsynced) and to TensorBoard."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.tensorboard = tensorboard
+        self._writer = None
+        self.last: dict[str, Any] = {}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.tensorboard and state.is_world_process_zero and self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "entropy/rollout" not in logs:
+            return
+        row: dict[str, Any] = {"step": state.global_step, "epoch": state.epoch, "time": time.time()}
+        for key, value in logs.items():
+            row[_RENAMES.get(key, key)] = _clean(value)
+            if key in _RENAMES:
+                row[key] = _clean(value)
+        row.setdefault("kl", 0.0)  # TRL logs kl only when beta > 0
+        self.last = row
+        with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if self._writer is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
+                    self._writer.add_scalar(key, value, state.global_step)
+            self._writer.flush()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class ProgressCallback(TrainerCallback):
+    """A tqdm bar over optimisation steps with ETA and the live entropy, w+ and reward."""
+
+    def __init__(self, metrics: MetricsCallback) -> None:
+        self.metrics = metrics
+        self.bar = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=state.max_steps,
+                initial=state.global_step,
+                desc="eapo train",
+                unit="step",
+                dynamic_ncols=True,
+            )
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.bar is None or not logs or "entropy/rollout" not in logs:
+            return
+        self.bar.update(state.global_step - self.bar.n)
+        self.bar.set_postfix(
+            H=f"{logs['entropy/rollout']:.3f}",
+            w_pos=f"{logs.get('eapo/w_pos', float('nan')):.3f}",
+            reward=f"{logs.get('reward/mean', logs.get('reward', float('nan'))):.3f}",
+            refresh=True,
+        )
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -1,0 +1,123 @@
+"""``eapo eval``: sample k responses per prompt, score them, and write the paper's metrics with 95% CIs."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+
+def eval_command(
+    model: str = typer.Option(
+        None,
+        "--model",
+        "-m",
+        help="A run directory (evaluates RUN_DIR/final with the run's data and reward settings), a model or "
+        "LoRA-adapter directory, 'tiny', 'smollm2-135m-instruct' or a hub id.",
+    ),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="A training config: without --model, evaluate its base model (the starting point).",
+    ),
+    output_dir: Path = typer.Option(
+        None, "--output-dir", "-o", help="Where results go (default RUN_DIR/eval)."
+    ),
+    data: str = typer.Option(
+        None, "--data", help="Loader name: demo, rjua, cmd, medquad, jsonl, csv, parquet, hf:<name>."
+    ),
+    data_path: str = typer.Option(None, "--data-path", help="Dataset file or directory (see `eapo data`)."),
+    split: str = typer.Option(
+        "dev", "--split", help="Split to evaluate: dev, test, train, all, or a fraction range."
+    ),
+    limit: int = typer.Option(None, "--limit", help="Evaluate at most this many prompts."),
+    prompt: str = typer.Option(
+        None, "--prompt", help="Prompt template name or file (default: the dataset's)."
+    ),
+    max_prompt_tokens: int = typer.Option(None, "--max-prompt-tokens", help="Truncate longer questions."),
+    k: int = typer.Option(8, "--k", help="Samples per prompt (RL@k / RR@k take the best of them)."),
+    temperature: float = typer.Option(
+        None, "--temperature", help="Sampling temperature (default: the run's, else 1.0)."
+    ),
+    top_p: float = typer.Option(None, "--top-p", help="Nucleus sampling (default: the run's, else 1.0)."),
+    max_new_tokens: int = typer.Option(
+        None, "--max-new-tokens", help="Response length cap (default: the run's)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seeds sampling and the bootstrap."),
+    batch_size: int = typer.Option(
+        None, "--batch-size", help="Prompts per generation call (default 8; vLLM 64)."
+    ),
+    backend: str = typer.Option(
+        "auto", "--backend", help="auto (vLLM with a GPU when installed), transformers, vllm."
+    ),
+    dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16, float16."),
+    scorers: str = typer.Option(
+        "rouge_l,reranker,format",
+        "--scorers",
+        help="Comma-separated: rouge_l, reranker, format (laaj: see --judge-*).",
+    ),
+    rouge_level: str = typer.Option(
+        None, "--rouge-level", help="Rouge-L tokens: char, word, auto (default: the run's)."
+    ),
+    reranker_backend: str = typer.Option(
+        None,
+        "--reranker-backend",
+        help="auto, cross-encoder or bi-encoder (the offline stand-in). Default: the run's, else auto.",
+    ),
+    judge_base_url: str = typer.Option(
+        None, "--judge-base-url", help="OpenAI-compatible judge endpoint (enables LAAJ)."
+    ),
+    judge_model: str = typer.Option(None, "--judge-model", help="Judge model name."),
+    judge_api_key_env: str = typer.Option(
+        "OPENAI_API_KEY",
+        "--judge-api-key-env",
+        help="NAME of the env variable holding the judge key ('' for none).",
+    ),
+    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for the 95% intervals."),
+) -> None:
+    """Evaluate a model or a run: Rouge-L, Reranker, RL@k, RR@k, LAAJ, Avg with 95% bootstrap CIs.
+
+    Writes results.json, results.csv, results.md and samples.jsonl; rerunning resumes.
+    """
+    from eapo.evaluation import EvalError, EvalMismatchError, run_eval
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        results, out = run_eval(
+            model,
+            config=config,
+            output_dir=output_dir,
+            data=data,
+            data_path=data_path,
+            split=split,
+            limit=limit,
+            prompt=prompt,
+            max_prompt_tokens=max_prompt_tokens,
+            k=k,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            batch_size=batch_size,
+            backend=backend,
+            dtype=dtype,
+            scorers=[name.strip() for name in scorers.split(",") if name.strip()],
+            rouge_level=rouge_level,
+            reranker_backend=reranker_backend,
+            judge_base_url=judge_base_url,
+            judge_model=judge_model,
+            judge_api_key_env=judge_api_key_env or None,
+            n_resamples=bootstrap,
+            progress=True,
+        )
+    except (EvalError, EvalMismatchError, ValueError, FileNotFoundError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo((out / "results.md").read_text(encoding="utf-8"))
+    typer.echo(f"results: {out / 'results.json'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_command)

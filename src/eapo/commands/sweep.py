@@ -1,0 +1,116 @@
+"""``eapo sweep``: train and evaluate a grid of methods and weights; write the paper's tables and figure."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import typer
+
+
+def sweep_command(
+    overrides: list[str] = typer.Argument(
+        None, help="key=value overrides applied to every run, e.g. train.max_steps=2"
+    ),
+    config: Path = typer.Option(..., "--config", "-c", help="Base training config (e.g. configs/demo.yaml)."),
+    methods: str = typer.Option(
+        "grpo,psr,nsr,w_reinforce,eapo",
+        "--methods",
+        help="Comma-separated: grpo, psr, nsr, w_reinforce, eapo.",
+    ),
+    grid: list[str] = typer.Option(
+        None,
+        "--grid",
+        help="KEY=V1,V2,... (repeatable). w_pos/w_neg vary w_reinforce; w0/w_min/w_max vary eapo; "
+        "METHOD.KEY=... targets one method. Axes of one method multiply.",
+    ),
+    seeds: str = typer.Option(
+        None, "--seeds", help="Comma-separated train.seed values (default: the config's)."
+    ),
+    output_dir: Path = typer.Option(
+        ..., "--output-dir", "-o", help="Sweep directory (runs/, tables, figure)."
+    ),
+    k: int = typer.Option(8, "--k", help="Samples per prompt in evaluation (RL@k, RR@k)."),
+    eval_limit: int = typer.Option(None, "--eval-limit", help="Evaluate at most this many prompts."),
+    eval_split: str = typer.Option("dev", "--eval-split", help="Split to evaluate on."),
+    eval_temperature: float = typer.Option(
+        None, "--eval-temperature", help="Sampling temperature (default: the run's)."
+    ),
+    eval_max_new_tokens: int = typer.Option(
+        None, "--eval-max-new-tokens", help="Response cap (default: the run's)."
+    ),
+    eval_batch_size: int = typer.Option(None, "--eval-batch-size", help="Prompts per generation call."),
+    backend: str = typer.Option(
+        "auto", "--backend", help="Generation backend for eval: auto, transformers, vllm."
+    ),
+    scorers: str = typer.Option(None, "--scorers", help="Eval scorers (default rouge_l,reranker,format)."),
+    reranker_backend: str = typer.Option(None, "--reranker-backend", help="auto, cross-encoder, bi-encoder."),
+    judge_base_url: str = typer.Option(None, "--judge-base-url", help="LLM judge endpoint (enables LAAJ)."),
+    judge_model: str = typer.Option(None, "--judge-model", help="Judge model name."),
+    judge_api_key_env: str = typer.Option(
+        None, "--judge-api-key-env", help="Env variable holding the judge key."
+    ),
+    base: bool = typer.Option(
+        True, "--base/--no-base", help="Also evaluate the base model (first table row)."
+    ),
+    launcher: str = typer.Option(
+        None,
+        "--launcher",
+        help="Run training with this launcher, e.g. 'accelerate launch --num_processes 4'.",
+    ),
+) -> None:
+    """Train every configuration, evaluate each, write comparison/sensitivity tables and dynamics figure.
+
+    Finished runs are skipped on rerun; a failed run is reported and the others continue.
+    """
+    import logging
+
+    from eapo.sweep import EvalOptions, SubprocessRunner, SweepError, run_sweep
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()] if seeds else None
+    except ValueError:
+        typer.echo(f"error: --seeds {seeds!r} must be comma-separated integers", err=True)
+        raise typer.Exit(2) from None
+    eval_options = EvalOptions(
+        k=k,
+        limit=eval_limit,
+        split=eval_split,
+        temperature=eval_temperature,
+        max_new_tokens=eval_max_new_tokens,
+        batch_size=eval_batch_size,
+        backend=backend,
+        scorers=scorers,
+        reranker_backend=reranker_backend,
+        judge_base_url=judge_base_url,
+        judge_model=judge_model,
+        judge_api_key_env=judge_api_key_env,
+    )
+    runner = SubprocessRunner(launcher=[*shlex.split(launcher)] if launcher else None)
+    try:
+        report = run_sweep(
+            config,
+            output_dir,
+            methods=[m.strip() for m in methods.split(",") if m.strip()],
+            grids=grid or [],
+            seeds=seed_list,
+            overrides=overrides or [],
+            eval_options=eval_options,
+            include_base=base,
+            runner=runner,
+            echo=typer.echo,
+        )
+    except SweepError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo("")
+    typer.echo((report.output_dir / "comparison.md").read_text(encoding="utf-8"))
+    typer.echo((report.output_dir / "sensitivity.md").read_text(encoding="utf-8"))
+    if report.failures:
+        typer.echo(f"{len(report.failures)} run(s) failed: {', '.join(report.failures)}", err=True)
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep_command)

@@ -1,0 +1,401 @@
+"""The resumable evaluation loop: sample ``k`` responses per prompt, score them, aggregate, write.
+
+Files in the output directory::
+
+    eval_config.json   what the samples were generated with (model, k, temperature, top_p,
+                       max_new_tokens, seed) and which scorer (label) produced each score column
+    samples.jsonl      one line per sample: id, sample, prompt, reference, completion, num_tokens,
+                       finished, scores{...}; appended, flushed and fsynced one prompt at a time
+    results.json       {"metrics", "ci95", "k", "n_prompts", "model", "data", ...}
+    results.csv        the same numbers as one CSV row
+    results.md         the paper-layout Markdown table
+
+Resuming: a prompt whose ``k`` samples are all in ``samples.jsonl`` (keyed by record id and sample
+index, with the same prompt text) is not generated again. A torn last line or a prompt with fewer
+than ``k`` samples (a crash mid-write) is dropped and regenerated. A score column that is missing,
+``None`` (e.g. a judge timeout) or was produced by a scorer with a different label (e.g. the
+bi-encoder stand-in where the cross-encoder is now available) is recomputed from the stored text.
+Samples generated with a different model, k, temperature, top_p, max_new_tokens or seed are never
+mixed in: :class:`EvalMismatchError` says which field differs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eapo.evaluation.generate import Completion, Generator
+from eapo.evaluation.metrics import METRIC_KEYS, aggregate, bootstrap_ci, per_prompt_values
+from eapo.evaluation.report import results_csv, results_markdown
+from eapo.run_dir import atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "EvalSettings",
+    "EvalMismatchError",
+    "evaluate",
+    "load_samples",
+    "check_generation",
+    "generation_fingerprint",
+    "RESULTS_FILE",
+    "RESULTS_CSV",
+    "RESULTS_MD",
+    "SAMPLES_FILE",
+    "EVAL_CONFIG_FILE",
+]
+
+RESULTS_FILE = "results.json"
+RESULTS_CSV = "results.csv"
+RESULTS_MD = "results.md"
+SAMPLES_FILE = "samples.jsonl"
+EVAL_CONFIG_FILE = "eval_config.json"
+
+#: Fields that must match for stored samples to be reused.
+GENERATION_FIELDS = ("model", "k", "temperature", "top_p", "max_new_tokens", "seed")
+
+
+class EvalMismatchError(ValueError):
+    """Stored samples were generated with different settings; the message names the field."""
+
+
+@dataclass
+class EvalSettings:
+    """How samples are drawn and intervals computed."""
+
+    k: int = 8
+    """Samples per prompt (the paper's RL@8 / RR@8 use 8)."""
+    temperature: float = 1.0
+    """Sampling temperature (0: greedy, then all k samples coincide)."""
+    top_p: float = 1.0
+    """Nucleus sampling."""
+    max_new_tokens: int = 512
+    """Maximum response length in tokens."""
+    seed: int = 0
+    """Seeds sampling (per batch, derived with the first record id) and the bootstrap."""
+    batch_size: int = 8
+    """Prompts per generation call (each yields k sequences)."""
+    n_resamples: int = 1000
+    """Bootstrap replicates for the 95% intervals."""
+
+    def validate(self) -> EvalSettings:
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.n_resamples < 1:
+            raise ValueError(f"n_resamples must be >= 1, got {self.n_resamples}")
+        return self
+
+
+def _batch_seed(seed: int, record_id: str) -> int:
+    digest = hashlib.sha256(f"{seed}:{record_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def load_samples(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """Parse ``samples.jsonl``: ``(samples, torn)``; a torn last line is dropped (``torn=True``)."""
+    if not path.exists():
+        return [], False
+    lines = path.read_text(encoding="utf-8").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    samples = []
+    torn = False
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            sample = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines):
+                torn = True  # a kill mid-write
+                break
+            raise ValueError(
+                f"{path}:{number}: not valid JSON ({error}); delete the line or the file"
+            ) from error
+        missing = [key for key in ("id", "sample", "completion", "scores") if key not in sample]
+        if missing:
+            raise ValueError(
+                f"{path}:{number}: sample lacks field(s) {missing}; was it written by eapo eval?"
+            )
+        samples.append(sample)
+    return samples, torn
+
+
+def _write_samples(path: Path, samples: Sequence[Mapping[str, Any]]) -> None:
+    atomic_write_text(path, "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples))
+
+
+def check_generation(config_path: Path, current: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored eval config (or {}); raise :class:`EvalMismatchError` if a generation field differs."""
+    if not config_path.exists():
+        return {}
+    try:
+        stored = json.loads(config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{config_path}: not valid JSON ({error}); delete it and samples.jsonl to start afresh"
+        ) from error
+    for field in GENERATION_FIELDS:
+        if stored.get("generation", {}).get(field) != current[field]:
+            raise EvalMismatchError(
+                f"{config_path.parent}: the stored samples were generated with {field}="
+                f"{stored.get('generation', {}).get(field)!r}, but this evaluation asks for {field}={current[field]!r}; "
+                f"rerun with {field}={stored.get('generation', {}).get(field)!r} to resume, or use another "
+                "--output-dir (or delete that directory) to start afresh"
+            )
+    return stored
+
+
+def generation_fingerprint(model: str, settings: EvalSettings) -> dict[str, Any]:
+    """The fields of :data:`GENERATION_FIELDS` for ``eval_config.json``."""
+    return {
+        "model": model,
+        "k": settings.k,
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        "max_new_tokens": settings.max_new_tokens,
+        "seed": settings.seed,
+    }
+
+
+def _score(
+    scorers: Mapping[str, Any],
+    names: Sequence[str],
+    samples: Sequence[dict[str, Any]],
+    questions: Sequence[str],
+) -> None:
+    """Fill ``sample["scores"][name]`` for ``names`` in place (one batched call per scorer)."""
+    if not samples:
+        return
+    completions = [s["completion"] for s in samples]
+    references = [s["reference"] for s in samples]
+    for name in names:
+        scorer = scorers[name]
+        kwargs = {"questions": list(questions)} if getattr(scorer, "name", "") == "llm_judge" else {}
+        values = scorer(list(questions), completions, references, **kwargs)
+        if len(values) != len(samples):
+            raise RuntimeError(f"scorer {name!r} returned {len(values)} scores for {len(samples)} samples")
+        for sample, value in zip(samples, values, strict=True):
+            sample["scores"][name] = None if value is None or not math.isfinite(value) else float(value)
+
+
+def evaluate(
+    records: Sequence[Any],
+    prompts: Sequence[str],
+    scorers: Mapping[str, Any],
+    output_dir: str | os.PathLike,
+    *,
+    model: str,
+    data: str,
+    generator: Generator | Callable[[], Generator],
+    settings: EvalSettings | None = None,
+    display_name: str | None = None,
+    details: Mapping[str, Any] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Generate, score and aggregate; resume from ``output_dir`` when it holds earlier samples.
+
+    Args:
+        records: :class:`eapo.data.Record` s (``id``, ``question``, ``reference``); ids must be unique.
+        prompts: the rendered prompt text of each record (chat template applied).
+        scorers: ``{column name: reward function}``; ``rouge_l``, ``reranker`` and ``laaj`` feed the
+            table (see :data:`eapo.evaluation.metrics.SCORE_COLUMNS`), others (``format``) are
+            reported under ``extra``.
+        output_dir: where the files of the module docstring go (created).
+        model: what was evaluated (recorded, and compared on resume).
+        data: the dataset description recorded in ``results.json`` (e.g. ``"rjua:dev"``).
+        generator: a :class:`Generator`, or a zero-argument factory called only if something is
+            left to generate (a finished evaluation never loads the model).
+        settings: :class:`EvalSettings`.
+        display_name: the row label of the Markdown table (default ``model``).
+        details: extra settings recorded under ``results.json["settings"]`` (split, backend, ...).
+        progress: show a progress bar over prompts.
+
+    Returns:
+        The ``results.json`` dict.
+    """
+    settings = (settings or EvalSettings()).validate()
+    if len(records) != len(prompts):
+        raise ValueError(f"got {len(records)} records but {len(prompts)} prompts; pass one prompt per record")
+    ids = [str(record.id) for record in records]
+    seen: set[str] = set()
+    for record_id in ids:
+        if record_id in seen:
+            raise ValueError(f"record id {record_id!r} occurs twice; evaluation keys samples by record id")
+        seen.add(record_id)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    samples_path = output_dir / SAMPLES_FILE
+    config_path = output_dir / EVAL_CONFIG_FILE
+    k = settings.k
+
+    generation = generation_fingerprint(model, settings)
+    stored = check_generation(config_path, generation)
+    stored_labels: dict[str, str] = dict(stored.get("scorers", {}))
+
+    # --- reuse what an earlier run finished ---------------------------------------------------
+    samples, torn = load_samples(samples_path)
+    prompt_of = dict(zip(ids, prompts, strict=True))
+    by_id: dict[str, dict[int, dict[str, Any]]] = {}
+    for sample in samples:
+        by_id.setdefault(str(sample["id"]), {})[int(sample["sample"])] = sample
+    kept: list[dict[str, Any]] = []
+    finished: dict[str, list[dict[str, Any]]] = {}
+    dropped = 0
+    for record_id, group in by_id.items():
+        if sorted(group) != list(range(k)):
+            dropped += len(group)  # a prompt cut short by a crash: regenerate it whole
+            continue
+        ordered = [group[index] for index in range(k)]
+        if record_id in prompt_of:
+            stored_prompt = ordered[0].get("prompt")
+            if stored_prompt is not None and stored_prompt != prompt_of[record_id]:
+                raise EvalMismatchError(
+                    f"{samples_path}: record {record_id!r} was sampled from a different prompt text than now "
+                    "(was the prompt template, max_prompt_tokens, the tokenizer or the data changed?); use another "
+                    "--output-dir or delete that directory"
+                )
+            finished[record_id] = ordered
+        kept.extend(ordered)
+    rewrite = torn or dropped > 0 or len(kept) != len(samples)
+    if torn or dropped:
+        logger.warning(
+            "%s: dropped a torn line / %d samples of unfinished prompts; they are regenerated",
+            samples_path,
+            dropped,
+        )
+
+    # Rescore reused samples whose column is missing, None, or from a differently-labelled scorer.
+    reused = [s for record_id in ids if record_id in finished for s in finished[record_id]]
+    question_of = {str(record.id): record.question for record in records}
+    for name, scorer in scorers.items():
+        stale = stored_labels.get(name) != scorer.label
+        todo = [s for s in reused if stale or s["scores"].get(name) is None]
+        if todo:
+            logger.info("rescoring %d stored samples with %s", len(todo), scorer.label)
+            _score(scorers, [name], todo, [question_of[str(s["id"])] for s in todo])
+            rewrite = True
+        stored_labels[name] = scorer.label
+    if rewrite:
+        _write_samples(samples_path, kept)
+    atomic_write_text(
+        config_path,
+        json.dumps({"generation": generation, "scorers": stored_labels}, indent=2, ensure_ascii=False) + "\n",
+    )
+
+    # --- generate what is left ------------------------------------------------------------------
+    pending = [index for index, record_id in enumerate(ids) if record_id not in finished]
+    logger.info(
+        "%d of %d prompts reused from %s; %d to generate",
+        len(ids) - len(pending),
+        len(ids),
+        samples_path,
+        len(pending),
+    )
+    if pending:
+        active = generator() if callable(generator) and not hasattr(generator, "generate") else generator
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(pending), desc="eapo eval", unit="prompt", dynamic_ncols=True)
+        with open(samples_path, "a", encoding="utf-8") as out:
+            for start in range(0, len(pending), settings.batch_size):
+                batch = pending[start : start + settings.batch_size]
+                groups: list[list[Completion]] = active.generate(
+                    [prompts[i] for i in batch],
+                    k=k,
+                    temperature=settings.temperature,
+                    top_p=settings.top_p,
+                    max_new_tokens=settings.max_new_tokens,
+                    seed=_batch_seed(settings.seed, ids[batch[0]]),
+                )
+                if len(groups) != len(batch) or any(len(group) != k for group in groups):
+                    raise RuntimeError(
+                        f"the generator returned {[len(g) for g in groups]} samples for {len(batch)} prompts × k={k}"
+                    )
+                new: list[dict[str, Any]] = []
+                for index, group in zip(batch, groups, strict=True):
+                    record = records[index]
+                    for sample_index, completion in enumerate(group):
+                        new.append(
+                            {
+                                "id": ids[index],
+                                "sample": sample_index,
+                                "prompt": prompts[index],
+                                "reference": record.reference,
+                                "completion": completion.text,
+                                "num_tokens": completion.num_tokens,
+                                "finished": completion.finished,
+                                "scores": {},
+                            }
+                        )
+                _score(scorers, list(scorers), new, [records[i].question for i in batch for _ in range(k)])
+                for position, index in enumerate(batch):
+                    group_samples = new[position * k : (position + 1) * k]
+                    out.write("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in group_samples))
+                    out.flush()
+                    os.fsync(out.fileno())
+                    finished[ids[index]] = group_samples
+                if bar is not None:
+                    bar.update(len(batch))
+        if bar is not None:
+            bar.close()
+
+    # --- aggregate over the current records ------------------------------------------------------
+    groups = [finished[record_id] for record_id in ids]
+    per_prompt_scores = [
+        {name: [s["scores"].get(name) for s in group] for name in scorers} for group in groups
+    ]
+    table = per_prompt_values(per_prompt_scores)
+    metrics = aggregate(table)
+    ci95 = bootstrap_ci(table, n_resamples=settings.n_resamples, confidence=0.95, seed=settings.seed)
+    all_samples = [s for group in groups for s in group]
+    extra: dict[str, float | None] = {}
+    for name in scorers:
+        if name in ("rouge_l", "reranker", "laaj"):
+            continue
+        values = [s["scores"].get(name) for s in all_samples if s["scores"].get(name) is not None]
+        extra[name] = sum(values) / len(values) if values else None
+    if all_samples:
+        extra["completion_tokens"] = sum(s.get("num_tokens", 0) for s in all_samples) / len(all_samples)
+        extra["truncated_frac"] = sum(not s.get("finished", True) for s in all_samples) / len(all_samples)
+    n_scored = {column: int((~np.isnan(values)).sum()) for column, values in table.items()}
+    results: dict[str, Any] = {
+        "metrics": {key: metrics[key] for key in METRIC_KEYS},
+        "ci95": {key: (list(ci95[key]) if ci95[key] is not None else None) for key in METRIC_KEYS},
+        "k": k,
+        "n_prompts": len(ids),
+        "model": model,
+        "data": data,
+        "display_name": display_name or model,
+        "avg_of": [key for key in METRIC_KEYS if key != "avg" and metrics[key] is not None],
+        "labels": {name: scorer.label for name, scorer in scorers.items()},
+        "n_scored": n_scored,
+        "extra": extra,
+        "settings": {**asdict(settings), **dict(details or {})},
+        "samples": SAMPLES_FILE,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    atomic_write_text(output_dir / RESULTS_FILE, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(output_dir / RESULTS_CSV, results_csv(results))
+    atomic_write_text(output_dir / RESULTS_MD, results_markdown(results))
+    return results

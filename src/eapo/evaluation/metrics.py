@@ -1,0 +1,162 @@
+"""The evaluation metrics of the EAPO paper's tables, and bootstrap confidence intervals over prompts.
+
+Each prompt gets ``k`` sampled responses, each scored by the reward components (the same scorers
+as training). Per prompt:
+
+* ``rouge_l`` / ``reranker`` / ``laaj`` — the mean over its ``k`` samples (single-generation quality);
+* ``rl_at_k`` / ``rr_at_k`` — the best of its ``k`` samples' Rouge-L / reranker scores (the paper's
+  RL@8 and RR@8: "the best Rouge-L score among 8 inference samples").
+
+A table column is the mean of the per-prompt values over prompts; ``avg`` is the mean of the
+reported (non-null) columns, as the paper's Avg (its Table "Performance comparison" averages
+Rouge-L, Reranker, RL@8 and RR@8; its LAAJ tables average Rouge-L, Reranker and LAAJ).
+
+A sample a scorer could not score (``None``) is left out of its prompt's mean and max; a prompt
+with no scored sample is left out of that column (the count is reported as ``n_scored``).
+
+Confidence intervals: a percentile bootstrap over prompts. One set of resampled prompt indices is
+shared by every column, so ``avg``'s interval accounts for the columns' correlation.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "COLUMNS",
+    "METRIC_KEYS",
+    "SCORE_COLUMNS",
+    "per_prompt_values",
+    "aggregate",
+    "bootstrap_ci",
+    "bootstrap_interval",
+]
+
+#: The table's score columns in the paper's order (``avg`` is derived from them).
+COLUMNS = ("rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj")
+#: Every key of ``results.json``'s ``metrics`` and ``ci95``.
+METRIC_KEYS = (*COLUMNS, "avg")
+#: scorer name -> (column of the mean over k samples, column of the best of k samples or None).
+SCORE_COLUMNS: dict[str, tuple[str, str | None]] = {
+    "rouge_l": ("rouge_l", "rl_at_k"),
+    "reranker": ("reranker", "rr_at_k"),
+    "laaj": ("laaj", None),
+}
+
+
+def _as_float(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def per_prompt_values(scores: Sequence[Mapping[str, Sequence[float | None]]]) -> dict[str, np.ndarray]:
+    """Per-prompt column values from each prompt's per-sample scores.
+
+    Args:
+        scores: one mapping per prompt, ``{scorer name: [score of sample 0, ..., sample k-1]}``;
+            names outside :data:`SCORE_COLUMNS` (e.g. ``format``) are ignored.
+
+    Returns:
+        ``{column: (n_prompts,) float array}`` for every column whose scorer appears in any prompt,
+        NaN where a prompt had no scored sample.
+    """
+    names = [name for name in SCORE_COLUMNS if any(name in prompt for prompt in scores)]
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        mean_column, best_column = SCORE_COLUMNS[name]
+        means = np.full(len(scores), np.nan)
+        bests = np.full(len(scores), np.nan)
+        for index, prompt in enumerate(scores):
+            values = np.array([_as_float(v) for v in prompt.get(name, [])], dtype=float)  # [k]
+            values = values[~np.isnan(values)]
+            if values.size:
+                means[index] = values.mean()
+                bests[index] = values.max()
+        out[mean_column] = means
+        if best_column is not None:
+            out[best_column] = bests
+    return out
+
+
+def _nanmean(values: np.ndarray, axis: int | None = None) -> np.ndarray | float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices -> NaN, on purpose
+        return np.nanmean(values, axis=axis)
+
+
+def aggregate(per_prompt: Mapping[str, np.ndarray]) -> dict[str, float | None]:
+    """Point estimates: every key of :data:`METRIC_KEYS`, ``None`` for a column nobody scored.
+
+    ``avg`` is the mean of the non-null columns among :data:`COLUMNS` (``None`` if there are none).
+    """
+    metrics: dict[str, float | None] = {}
+    for column in COLUMNS:
+        values = per_prompt.get(column)
+        mean = float(_nanmean(values)) if values is not None and values.size else math.nan
+        metrics[column] = None if math.isnan(mean) else mean
+    reported = [metrics[c] for c in COLUMNS if metrics[c] is not None]
+    metrics["avg"] = float(np.mean(reported)) if reported else None
+    return metrics
+
+
+def bootstrap_ci(
+    per_prompt: Mapping[str, np.ndarray],
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, tuple[float, float] | None]:
+    """Percentile-bootstrap intervals over prompts for every key of :data:`METRIC_KEYS`.
+
+    Args:
+        per_prompt: ``{column: (n_prompts,) array}`` as from :func:`per_prompt_values` (NaN = unscored).
+        n_resamples: bootstrap replicates R.
+        confidence: the interval's coverage (0.95 for ``ci95``).
+        seed: seeds the resampling (the same inputs and seed give the same interval).
+
+    Returns:
+        ``{key: (low, high)}``; ``None`` where the point estimate is ``None``.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    point = aggregate(per_prompt)
+    lengths = {len(values) for values in per_prompt.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"every column needs one value per prompt; got lengths {sorted(lengths)}")
+    n_prompts = lengths.pop() if lengths else 0
+    out: dict[str, tuple[float, float] | None] = dict.fromkeys(METRIC_KEYS)
+    if n_prompts == 0:
+        return out
+    rng = np.random.default_rng(seed)
+    indices = rng.integers(0, n_prompts, size=(n_resamples, n_prompts))  # [R, n_prompts]
+    low_q, high_q = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
+    replicates: dict[str, np.ndarray] = {}
+    for column in COLUMNS:
+        if point[column] is None:
+            continue
+        replicates[column] = _nanmean(per_prompt[column][indices], axis=1)  # [R]
+    if replicates:
+        # A replicate that drew only unscored prompts for some column has NaN there; nanmean skips it.
+        replicates["avg"] = _nanmean(np.stack(list(replicates.values())), axis=0)  # [R]
+    for key, values in replicates.items():
+        values = values[~np.isnan(values)]
+        if values.size:
+            out[key] = (float(np.percentile(values, low_q)), float(np.percentile(values, high_q)))
+    return out
+
+
+def bootstrap_interval(
+    values: Sequence[float] | np.ndarray, *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of the mean of one per-prompt array (NaN entries ignored)."""
+    return bootstrap_ci(
+        {"rouge_l": np.asarray(values, dtype=float)},
+        n_resamples=n_resamples,
+        confidence=confidence,
+        seed=seed,
+    )["rouge_l"]

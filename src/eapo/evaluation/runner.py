@@ -1,0 +1,298 @@
+"""``run_eval``: resolve what to evaluate (a model, a run directory, or a training config's base model),
+load the data and scorers, and call :func:`eapo.evaluation.harness.evaluate`.
+
+Defaults come, in order, from the explicit arguments, the run's ``config.yaml`` (for a run
+directory), the ``config`` file (a training config: evaluate its *base* model, the table's starting
+point), then built-in defaults. The scorers are built through :func:`eapo.rewards.make_reward` with the
+run's reward options, so evaluation scores exactly as training rewarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from eapo.evaluation.harness import (
+    EVAL_CONFIG_FILE,
+    EvalSettings,
+    check_generation,
+    evaluate,
+    generation_fingerprint,
+)
+from eapo.evaluation.labels import run_label
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EvalError", "run_eval", "resolve_target", "build_scorers", "DEFAULT_SCORERS", "SCORER_NAMES"]
+
+#: Scorers ``eapo eval`` runs by default (``laaj`` is added when a judge endpoint is given).
+DEFAULT_SCORERS = ("rouge_l", "reranker", "format")
+#: Column name -> reward component it is built from.
+SCORER_NAMES = {"rouge_l": "rouge_l", "reranker": "reranker", "format": "format", "laaj": "llm_judge"}
+
+
+class EvalError(ValueError):
+    """The evaluation cannot start; the message says which argument or file is wrong."""
+
+
+def resolve_target(model: str | None, config: str | os.PathLike | None) -> dict[str, Any]:
+    """What to evaluate: ``{"model_path", "model", "display_name", "run_config", "run_dir"}``.
+
+    ``model`` may be a run directory (its ``final/`` is evaluated), a model directory (a full model
+    or a LoRA adapter), ``tiny``, ``smollm2-135m-instruct`` or a hub id. Without ``model``,
+    ``config``'s ``model.name_or_path`` (the base model) is evaluated.
+    """
+    from eapo.config import ConfigError, load_config
+    from eapo.models import resolve_model
+    from eapo.run_dir import CONFIG_FILE, FINAL_DIR, is_run_dir
+
+    run_config = None
+    run_dir = None
+    if config is not None:
+        try:
+            run_config = load_config(config)
+        except ConfigError as error:
+            raise EvalError(str(error)) from None
+    if model is None:
+        if run_config is None:
+            raise EvalError(
+                "pass --model (a model, a run directory) or --config (evaluates that config's base model)"
+            )
+        model = run_config.model.name_or_path
+        seed = run_config.train.seed
+        display = f"{model} (base)"
+    else:
+        seed = run_config.train.seed if run_config is not None else 0
+        display = model
+    path = Path(model).expanduser()
+    if path.is_dir() and is_run_dir(path) and not (path / "config.json").exists():
+        run_dir = path
+        if (path / CONFIG_FILE).exists():
+            try:
+                run_config = load_config(path / CONFIG_FILE)
+            except ConfigError as error:
+                raise EvalError(f"{path / CONFIG_FILE}: {error}") from None
+        final = path / FINAL_DIR
+        if not final.exists():
+            raise EvalError(
+                f"{path} has no {FINAL_DIR}/ (training did not finish); finish it with `eapo train --resume "
+                f"--output-dir {path} ...`, or evaluate a checkpoint: --model {path}/checkpoint-N"
+            )
+        model_path = str(final)
+        display = run_label(path)
+        recorded = str(path.resolve())
+    else:
+        try:
+            model_path = resolve_model(model, seed=seed)
+        except FileNotFoundError as error:
+            raise EvalError(str(error)) from None
+        recorded = str(Path(model_path).resolve()) if Path(model_path).exists() and model != "tiny" else model
+        if model == "tiny" and seed:
+            recorded = f"tiny(seed={seed})"
+    return {
+        "model_path": model_path,
+        "model": recorded,
+        "display_name": display,
+        "run_config": run_config,
+        "run_dir": run_dir,
+    }
+
+
+def build_scorers(
+    names: Sequence[str],
+    *,
+    reward_options: dict[str, dict[str, Any]] | None = None,
+    rouge_level: str | None = None,
+    reranker_backend: str | None = None,
+    judge_base_url: str | None = None,
+    judge_model: str | None = None,
+    judge_api_key_env: str | None = "OPENAI_API_KEY",
+    judge_cache_dir: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """``{column: reward function}`` through :func:`eapo.rewards.make_reward`.
+
+    ``reward_options`` (a run's ``reward.options``) configure each component as in training; the
+    keyword arguments override them. ``laaj`` is the LLM judge on the response (``target="response"``,
+    the paper's LAAJ evaluation prompt); it is added when ``judge_base_url`` is given.
+    """
+    from eapo.rewards import make_reward
+
+    reward_options = reward_options or {}
+    names = list(dict.fromkeys(names))
+    if judge_base_url and "laaj" not in names:
+        names.append("laaj")
+    unknown = [name for name in names if name not in SCORER_NAMES]
+    if unknown:
+        raise EvalError(f"unknown scorer(s) {unknown}; valid: {', '.join(SCORER_NAMES)}")
+    scorers: dict[str, Any] = {}
+    for name in names:
+        component = SCORER_NAMES[name]
+        options = dict(reward_options.get(component, {}))
+        if name == "rouge_l" and rouge_level is not None:
+            options["level"] = rouge_level
+        if name == "reranker" and reranker_backend is not None:
+            options["backend"] = reranker_backend
+        if name == "laaj":
+            if not judge_base_url or not judge_model:
+                raise EvalError(
+                    "the laaj scorer needs --judge-base-url and --judge-model (an OpenAI-compatible endpoint)"
+                )
+            options = {
+                **{key: value for key, value in options.items() if key not in ("target",)},
+                "base_url": judge_base_url,
+                "model": judge_model,
+                "api_key_env": judge_api_key_env,
+                "target": "response",
+            }
+            if judge_cache_dir is not None:
+                options["cache_dir"] = str(judge_cache_dir)
+        try:
+            scorers[name] = make_reward(component, **options)
+        except (ValueError, ImportError, RuntimeError, FileNotFoundError) as error:
+            raise EvalError(f"scorer {name!r}: {error}") from error
+    return scorers
+
+
+def _data_label(name: str, path: str | None, split: str, limit: int | None) -> str:
+    label = f"{name}:{split}"
+    if path and name not in ("cmd", "rjua", "medquad"):
+        label = f"{name}({path}):{split}"
+    if limit is not None:
+        label += f"[:{limit}]"
+    return label
+
+
+def run_eval(
+    model: str | None = None,
+    *,
+    config: str | os.PathLike | None = None,
+    output_dir: str | os.PathLike | None = None,
+    data: str | None = None,
+    data_path: str | None = None,
+    split: str = "dev",
+    limit: int | None = None,
+    prompt: str | None = None,
+    max_prompt_tokens: int | None = None,
+    k: int = 8,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    max_new_tokens: int | None = None,
+    seed: int = 0,
+    batch_size: int | None = None,
+    backend: str = "auto",
+    dtype: str = "auto",
+    scorers: Sequence[str] = DEFAULT_SCORERS,
+    rouge_level: str | None = None,
+    reranker_backend: str | None = None,
+    judge_base_url: str | None = None,
+    judge_model: str | None = None,
+    judge_api_key_env: str | None = "OPENAI_API_KEY",
+    n_resamples: int = 1000,
+    progress: bool = False,
+) -> tuple[dict[str, Any], Path]:
+    """Evaluate and write ``results.json`` / ``results.csv`` / ``results.md`` / ``samples.jsonl``.
+
+    Returns ``(results, output_dir)``. ``output_dir`` defaults to ``RUN_DIR/eval`` for a run directory.
+    Generation defaults (temperature, top_p, max_new_tokens) are the run's rollout settings, else
+    1.0, 1.0 and 512.
+    """
+    from eapo.data import DataError, default_prompt_for, load, render_prompts
+    from eapo.evaluation.generate import choose_backend, make_generator
+    from eapo.models import load_tokenizer
+
+    target = resolve_target(model, config)
+    cfg = target["run_config"]
+    if output_dir is None:
+        if target["run_dir"] is None:
+            raise EvalError(
+                "pass --output-dir (it defaults to RUN_DIR/eval only when --model is a run directory)"
+            )
+        output_dir = target["run_dir"] / "eval"
+    output_dir = Path(output_dir)
+
+    # Data and prompts: explicit > the run's / config's data section.
+    data_options: dict[str, Any] = {}
+    if data is None:
+        if cfg is None:
+            raise EvalError(
+                "pass --data (a loader name such as demo, rjua, cmd, medquad, jsonl) or a run directory"
+            )
+        data = cfg.data.name
+        data_path = data_path if data_path is not None else cfg.data.path
+        data_options = dict(cfg.data.options)
+    elif cfg is not None and data == cfg.data.name and data_path is None:
+        data_path = cfg.data.path
+        data_options = dict(cfg.data.options)
+    if prompt is None:
+        prompt = cfg.data.prompt if cfg is not None and cfg.data.prompt and data == cfg.data.name else None
+    if max_prompt_tokens is None and cfg is not None:
+        max_prompt_tokens = cfg.data.max_prompt_tokens
+    try:
+        prompt = prompt or default_prompt_for(data)
+        records = load(data, data_path, split=split, limit=limit, **data_options)
+    except (DataError, FileNotFoundError) as error:
+        raise EvalError(f"data {data!r}: {error}") from error
+    if not records:
+        raise EvalError(f"data {data!r} split {split!r} has no records; check --split and --data-path")
+    tokenizer = load_tokenizer(target["model_path"])
+    prompts = render_prompts(records, tokenizer, prompt=prompt, max_prompt_tokens=max_prompt_tokens)
+
+    # Generation settings: explicit > the run's rollout settings > defaults.
+    rollout = cfg.rollout if cfg is not None else None
+    chosen_backend = choose_backend(backend)
+    settings = EvalSettings(
+        k=k,
+        temperature=temperature if temperature is not None else (rollout.temperature if rollout else 1.0),
+        top_p=top_p if top_p is not None else (rollout.top_p if rollout else 1.0),
+        max_new_tokens=max_new_tokens
+        if max_new_tokens is not None
+        else (rollout.max_completion_tokens if rollout else 512),
+        seed=seed,
+        batch_size=batch_size or (64 if chosen_backend == "vllm" else 8),
+        n_resamples=n_resamples,
+    )
+    # Refuse to mix samples before loading any model (a mismatch is a clear error, not a slow one).
+    check_generation(
+        output_dir / EVAL_CONFIG_FILE, generation_fingerprint(target["model"], settings.validate())
+    )
+    scorer_map = build_scorers(
+        scorers,
+        reward_options=dict(cfg.reward.options) if cfg is not None else None,
+        rouge_level=rouge_level,
+        reranker_backend=reranker_backend,
+        judge_base_url=judge_base_url,
+        judge_model=judge_model,
+        judge_api_key_env=judge_api_key_env,
+        judge_cache_dir=output_dir / "judge_cache",
+    )
+    model_dtype = dtype if dtype != "auto" or cfg is None else cfg.model.dtype
+    results = evaluate(
+        records,
+        list(prompts),
+        scorer_map,
+        output_dir,
+        model=target["model"],
+        data=_data_label(data, data_path, split, limit),
+        generator=lambda: make_generator(target["model_path"], backend=chosen_backend, dtype=model_dtype),
+        settings=settings,
+        display_name=target["display_name"],
+        details={
+            "backend": chosen_backend,
+            "dtype": model_dtype,
+            "split": split,
+            "limit": limit,
+            "prompt": prompt,
+            "max_prompt_tokens": max_prompt_tokens,
+            "truncated_prompts": len(getattr(prompts, "truncated", [])),
+            "model_path": target["model_path"],
+        },
+        progress=progress,
+    )
+    close = [getattr(s, "close", None) for s in scorer_map.values()]
+    for fn in close:
+        if fn is not None:
+            fn()
+    return results, output_dir

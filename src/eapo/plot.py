@@ -1,0 +1,204 @@
+"""The training-dynamics figure (the EAPO paper's "Training Dynamics" figures) from ``metrics.jsonl``.
+
+One panel per quantity against the optimisation step — rollout entropy, reward (the composite and
+each component), response length, the positive weight ``w+``, the KL to the reference and the PPO
+clip fraction — with one line per run, labelled by its method and weights (read from the run's
+``config.yaml``). Each run's raw values are drawn faint and an exponential moving average on top.
+
+Lines: in every panel a run has exactly one *labelled* line (the smoothed one, labelled with the run's
+label) and one raw line whose label starts with ``_`` (matplotlib's "not in the legend" convention).
+A panel appears when at least one run logged its key; a run that did not log a key has no line there.
+
+Uses matplotlib's object API (no ``pyplot``), so it never needs a display and keeps no global state.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from eapo.evaluation.labels import run_label
+from eapo.run_dir import read_metrics
+
+__all__ = ["plot_runs", "ema", "auto_smoothing", "panel_keys", "PANELS", "RAW_PREFIX"]
+
+#: Fixed panels: metrics.jsonl key -> title. Reward components (``reward/<name>/mean``) go after reward/mean.
+PANELS: tuple[tuple[str, str], ...] = (
+    ("entropy/rollout", "Entropy (rollout, nats/token)"),
+    ("reward/mean", "Reward"),
+    ("completion/mean_length", "Response length (tokens)"),
+    ("eapo/w_pos", "w+ (positive weight)"),
+    ("kl", "KL to reference"),
+    ("clip_frac", "Clip fraction"),
+)
+#: Label prefix of the faint raw-value lines (hidden from legends).
+RAW_PREFIX = "_raw "
+_COMPONENT_ORDER = ("format", "rouge_l", "reranker", "llm_judge")
+
+
+def ema(values: Sequence[float | None], smoothing: float = 0.6) -> np.ndarray:
+    """Debiased exponential moving average (TensorBoard's): ``m_t = s·m_{t-1} + (1-s)·x_t``, ``m_t / (1 - s^n)``.
+
+    ``None``/NaN entries are skipped (they stay NaN and do not move the average). ``smoothing`` in
+    ``[0, 1)``; 0 returns the values unchanged.
+    """
+    if not 0 <= smoothing < 1:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+    out = np.full(len(values), np.nan)
+    average, seen = 0.0, 0
+    for index, value in enumerate(values):
+        if value is None or not math.isfinite(value):
+            continue
+        seen += 1
+        average = smoothing * average + (1 - smoothing) * float(value)
+        out[index] = average / (1 - smoothing**seen)
+    return out
+
+
+def auto_smoothing(num_steps: int) -> float:
+    """``clip(1 - 10 / num_steps, 0, 0.9)``: an EMA window of about a tenth of the run (at most ~10 steps
+    of memory), and no smoothing for runs of 10 steps or fewer, where an EMA would mostly show its lag."""
+    return min(0.9, max(0.0, 1.0 - 10.0 / max(num_steps, 1)))
+
+
+def _component_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
+    names = {
+        key.split("/")[1]
+        for row in rows
+        for key in row
+        if key.startswith("reward/") and key.endswith("/mean") and key.count("/") == 2
+    }
+    order = {name: index for index, name in enumerate(_COMPONENT_ORDER)}
+    return [f"reward/{name}/mean" for name in sorted(names, key=lambda n: (order.get(n, len(order)), n))]
+
+
+def panel_keys(runs: Sequence[Sequence[dict[str, Any]]]) -> list[tuple[str, str]]:
+    """``[(key, title)]`` of the panels these runs' metrics fill, in display order."""
+    rows = [row for run in runs for row in run]
+    present = {key for row in rows for key, value in row.items() if isinstance(value, int | float)}
+    panels = []
+    for key, title in PANELS:
+        if key in present:
+            panels.append((key, title))
+        if key == "reward/mean":
+            panels += [(c, f"Reward: {c.split('/')[1]}") for c in _component_keys(rows) if c in present]
+    return panels
+
+
+def _labels(run_dirs: Sequence[Path]) -> list[str]:
+    labels = [run_label(d) for d in run_dirs]
+    if len(set(labels)) < len(labels):
+        labels = [run_label(d, with_seed=True) for d in run_dirs]
+    if len(set(labels)) < len(labels):
+        labels = [f"{label} [{d.name}]" for label, d in zip(labels, run_dirs, strict=True)]
+    return labels
+
+
+def _save(figure: Figure, path: Path, fmt: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{fmt}", dir=path.parent)
+    os.close(fd)
+    try:
+        figure.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the figure ordinary permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def plot_runs(
+    run_dirs: Sequence[str | os.PathLike],
+    output: str | os.PathLike | None = None,
+    *,
+    labels: Sequence[str] | None = None,
+    smoothing: float | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Draw the training dynamics of ``run_dirs`` and, given ``output``, write ``<stem>.png`` and ``<stem>.svg``.
+
+    Args:
+        run_dirs: run directories, each with ``metrics.jsonl`` (``config.yaml`` gives the label).
+        output: ``FILE.png`` or ``FILE.svg`` (both are written, atomically); any other name is taken as
+            the stem (``dyn`` -> ``dyn.png`` + ``dyn.svg``).
+        labels: one legend label per run (default: method and weights from ``config.yaml``).
+        smoothing: EMA weight of the bold lines in ``[0, 1)`` (0: none). Default: :func:`auto_smoothing` of
+            the longest run — none for a few steps, up to 0.9 for long runs.
+        title: figure title.
+
+    Returns:
+        The matplotlib :class:`~matplotlib.figure.Figure` (one axes per panel; see the module docstring).
+    """
+    run_dirs = [Path(d) for d in run_dirs]
+    if not run_dirs:
+        raise ValueError("plot_runs needs at least one run directory")
+    runs = [read_metrics(d) for d in run_dirs]
+    for run_dir, rows in zip(run_dirs, runs, strict=True):
+        if not rows:
+            raise ValueError(f"{run_dir / 'metrics.jsonl'} has no rows yet: nothing to plot")
+    if labels is None:
+        labels = _labels(run_dirs)
+    elif len(labels) != len(run_dirs):
+        raise ValueError(f"got {len(labels)} labels for {len(run_dirs)} runs")
+    if smoothing is None:
+        smoothing = auto_smoothing(max(len(rows) for rows in runs))
+    panels = panel_keys(runs)
+    if not panels:
+        raise ValueError(f"none of the runs logged a plotted key ({', '.join(k for k, _ in PANELS)})")
+
+    ncols = min(4, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    figure = Figure(
+        figsize=(4.2 * ncols, 3.0 * nrows + 0.4 + 0.25 * math.ceil(len(run_dirs) / 3)), layout="constrained"
+    )
+    axes = figure.subplots(nrows, ncols, squeeze=False).ravel()
+    handles: dict[int, Any] = {}  # run index -> its first smoothed line (the legend entry)
+    for axis, (key, panel_title) in zip(axes, panels, strict=False):
+        for run_index, (rows, label) in enumerate(zip(runs, labels, strict=True)):
+            color = f"C{run_index % 10}"
+            points = [(row["step"], row.get(key)) for row in rows if "step" in row]
+            values = [
+                v if isinstance(v, int | float) and not isinstance(v, bool) else None for _, v in points
+            ]
+            if all(v is None for v in values):
+                continue
+            steps = np.array([s for s, _ in points], dtype=float)
+            raw = np.array([np.nan if v is None else v for v in values], dtype=float)
+            smooth = ema(values, smoothing)
+            keep = ~np.isnan(raw)
+            axis.plot(
+                steps[keep], raw[keep], color=color, alpha=0.25, linewidth=0.8, label=f"{RAW_PREFIX}{label}"
+            )
+            (line,) = axis.plot(steps[keep], smooth[keep], color=color, linewidth=1.6, label=label)
+            handles.setdefault(run_index, line)
+        axis.set_title(panel_title, fontsize=10)
+        axis.set_xlabel("step")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.ticklabel_format(axis="y", useOffset=False)
+        axis.grid(alpha=0.3)
+    for axis in axes[len(panels) :]:
+        axis.set_visible(False)
+    legend = [handles[index] for index in sorted(handles)]
+    figure.legend(
+        handles=legend, loc="outside lower center", ncols=min(3, len(legend)), fontsize=9, frameon=False
+    )
+    if title:
+        figure.suptitle(title)
+
+    if output is not None:
+        output = Path(output)
+        if output.suffix.lower() in (".png", ".svg"):
+            output = output.with_suffix("")  # FILE.png -> FILE.png + FILE.svg; any other name is a stem
+        output.parent.mkdir(parents=True, exist_ok=True)
+        _save(figure, output.with_name(output.name + ".png"), "png")
+        _save(figure, output.with_name(output.name + ".svg"), "svg")
+    return figure

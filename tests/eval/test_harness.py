@@ -1,0 +1,312 @@
+"""The resumable evaluation loop on the tiny random model (fast: 8-token responses, Rouge-L + format)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from eapo.data import Record, render_prompts
+from eapo.evaluation import EvalMismatchError, EvalSettings, evaluate, load_samples
+from eapo.evaluation.generate import TransformersGenerator
+from eapo.models import load_tokenizer, resolve_model
+from eapo.rewards import make_reward
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDS = [
+    Record(
+        id=f"r{index}",
+        question=f"Question number {index}: what should I do?",
+        reference=f"Rest and drink water {index}.",
+    )
+    for index in range(5)
+]
+SETTINGS = EvalSettings(k=3, temperature=1.0, max_new_tokens=8, seed=0, batch_size=2, n_resamples=200)
+
+
+class CrashAfter(Exception):
+    pass
+
+
+class CountingGenerator:
+    """Wraps a real generator; counts prompts generated and can simulate a crash after N calls."""
+
+    def __init__(self, inner, crash_after_calls: int | None = None) -> None:
+        self.inner = inner
+        self.backend = inner.backend
+        self.calls = 0
+        self.prompts: list[str] = []
+        self.crash_after_calls = crash_after_calls
+
+    def generate(self, prompts, **kwargs):
+        if self.crash_after_calls is not None and self.calls >= self.crash_after_calls:
+            raise CrashAfter("simulated crash")
+        self.calls += 1
+        self.prompts += list(prompts)
+        return self.inner.generate(prompts, **kwargs)
+
+
+def never():
+    raise AssertionError("nothing was left to generate, yet the model was loaded")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    path = resolve_model("tiny")
+    return (
+        path,
+        TransformersGenerator(path, dtype="float32"),
+        render_prompts(RECORDS, load_tokenizer(path), "en"),
+    )
+
+
+@pytest.fixture(scope="module")
+def scorers():
+    return {"rouge_l": make_reward("rouge_l", level="char", extract="whole"), "format": make_reward("format")}
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_an_interrupted_evaluation_resumes_from_its_samples(tmp_path, tiny, scorers):
+    model_path, generator, prompts = tiny
+    out = tmp_path / "eval"
+    first = CountingGenerator(generator, crash_after_calls=2)  # batches of 2 prompts: crash before the 3rd
+    with pytest.raises(CrashAfter):
+        evaluate(
+            RECORDS, prompts, scorers, out, model="tiny", data="hand", generator=first, settings=SETTINGS
+        )
+    assert first.calls == 2 and len(first.prompts) == 4
+    written = lines_of(out / "samples.jsonl")
+    assert len(written) == 4 * 3  # appended and flushed per prompt before the crash
+    with open(out / "samples.jsonl", "a", encoding="utf-8") as f:  # a kill in the middle of a write
+        f.write('{"id": "r4", "sample": 0, "compl')
+
+    second = CountingGenerator(generator)
+    results = evaluate(
+        RECORDS, prompts, scorers, out, model="tiny", data="hand", generator=second, settings=SETTINGS
+    )
+    assert second.calls == 1 and second.prompts == [prompts[4]]  # only the unfinished prompt
+    lines = lines_of(out / "samples.jsonl")
+    assert lines[:12] == written  # the finished prompts' samples are reused byte for byte
+    samples = [json.loads(line) for line in lines]
+    assert [(s["id"], s["sample"]) for s in samples] == [(f"r{i}", j) for i in range(5) for j in range(3)]
+    assert results["n_prompts"] == 5 and results["k"] == 3
+
+    # Every number comes from samples.jsonl: recompute RL@k and Rouge-L by hand.
+    rouge = np.array(
+        [[s["scores"]["rouge_l"] for s in samples if s["id"] == f"r{i}"] for i in range(5)]
+    )  # [5, 3]
+    assert results["metrics"]["rouge_l"] == pytest.approx(rouge.mean(axis=1).mean(), abs=1e-12)
+    assert results["metrics"]["rl_at_k"] == pytest.approx(rouge.max(axis=1).mean(), abs=1e-12)
+    assert results["metrics"]["reranker"] is None and results["metrics"]["laaj"] is None
+    assert results["metrics"]["avg"] == pytest.approx(
+        (rouge.mean() + rouge.max(axis=1).mean()) / 2, abs=1e-12
+    )
+    low, high = results["ci95"]["rouge_l"]
+    assert low <= results["metrics"]["rouge_l"] <= high
+    assert results["extra"]["format"] == pytest.approx(np.mean([s["scores"]["format"] for s in samples]))
+    assert all(s["num_tokens"] <= 8 for s in samples)
+
+    # A third run has nothing to generate: the model is never loaded, the numbers are the same.
+    again = evaluate(
+        RECORDS, prompts, scorers, out, model="tiny", data="hand", generator=never, settings=SETTINGS
+    )
+    assert again["metrics"] == results["metrics"] and again["ci95"] == results["ci95"]
+    for name in ("results.json", "results.csv", "results.md", "eval_config.json"):
+        assert (out / name).stat().st_size > 0
+
+
+def test_samples_from_other_settings_are_never_mixed_in(tmp_path, tiny, scorers):
+    model_path, generator, prompts = tiny
+    out = tmp_path / "eval"
+    evaluate(
+        RECORDS[:2],
+        prompts[:2],
+        scorers,
+        out,
+        model="tiny",
+        data="hand",
+        generator=generator,
+        settings=SETTINGS,
+    )
+    for field, value in (("k", 4), ("temperature", 0.7), ("max_new_tokens", 16), ("seed", 1)):
+        changed = EvalSettings(**{**SETTINGS.__dict__, field: value})
+        with pytest.raises(EvalMismatchError, match=f"{field}=") as error:
+            evaluate(
+                RECORDS[:2],
+                prompts[:2],
+                scorers,
+                out,
+                model="tiny",
+                data="hand",
+                generator=never,
+                settings=changed,
+            )
+        assert "--output-dir" in str(error.value)
+    with pytest.raises(EvalMismatchError, match="model="):
+        evaluate(
+            RECORDS[:2],
+            prompts[:2],
+            scorers,
+            out,
+            model="other",
+            data="hand",
+            generator=never,
+            settings=SETTINGS,
+        )
+    other_prompts = [p + " (changed)" for p in prompts[:2]]
+    with pytest.raises(EvalMismatchError, match="different prompt text"):
+        evaluate(
+            RECORDS[:2],
+            other_prompts,
+            scorers,
+            out,
+            model="tiny",
+            data="hand",
+            generator=never,
+            settings=SETTINGS,
+        )
+
+
+class LengthScorer:
+    """A stand-in scorer whose label we can change: the completion's length in characters."""
+
+    name = "rouge_l"
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __call__(self, prompts, completions, references, **kwargs):
+        return [float(len(c)) for c in completions]
+
+
+def test_a_changed_scorer_rescores_stored_samples_without_generating(tmp_path, tiny, scorers):
+    model_path, generator, prompts = tiny
+    out = tmp_path / "eval"
+    evaluate(
+        RECORDS[:2],
+        prompts[:2],
+        scorers,
+        out,
+        model="tiny",
+        data="hand",
+        generator=generator,
+        settings=SETTINGS,
+    )
+    rescored = {"rouge_l": LengthScorer("length v2"), "format": scorers["format"]}
+    results = evaluate(
+        RECORDS[:2], prompts[:2], rescored, out, model="tiny", data="hand", generator=never, settings=SETTINGS
+    )
+    samples, torn = load_samples(out / "samples.jsonl")
+    assert not torn and all(s["scores"]["rouge_l"] == float(len(s["completion"])) for s in samples)
+    assert results["labels"]["rouge_l"] == "length v2"
+    stored = json.loads((out / "eval_config.json").read_text())
+    assert stored["scorers"]["rouge_l"] == "length v2"
+
+
+def test_eval_cli_on_a_run_directory_uses_the_runs_settings(tmp_path, monkeypatch):
+    """`eapo eval --model RUN_DIR`: RUN_DIR/final, the run's data and rollout length, output in RUN_DIR/eval."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from eapo.cli import app
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(resolve_model("tiny"), run_dir / "final")
+    config = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    config["algorithm"] = {"method": "w_reinforce", "w_pos": 0.2}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    args = [
+        "eval",
+        "--model",
+        str(run_dir),
+        "--k",
+        "2",
+        "--limit",
+        "2",
+        "--scorers",
+        "rouge_l,format",
+        "--bootstrap",
+        "50",
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    results = json.loads((run_dir / "eval" / "results.json").read_text())
+    assert results["data"] == "demo:dev[:2]" and results["n_prompts"] == 2 and results["k"] == 2
+    assert results["settings"]["max_new_tokens"] == config["rollout"]["max_completion_tokens"]
+    assert results["display_name"] == "W-REINFORCE (w+=0.2, w−=1)"
+    assert set(results["metrics"]) == {"rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj", "avg"}
+    assert "W-REINFORCE (w+=0.2, w−=1)" in (run_dir / "eval" / "results.md").read_text()
+    # a different k in the same directory is refused with the field named
+    result = CliRunner().invoke(app, [*args[:3], "--k", "3", *args[5:]])
+    assert result.exit_code == 1 and "k=2" in result.output and "k=3" in result.output
+
+
+def test_eval_cli_config_evaluates_the_base_model(tmp_path, monkeypatch):
+    """`eapo eval --config CONFIG`: the config's base model on its data, before any training."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from eapo.cli import app
+
+    out = tmp_path / "base"
+    args = ["eval", "--config", str(ROOT / "configs" / "tiny.yaml"), "--output-dir", str(out), "--k", "2"]
+    result = CliRunner().invoke(app, [*args, "--limit", "2", "--scorers", "rouge_l", "--max-new-tokens", "6"])
+    assert result.exit_code == 0, result.output
+    results = json.loads((out / "results.json").read_text())
+    assert results["model"] == "tiny" and results["display_name"] == "tiny (base)"
+    assert results["data"] == "demo:dev[:2]" and results["settings"]["max_new_tokens"] == 6
+    samples, _ = load_samples(out / "samples.jsonl")
+    assert len(samples) == 4 and all(s["num_tokens"] <= 6 for s in samples)
+
+
+def test_eval_cli_errors_name_what_is_missing(tmp_path):
+    from eapo.cli import app
+
+    result = CliRunner().invoke(app, ["eval", "--model", "tiny"])
+    assert result.exit_code == 1 and "--output-dir" in result.output
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "config.yaml").write_text((ROOT / "configs" / "tiny.yaml").read_text())
+    result = CliRunner().invoke(app, ["eval", "--model", str(tmp_path / "unfinished")])
+    assert result.exit_code == 1 and "no final/" in result.output
+    assert os.path.exists(tmp_path / "unfinished")
+
+
+def test_laaj_scores_the_response_with_the_judge(tmp_path, tiny):
+    """With a judge endpoint (a real local OpenAI-compatible server), LAAJ is the judge's score of the
+    response (target=response) and joins Avg; without one it is null (the other tests)."""
+    from eapo.evaluation import build_scorers
+    from eapo.testing import JudgeServer
+
+    model_path, generator, prompts = tiny
+    with JudgeServer(default_score=80.0) as server:
+        scorers = build_scorers(
+            ["rouge_l"],
+            reward_options={"rouge_l": {"level": "char", "extract": "whole"}},
+            judge_base_url=server.base_url,
+            judge_model=server.model,
+            judge_api_key_env=None,
+        )
+        assert list(scorers) == ["rouge_l", "laaj"] and scorers["laaj"].target == "response"
+        settings = EvalSettings(k=2, max_new_tokens=6, n_resamples=100)
+        results = evaluate(
+            RECORDS[:3],
+            prompts[:3],
+            scorers,
+            tmp_path,
+            model="tiny",
+            data="hand",
+            generator=generator,
+            settings=settings,
+        )
+        assert server.request_count == 3 * 2  # one judge call per sample
+    metrics = results["metrics"]
+    assert metrics["laaj"] == pytest.approx(0.8, abs=1e-9)
+    assert results["ci95"]["laaj"] == pytest.approx([0.8, 0.8], abs=1e-9)
+    assert metrics["avg"] == pytest.approx((metrics["rouge_l"] + metrics["rl_at_k"] + 0.8) / 3, abs=1e-12)
+    assert results["avg_of"] == ["rouge_l", "rl_at_k", "laaj"]
+    assert "| Model | Rouge-L | RL@2 | LAAJ | Avg |" in (tmp_path / "results.md").read_text()

@@ -1,0 +1,140 @@
+"""``eapo plot`` / ``eapo.plot.plot_runs`` on hand-written run directories."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from eapo.cli import app
+from eapo.plot import RAW_PREFIX, auto_smoothing, ema, plot_runs
+
+
+def make_run(
+    root: Path, name: str, method: str, steps: int = 6, components=("format", "rouge_l"), **weights
+) -> Path:
+    """A run directory with a config.yaml and a hand-built metrics.jsonl (no training)."""
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    config = {"algorithm": {"method": method, **weights}, "train": {"seed": 0}}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    rows = []
+    for step in range(1, steps + 1):
+        row = {
+            "step": step,
+            "entropy/rollout": 1.0 + 0.1 * step,
+            "eapo/H0": 1.1,
+            "eapo/w_pos": 0.2 * (1.0 + 0.1 * step) / 1.1,
+            "eapo/w_neg": 1.0,
+            "eapo/frac_positive": 0.5,
+            "reward/mean": 0.1 * step,
+            "completion/mean_length": 20.0 + step,
+            "kl": 0.01 * step,
+            "loss": 0.5,
+            "learning_rate": 1e-6,
+            "clip_frac": 0.0,
+        }
+        for index, component in enumerate(components):
+            row[f"reward/{component}/mean"] = 0.05 * step + index
+        rows.append(row)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return run_dir
+
+
+def labelled_lines(axis):
+    return [line for line in axis.get_lines() if not line.get_label().startswith("_")]
+
+
+def test_one_line_per_run_and_panel_labelled_by_method_and_weights(tmp_path):
+    runs = [
+        make_run(tmp_path, "a", "eapo", w0=0.1),
+        make_run(tmp_path, "b", "w_reinforce", w_pos=0.2),
+        make_run(tmp_path, "c", "grpo", components=("format",)),
+    ]
+    figure = plot_runs(runs, tmp_path / "out" / "dyn.png")
+    axes = [axis for axis in figure.axes if axis.get_visible()]
+    titles = [axis.get_title() for axis in axes]
+    assert titles == [
+        "Entropy (rollout, nats/token)",
+        "Reward",
+        "Reward: format",
+        "Reward: rouge_l",
+        "Response length (tokens)",
+        "w+ (positive weight)",
+        "KL to reference",
+        "Clip fraction",
+    ]
+    expected = ["EAPO (w0=0.1)", "W-REINFORCE (w+=0.2, w−=1)", "GRPO"]
+    for axis in axes:
+        labels = [line.get_label() for line in labelled_lines(axis)]
+        if axis.get_title() == "Reward: rouge_l":
+            assert labels == expected[:2]  # the GRPO run logged no rouge_l component
+        else:
+            assert labels == expected
+        raw = [line for line in axis.get_lines() if line.get_label().startswith(RAW_PREFIX)]
+        assert len(raw) == len(labels) and all(line.get_alpha() < 0.5 for line in raw)
+    # both formats, same stem, non-empty; the PNG is a real PNG
+    png, svg = tmp_path / "out" / "dyn.png", tmp_path / "out" / "dyn.svg"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert svg.read_text(encoding="utf-8").lstrip().startswith("<?xml") and "<svg" in svg.read_text(
+        encoding="utf-8"
+    )
+    legend_texts = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert legend_texts == expected
+
+
+def test_lines_carry_the_raw_values_and_their_ema(tmp_path):
+    run = make_run(tmp_path, "a", "eapo")
+    figure = plot_runs([run], smoothing=0.5)
+    entropy_axis = figure.axes[0]
+    raw, smooth = entropy_axis.get_lines()
+    np.testing.assert_allclose(raw.get_xdata(), [1, 2, 3, 4, 5, 6])
+    np.testing.assert_allclose(raw.get_ydata(), [1.1, 1.2, 1.3, 1.4, 1.5, 1.6])
+    # debiased EMA, s = 0.5: m1 = 0.5·1.1 = 0.55 -> 0.55 / (1 - 0.5) = 1.1;
+    # m2 = 0.5·0.55 + 0.5·1.2 = 0.875 -> 0.875 / (1 - 0.25) = 1.16667
+    assert smooth.get_ydata()[0] == pytest.approx(1.1, abs=1e-12)
+    assert smooth.get_ydata()[1] == pytest.approx(0.875 / 0.75, abs=1e-12)
+
+
+def test_auto_smoothing_follows_run_length(tmp_path):
+    assert auto_smoothing(2) == 0.0 and auto_smoothing(10) == 0.0
+    assert auto_smoothing(20) == pytest.approx(0.5) and auto_smoothing(1000) == 0.9
+    figure = plot_runs([make_run(tmp_path, "a", "eapo", steps=6)])  # short run: bold line = raw values
+    raw, smooth = figure.axes[0].get_lines()
+    np.testing.assert_allclose(smooth.get_ydata(), raw.get_ydata())
+
+
+def test_ema_skips_missing_values():
+    out = ema([1.0, None, 3.0, float("nan")], smoothing=0.0)
+    assert out[0] == 1.0 and math.isnan(out[1]) and out[2] == 3.0 and math.isnan(out[3])
+    out = ema([2.0, None, 4.0], smoothing=0.5)
+    assert out[2] == pytest.approx((0.5 * (0.5 * 2.0) + 0.5 * 4.0) / 0.75)
+    with pytest.raises(ValueError, match="smoothing"):
+        ema([1.0], smoothing=1.0)
+
+
+def test_same_method_runs_are_told_apart_by_seed(tmp_path):
+    a = make_run(tmp_path, "a", "grpo")
+    b = make_run(tmp_path, "b", "grpo")
+    (b / "config.yaml").write_text(yaml.safe_dump({"algorithm": {"method": "grpo"}, "train": {"seed": 1}}))
+    figure = plot_runs([a, b])
+    assert [line.get_label() for line in labelled_lines(figure.axes[0])] == ["GRPO seed 0", "GRPO seed 1"]
+
+
+def test_cli_writes_png_and_svg(tmp_path):
+    runs = [make_run(tmp_path, "a", "eapo"), make_run(tmp_path, "b", "nsr")]
+    result = CliRunner().invoke(app, ["plot", *map(str, runs), "--output", str(tmp_path / "fig.png")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "fig.png").stat().st_size > 10_000 and (tmp_path / "fig.svg").stat().st_size > 10_000
+
+
+def test_cli_names_a_missing_metrics_file(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(app, ["plot", str(tmp_path / "empty"), "--output", str(tmp_path / "x.png")])
+    assert result.exit_code == 1
+    assert "metrics.jsonl" in result.output and "does not exist" in result.output
