@@ -333,10 +333,7 @@ def _save_final(trainer, tokenizer, run_dir: Path) -> None:
 
 
 def _plot(run_dir: Path) -> None:
-    try:
-        from eapo.plot import plot_runs
-    except ImportError:  # plotting is optional at this layer
-        logger.warning("eapo.plot is unavailable: dynamics.png not written")
-        return
+    from eapo.plot import plot_runs
+
     if read_metrics(run_dir):
         plot_runs([run_dir], run_dir / "dynamics.png")
