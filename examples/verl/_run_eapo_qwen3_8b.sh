@@ -13,7 +13,7 @@
 #   JUDGE_BASE_URL [http://localhost:8000/v1]  JUDGE_MODEL [deepseek-chat]
 #   JUDGE_API_KEY_ENV [OPENAI_API_KEY]: the NAME of the variable holding the judge's key ("null": none)
 #   EAPO_DATA_DIR: where `eapo data export-verl` reads the datasets (../shared/data in this repo)
-#   PRINT_ARGS=1: print the verl arguments, one per line, and exit (used by tests/verl)
+#   PRINT_ARGS=1: print the verl arguments, one per line, and exit (used by tests/verl_plugin)
 # Not set here because the paper does not say: ppo_mini_batch_size (= the train batch: one update
 # per batch), micro-batching (dynamic, 16k tokens per GPU), vLLM tensor parallel size (2).
 set -euo pipefail
