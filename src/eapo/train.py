@@ -253,6 +253,7 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
         vllm_server_base_url=r.vllm_server_base_url,
         vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
         model_init_kwargs={"dtype": dtype},
+        dataloader_pin_memory=cuda,
         bf16=cuda and dtype == "bfloat16",
         fp16=cuda and dtype == "float16",
         gradient_checkpointing=config.model.gradient_checkpointing,

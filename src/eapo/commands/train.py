@@ -18,6 +18,18 @@ def packaged_config(name: str) -> Path:
     return path
 
 
+def quiet_third_party() -> None:
+    """Keep the console to our progress bar and log: no per-file weight bars or deprecation chatter."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_warning()
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
+    warnings.filterwarnings("ignore", message=".*pin_memory.*")
+
+
 def train(
     overrides: list[str] = typer.Argument(
         None, help="key=value overrides, e.g. algorithm.method=psr train.max_steps=3"
@@ -37,6 +49,7 @@ def train(
     from eapo.train import RunError, run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_third_party()
     try:
         cfg = load_config(config if config is not None else packaged_config("demo"), overrides or [])
     except ConfigError as error:
