@@ -15,9 +15,8 @@ import pytest
 def verl_config():
     """verl's own default PPO config (``_generated_ppo_trainer.yaml``, the composed ``ppo_trainer``),
     switched to the eapo trainer and estimator. Returns a fresh OmegaConf DictConfig per test."""
-    from omegaconf import OmegaConf
-
     import verl
+    from omegaconf import OmegaConf
 
     path = os.path.join(os.path.dirname(verl.__file__), "trainer", "config", "_generated_ppo_trainer.yaml")
     config = OmegaConf.load(path)

@@ -191,9 +191,8 @@ def test_equal_weights_reproduce_verls_grpo(seed):
 
 def test_verls_compute_advantage_dispatches_to_the_plugin():
     """verl's own dispatcher (ray_trainer.compute_advantage) on a DataProto, as its trainers call it."""
-    from verl.trainer.ppo.ray_trainer import compute_advantage
-
     from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
 
     scores, uids = [1.0, 0.0, 0.5, 0.5], ["q"] * 4
     rewards, mask = outcome_batch(scores, [2, 2, 2, 2])

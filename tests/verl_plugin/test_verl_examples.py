@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("verl")
 
+import verl  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.reward import get_custom_reward_fn  # noqa: E402
@@ -22,7 +23,6 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E
 from verl.trainer.ppo.v1 import get_trainer_cls  # noqa: E402
 from verl.utils.config import validate_config  # noqa: E402
 
-import verl  # noqa: E402
 from eapo.integrations.verl import EapoSettings  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "verl"

@@ -11,11 +11,11 @@ pytest.importorskip("verl")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from verl import DataProto  # noqa: E402
 from verl.trainer.ppo.reward import load_reward_manager  # noqa: E402
 
 from eapo.integrations.verl import compute_score  # noqa: E402
 from eapo.rewards import make_composite  # noqa: E402
-from verl import DataProto  # noqa: E402
 
 REFERENCE = "drink water and rest"
 QUESTION = "what about the fever"
