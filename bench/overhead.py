@@ -41,7 +41,9 @@ class StepTimer(TrainerCallback):
         self.times.append(time.perf_counter() - self._start)
 
 
-def run_once(kind: str, config, model_path, tokenizer, dataset, reward, out: Path) -> list[float]:
+def run_once(
+    kind: str, config, model_path, tokenizer, dataset, reward, out: Path, reuse_loss_pass: bool = True
+) -> list[float]:
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
@@ -59,7 +61,9 @@ def run_once(kind: str, config, model_path, tokenizer, dataset, reward, out: Pat
         callbacks=[timer],
     )
     if kind == "eapo":
-        trainer = EAPOTrainer(**common, weighting=make_weighting("eapo"), split_by="mean")
+        trainer = EAPOTrainer(
+            **common, weighting=make_weighting("eapo"), split_by="mean", reuse_loss_pass=reuse_loss_pass
+        )
     else:
         trainer = GRPOTrainer(**common)
     trainer.remove_callback(PrinterCallback)
@@ -74,6 +78,11 @@ def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "configs" / "tiny.yaml"))
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--extra-forward",
+        action="store_true",
+        help="Force EAPO's extra no-grad entropy forward (the path used with gradient accumulation).",
+    )
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
 
@@ -103,7 +112,14 @@ def main() -> None:
         for repeat in range(args.repeats):
             for kind in ("grpo", "eapo"):
                 times[kind] += run_once(
-                    kind, config, model_path, tokenizer, dataset, reward, Path(tmp) / f"{kind}{repeat}"
+                    kind,
+                    config,
+                    model_path,
+                    tokenizer,
+                    dataset,
+                    reward,
+                    Path(tmp) / f"{kind}{repeat}",
+                    reuse_loss_pass=not args.extra_forward,
                 )
     grpo, eapo = statistics.median(times["grpo"]), statistics.median(times["eapo"])
     print(
