@@ -580,6 +580,7 @@ def collect_entries(
 ) -> list[Entry]:
     """Group the finished evaluations of the manifest's runs by configuration (seeds pooled)."""
     grouped: dict[tuple, Entry] = {}
+    seen: set[tuple] = set()
     for name, record in manifest.get("runs", {}).items():
         results = _read_json(output_dir / "runs" / name / "eval" / "results.json")
         if results is None:
@@ -587,6 +588,11 @@ def collect_entries(
         method = record["method"]
         weights = effective_weights(method, record.get("weights") or {})
         key = (method, tuple(sorted(weights.items())))
+        # The same configuration and seed reached twice (e.g. `w_reinforce` with its default w+ and
+        # a grid point w_pos=0.1 in a later sweep) is one run, not two seeds.
+        if (key, record.get("seed")) in seen:
+            continue
+        seen.add((key, record.get("seed")))
         entry = grouped.setdefault(
             key, Entry(name, method, method_label(method, record.get("weights")), weights, [])
         )

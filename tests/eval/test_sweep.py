@@ -369,3 +369,14 @@ def test_tiny_sweep_end_to_end(tmp_path, monkeypatch):
     )
     assert runner.trained == [] and runner.evaluated == []
     assert report.statuses == {"grpo": "skipped (finished)", "eapo": "skipped (finished)"}
+
+
+def test_the_same_configuration_reached_twice_is_one_run_not_two_seeds(tmp_path):
+    # `w_reinforce` (default w+=0.1) in one sweep, then the grid point w_pos=0.1 in a second sweep
+    sweep(tmp_path, FakeRunner(), methods=["w_reinforce"], grids=[])
+    sweep(tmp_path, FakeRunner(), methods=["w_reinforce"], grids=["w_pos=0.1,0.2"], include_base=False)
+    rows = read_csv(tmp_path / "sweep" / "comparison.csv")
+    labels = [r["label"] for r in rows if r["method"] == "w_reinforce"]
+    assert labels == ["W-REINFORCE (w+=0.1, w−=1)", "W-REINFORCE (w+=0.2, w−=1)"]
+    assert {r["n_seeds"] for r in rows if r["method"] == "w_reinforce"} == {"1"}
+    assert "2 seeds" not in (tmp_path / "sweep" / "comparison.md").read_text()
