@@ -43,9 +43,15 @@ class MetricsCallback(TrainerCallback):
             self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "entropy/rollout" not in logs:
-            return
+        if not state.is_world_process_zero or not logs or "loss" not in logs:
+            return  # not an optimisation step's log (e.g. the end-of-training summary)
+        fresh = "entropy/rollout" in logs
         row: dict[str, Any] = {"step": state.global_step, "epoch": state.epoch, "time": time.time()}
+        if not fresh:
+            # A step that reuses the previous generation (num_iterations > 1): the rollout, reward and
+            # weighting values in effect are those of that generation, so they are carried forward.
+            row.update({k: v for k, v in self.last.items() if k not in ("step", "epoch", "time")})
+        row["rollout/fresh"] = fresh
         for key, value in logs.items():
             row[_RENAMES.get(key, key)] = _clean(value)
             if key in _RENAMES:
@@ -88,13 +94,14 @@ class ProgressCallback(TrainerCallback):
             )
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.bar is None or not logs or "entropy/rollout" not in logs:
+        if self.bar is None or not logs or "loss" not in logs:
             return
+        row = self.metrics.last  # this step's line (MetricsCallback runs first), with carried-forward values
         self.bar.update(state.global_step - self.bar.n)
         self.bar.set_postfix(
-            H=f"{logs['entropy/rollout']:.3f}",
-            w_pos=f"{logs.get('eapo/w_pos', float('nan')):.3f}",
-            reward=f"{logs.get('reward/mean', logs.get('reward', float('nan'))):.3f}",
+            H=f"{row.get('entropy/rollout', float('nan')):.3f}",
+            w_pos=f"{row.get('eapo/w_pos', float('nan')):.3f}",
+            reward=f"{row.get('reward/mean', float('nan')):.3f}",
             refresh=True,
         )
 

@@ -220,3 +220,19 @@ def test_bad_input_errors(tmp_path):
             ),
             tmp_path / "nojudge",
         )
+
+
+def test_two_iterations_per_generation_take_entropy_from_trls_old_logp_pass(tmp_path):
+    """μ = 2: TRL makes an old-log-prob pass, which gives H_t; the reuse step carries the values forward."""
+    config = tiny("algorithm.num_iterations=2", "train.max_steps=4", "train.save_steps=0")
+    rows = read_metrics(run(config, tmp_path / "mu2"))
+    assert [row["step"] for row in rows] == [1, 2, 3, 4]
+    assert [row["rollout/fresh"] for row in rows] == [True, False, True, False]
+    for fresh, reused in ((rows[0], rows[1]), (rows[2], rows[3])):
+        for key in ("entropy/rollout", "eapo/w_pos", "eapo/H0", "reward/mean"):
+            assert reused[key] == fresh[key]
+        # first iteration on a generation: the loss pass sees the parameters that generated it
+        assert fresh["entropy/rollout"] == pytest.approx(fresh["entropy/train"], rel=1e-4)
+    h0 = rows[0]["entropy/rollout"]
+    assert rows[2]["eapo/w_pos"] == pytest.approx(min(0.2 * rows[2]["entropy/rollout"] / h0, 2.0), rel=1e-9)
+    assert rows[1]["loss"] != rows[0]["loss"]  # the second iteration is a real update
