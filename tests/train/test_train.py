@@ -236,3 +236,38 @@ def test_two_iterations_per_generation_take_entropy_from_trls_old_logp_pass(tmp_
     h0 = rows[0]["entropy/rollout"]
     assert rows[2]["eapo/w_pos"] == pytest.approx(min(0.2 * rows[2]["entropy/rollout"] / h0, 2.0), rel=1e-9)
     assert rows[1]["loss"] != rows[0]["loss"]  # the second iteration is a real update
+
+
+@pytest.mark.parametrize(
+    ("overrides", "source"),
+    [
+        ([], "loss_pass"),  # one micro-batch holds the step
+        (["train.micro_batch_size=4"], "extra_forward"),  # gradient accumulation over 2 micro-batches
+        (["algorithm.num_iterations=2"], "old_logps"),  # TRL computes old log-probs itself
+    ],
+)
+def test_entropy_source_follows_the_batch_layout(overrides, source, tmp_path):
+    from eapo.models import load_tokenizer, resolve_model
+    from eapo.train import build_dataset, build_reward, grpo_args, reward_function
+    from eapo.trainer import EAPOTrainer
+
+    config = tiny(*overrides)
+    path = resolve_model("tiny")
+    tokenizer = load_tokenizer(path)
+    trainer = EAPOTrainer(
+        model=path,
+        reward_funcs=[reward_function(build_reward(config))],
+        args=grpo_args(config, tmp_path),
+        train_dataset=build_dataset(config, tokenizer),
+        processing_class=tokenizer,
+        weighting=make_weighting("eapo"),
+    )
+    assert trainer.entropy_source() == source
+
+
+def test_gradient_accumulation_run_logs_the_formula_weights(tmp_path):
+    rows = read_metrics(run(tiny("train.micro_batch_size=4", "train.save_steps=0"), tmp_path / "accum"))
+    h0 = rows[0]["entropy/rollout"]
+    assert [row["rollout/fresh"] for row in rows] == [True, True, True]
+    for row in rows:
+        assert row["eapo/w_pos"] == pytest.approx(min(0.2 * row["entropy/rollout"] / h0, 2.0), rel=1e-9)
