@@ -310,6 +310,17 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def read_config_tree(path: Path) -> dict[str, Any]:
+    """A config YAML file as a plain nested dict (no validation); ConfigError names the file."""
+    try:
+        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return tree
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> EAPOConfig:
     """Read a YAML config (or start from the defaults), apply ``key=value`` overrides, validate."""
     tree: dict[str, Any] = {}
@@ -317,12 +328,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         path = Path(path)
         if not path.exists():
             raise ConfigError(f"config file {path} does not exist (presets live in configs/)")
-        try:
-            tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML: {error}") from error
-        if not isinstance(tree, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        tree = read_config_tree(path)
     tree = _merge(tree, parse_overrides(overrides or []))
     try:
         return _build(EAPOConfig, tree, "").validate()

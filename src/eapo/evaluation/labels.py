@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from eapo.config import read_config_tree
 from eapo.core import make_weighting
 
 __all__ = ["METHOD_NAMES", "METHOD_ORDER", "effective_weights", "method_label", "run_config", "run_label"]
@@ -75,13 +74,7 @@ def run_config(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "config.yaml"
     if not path.exists():
         return {}
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path}: not valid YAML ({error})") from error
-    if not isinstance(loaded, dict):
-        raise ValueError(f"{path}: expected a mapping of config sections")
-    return loaded
+    return read_config_tree(path)  # ConfigError (a ValueError) names the file
 
 
 def run_label(run_dir: str | Path, *, with_seed: bool = False) -> str:
