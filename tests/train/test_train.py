@@ -97,7 +97,7 @@ def _step_gradients(
     trainer.compute_loss(trainer.model, inputs).backward()  # the loss pass may apply the weights
     assert "eapo_positive" not in inputs
     grads = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-    rewards = trainer._total_rewards()
+    rewards, _ = trainer._total_rewards()
     return grads, inputs["advantages"].detach().clone(), rewards
 
 
