@@ -76,7 +76,7 @@ class RolloutConfig:
         "With use_vllm, how the loss corrects for vLLM's log-probs differing from the trainer's (TRL's "
         "vllm_importance_sampling_mode): token_truncate (each token's ratio capped at vllm_importance_cap), "
         "token_mask, sequence_truncate, sequence_mask (TRL's default: a row over the cap is zeroed yet "
-        "still counts in 1/N) or off. Logged as vllm_is/token_frac and vllm_is/row_frac.",
+        "still counts in 1/N) or none. Logged as vllm_is/token_frac and vllm_is/row_frac.",
         "token_truncate",
     )
     vllm_importance_cap: float = _help(

@@ -570,13 +570,13 @@ def rollout_entropy(
 # Importance correction between the trainer and a vLLM rollout engine
 # ---------------------------------------------------------------------------------------------
 
-#: TRL 1.16's ``vllm_importance_sampling_mode`` values, plus ``"off"`` (no correction).
+#: TRL 1.16's ``vllm_importance_sampling_mode`` values, plus ``"none"`` (no correction).
 IMPORTANCE_CORRECTIONS: tuple[str, ...] = (
     "token_truncate",
     "token_mask",
     "sequence_truncate",
     "sequence_mask",
-    "off",
+    "none",
 )
 
 
@@ -599,15 +599,15 @@ def importance_correction(
         old_logp: ``(B, T)`` log-probs of the sampled tokens under the trainer's policy.
         sampling_logp: ``(B, T)`` the same as reported by the rollout engine.
         mask: ``(B, T)`` completion mask.
-        mode: one of :data:`IMPORTANCE_CORRECTIONS` except ``"off"``.
+        mode: one of :data:`IMPORTANCE_CORRECTIONS` except ``"none"``.
         clip_min, clip_max: the bounds ``C_min``, ``C_max`` (``None``: unbounded on that side).
 
     Returns:
         ``(weights, affected)``: ``(B, T)`` for token modes or ``(B, 1)`` for sequence modes;
         ``affected`` is True where ``ρ`` lay outside the bounds (truncated or zeroed).
     """
-    if mode not in IMPORTANCE_CORRECTIONS or mode == "off":
-        valid = ", ".join(m for m in IMPORTANCE_CORRECTIONS if m != "off")
+    if mode not in IMPORTANCE_CORRECTIONS or mode == "none":
+        valid = ", ".join(m for m in IMPORTANCE_CORRECTIONS if m != "none")
         raise ValueError(f"unknown importance-correction mode {mode!r}; valid: {valid}")
     difference = torch.nan_to_num((old_logp - sampling_logp) * mask, nan=0.0)  # [B, T]
     if mode.startswith("sequence"):

@@ -315,8 +315,8 @@ def vllm_importance_args(rollout) -> dict[str, Any]:
     """``rollout.vllm_importance_correction`` / ``vllm_importance_cap`` as TRL's ``vllm_importance_sampling_*``."""
     mode = rollout.vllm_importance_correction
     return {
-        "vllm_importance_sampling_correction": mode != "off",
-        "vllm_importance_sampling_mode": "token_truncate" if mode == "off" else mode,  # unused when off
+        "vllm_importance_sampling_correction": mode != "none",
+        "vllm_importance_sampling_mode": "token_truncate" if mode == "none" else mode,  # unused when none
         "vllm_importance_sampling_clip_min": None,
         "vllm_importance_sampling_clip_max": rollout.vllm_importance_cap,
     }

@@ -150,8 +150,8 @@ def test_rows_without_tokens_count_in_neither_and_bad_modes_are_named():
     torch.testing.assert_close(
         importance_correction_counts(affected, mask), torch.tensor([0.0, 2.0, 0.0, 1.0], dtype=torch.float64)
     )
-    assert IMPORTANCE_CORRECTIONS[-1] == "off"
-    for mode in ("off", "sequence"):
+    assert IMPORTANCE_CORRECTIONS[-1] == "none"
+    for mode in ("none", "sequence"):
         with pytest.raises(
             ValueError, match="valid: token_truncate, token_mask, sequence_truncate, sequence_mask$"
         ):
