@@ -531,3 +531,20 @@ def test_validation_subset_settings(tmp_path):
         build_validation(
             tiny("train.eval_steps=1", "train.eval_split=nope"), resolve_model("tiny"), None, tmp_path
         )
+
+
+def test_metrics_lines_carry_rollout_values_forward_but_not_validation(tmp_path):
+    """A step that reuses the previous generation (μ > 1) carries its rollout values, never val/*."""
+    from types import SimpleNamespace
+
+    from eapo.callbacks import MetricsCallback
+
+    callback = MetricsCallback(tmp_path, tensorboard=False)
+    fresh = {"loss": 0.5, "entropy/rollout": 1.2, "reward/mean": 0.3, "val/reward": 0.4}
+    for step, logs in ((1, fresh), (2, {"loss": 0.4})):
+        state = SimpleNamespace(is_world_process_zero=True, global_step=step, epoch=step / 2)
+        callback.on_log(None, state, None, logs=dict(logs))
+    first, second = read_metrics(tmp_path)
+    assert (first["val/reward"], first["rollout/fresh"]) == (0.4, True)
+    assert (second["entropy/rollout"], second["reward/mean"], second["rollout/fresh"]) == (1.2, 0.3, False)
+    assert "val/reward" not in second and second["loss"] == 0.4
