@@ -548,3 +548,28 @@ def test_metrics_lines_carry_rollout_values_forward_but_not_validation(tmp_path)
     assert (first["val/reward"], first["rollout/fresh"]) == (0.4, True)
     assert (second["entropy/rollout"], second["reward/mean"], second["rollout/fresh"]) == (1.2, 0.3, False)
     assert "val/reward" not in second and second["loss"] == 0.4
+
+
+def test_failed_judge_calls_in_a_training_run_are_unscorable_and_counted(tmp_path, monkeypatch):
+    """A real judge endpoint that fails the first request of every question (HTTP 400, not retried):
+    one rollout per group is unscored, and the step's line counts it in reward/llm_judge/none_frac."""
+    from eapo.data import load
+    from eapo.testing import Fault, JudgeServer
+
+    monkeypatch.setenv("EAPO_TEST_JUDGE_KEY", "not-a-secret")
+    with JudgeServer() as server:
+        for record in load("demo", split="train", limit=16):
+            server.inject(record.question, Fault.status(400))
+        config = tiny(
+            "train.save_steps=0",
+            "train.max_steps=1",
+            "reward.weights.llm_judge=0.5",
+            f"reward.judge.base_url={server.base_url}",
+            f"reward.judge.model={server.model}",
+            "reward.judge.api_key_env=EAPO_TEST_JUDGE_KEY",
+            "reward.judge.target=response",
+        )
+        (row,) = read_metrics(run(config, tmp_path / "run"))
+    assert row["reward/llm_judge/none_frac"] == 2 / 8  # one rollout in each of the step's 2 groups
+    assert row["reward/none_frac"] == 2 / 8  # unscorable, not rescored on format and Rouge-L
+    assert row["reward/format/none_frac"] == 0.0 and row["reward/rouge_l/none_frac"] == 0.0
