@@ -63,6 +63,7 @@ args=(
     +algorithm.eapo.w_min=0.0
     +algorithm.eapo.w_max=2.0
     +algorithm.eapo.w_neg=1.0
+    +algorithm.eapo.entropy_agg=token-mean  # H_t as on TRL (eapo.core.rollout_entropy), not loss_agg_mode
     trainer.use_v1=True
     trainer.v1.trainer_mode=eapo
     # reward: α·(format, Rouge-L, reranker, LLM judge), eapo.rewards via eapo.integrations.verl.compute_score

@@ -13,6 +13,9 @@ from transformers import TrainerCallback
 
 from eapo.run_dir import METRICS_FILE
 
+#: Keys of the in-training validation (eapo.validation), logged only at the steps that validate.
+VALIDATION_PREFIX = "val/"
+
 # TRL's log keys → the contract's names (TRL's own keys are kept too).
 _RENAMES = {
     "completions/mean_length": "completion/mean_length",
@@ -49,8 +52,15 @@ class MetricsCallback(TrainerCallback):
         row: dict[str, Any] = {"step": state.global_step, "epoch": state.epoch, "time": time.time()}
         if not fresh:
             # A step that reuses the previous generation (num_iterations > 1): the rollout, reward and
-            # weighting values in effect are those of that generation, so they are carried forward.
-            row.update({k: v for k, v in self.last.items() if k not in ("step", "epoch", "time")})
+            # weighting values in effect are those of that generation, so they are carried forward
+            # (validation values are not: they belong to the step that validated).
+            row.update(
+                {
+                    k: v
+                    for k, v in self.last.items()
+                    if k not in ("step", "epoch", "time") and not k.startswith(VALIDATION_PREFIX)
+                }
+            )
         row["rollout/fresh"] = fresh
         for key, value in logs.items():
             row[_RENAMES.get(key, key)] = _clean(value)

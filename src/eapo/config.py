@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from eapo.core import WEIGHTING_SCHEMES
+from eapo.core import ENTROPY_AGGREGATIONS, IMPORTANCE_CORRECTIONS, WEIGHTING_SCHEMES
 
 
 class ConfigError(ValueError):
@@ -72,6 +72,16 @@ class RolloutConfig:
     vllm_mode: str = _help("'colocate' (same GPUs) or 'server' (trl vllm-serve).", "colocate")
     vllm_server_base_url: str | None = _help("URL of a trl vllm-serve server (server mode).", None)
     vllm_gpu_memory_utilization: float = _help("GPU memory fraction for vLLM in colocate mode.", 0.3)
+    vllm_importance_correction: str = _help(
+        "With use_vllm, how the loss corrects for vLLM's log-probs differing from the trainer's (TRL's "
+        "vllm_importance_sampling_mode): token_truncate (each token's ratio capped at vllm_importance_cap), "
+        "token_mask, sequence_truncate, sequence_mask (TRL's default: a row over the cap is zeroed yet "
+        "still counts in 1/N) or none. Logged as vllm_is/token_frac and vllm_is/row_frac.",
+        "token_truncate",
+    )
+    vllm_importance_cap: float = _help(
+        "Upper bound C_max of the vLLM importance ratio (TRL's vllm_importance_sampling_clip_max).", 3.0
+    )
 
 
 @dataclass
@@ -98,6 +108,12 @@ class RewardConfig:
         "Per-component options, e.g. {rouge_l: {level: char}, reranker: {backend: bi-encoder}}.", factory=dict
     )
     judge: JudgeConfig = _help("LLM judge endpoint.", factory=JudgeConfig)
+    missing: str = _help(
+        "A rollout that a weighted component could not score (e.g. a failed judge call): 'unscorable' "
+        "(one scale per group: no reward, no advantage, left out of its group's mean and std) or "
+        "'renormalize' (the remaining weights rescaled to the full weight).",
+        "unscorable",
+    )
 
 
 @dataclass
@@ -118,6 +134,16 @@ class AlgorithmConfig:
         "TRL loss aggregation; 'grpo' is the paper's 1/|y_i| (seq-mean-token-mean).", "grpo"
     )
     num_iterations: int = _help("Policy updates per generation batch (μ).", 1)
+    kl_bias_correction: bool = _help(
+        "Multiply the k3 KL term by the importance ratio (TRL's use_bias_correction_kl); off is the "
+        "paper's objective and verl's low_var_kl.",
+        False,
+    )
+    entropy_agg: str = _help(
+        "How H_t averages per-token entropies: token-mean (every completion token weighs the same) or "
+        "seq-mean-token-mean (every rollout weighs the same); the same definition on TRL and verl.",
+        "token-mean",
+    )
 
     def weighting_overrides(self) -> dict[str, Any]:
         keys = WEIGHTING_SCHEMES[self.method][1]
@@ -138,6 +164,16 @@ class TrainConfig:
     seed: int = _help("Seed for data order, sampling and initialisation.", 0)
     save_steps: int = _help("Checkpoint every this many steps (0: only at the end).", 50)
     save_total_limit: int | None = _help("Keep at most this many checkpoints.", 2)
+    eval_steps: int = _help(
+        "Every this many steps, answer a fixed dev subset and log val/<metric> in that step's line (0: never).",
+        0,
+    )
+    eval_limit: int = _help("Validation prompts: the first eval_limit of train.eval_split.", 32)
+    eval_split: str = _help("Split the validation prompts come from (see eapo.data.load).", "dev")
+    eval_sampling: str = _help(
+        "Validation decoding: greedy, or sampled at rollout.temperature / rollout.top_p (seeded per step).",
+        "greedy",
+    )
 
 
 @dataclass
@@ -175,6 +211,19 @@ class EAPOConfig:
         _choice("rollout.vllm_mode", r.vllm_mode, ("colocate", "server"))
         _choice("model.dtype", self.model.dtype, ("float32", "bfloat16", "float16"))
         _choice("reward.judge.target", self.reward.judge.target, ("think", "response", "both"))
+        _choice("reward.missing", self.reward.missing, ("unscorable", "renormalize"))
+        _choice("algorithm.entropy_agg", a.entropy_agg, ENTROPY_AGGREGATIONS)
+        _choice("rollout.vllm_importance_correction", r.vllm_importance_correction, IMPORTANCE_CORRECTIONS)
+        _choice("train.eval_sampling", t.eval_sampling, ("greedy", "sampled"))
+        if not r.vllm_importance_cap > 1.0:
+            raise ConfigError(
+                f"rollout.vllm_importance_cap must be > 1 (a ratio bound above on-policy), got {r.vllm_importance_cap}"
+            )
+        if t.eval_steps < 0 or t.eval_limit < 1:
+            raise ConfigError(
+                f"train.eval_steps must be >= 0 (0: no validation) and train.eval_limit >= 1, got "
+                f"{t.eval_steps} and {t.eval_limit}"
+            )
         if r.num_generations < 2:
             raise ConfigError(
                 f"rollout.num_generations must be >= 2 (groups need two rollouts), got {r.num_generations}"

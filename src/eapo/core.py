@@ -8,8 +8,11 @@ Everything the trainers (TRL, verl) and users' own code need lives here:
 * the entropy-driven positive weight  w+_t = clip(w0 · H_t / H_0, w_min, w_max)
   (Eq. ``dynamic_weight``; closed form of the recursion in the appendix "Formula Derivation"),
 * a registry of weighting schemes (GRPO, PSR, NSR, W-REINFORCE, EAPO),
-* per-token entropy, masked means, the PPO-clip surrogate of Eq. ``grpo`` with named loss
-  aggregations, and the k1/k2/k3 KL estimators.
+* per-token entropy, masked means, the rollout entropy ``H_t`` with a named aggregation
+  (:func:`rollout_entropy`, the one definition the TRL and verl trainers share), the PPO-clip
+  surrogate of Eq. ``grpo`` with named loss aggregations, and the k1/k2/k3 KL estimators;
+* the importance weights between the trainer and a vLLM rollout engine, with where their bound
+  acted (:func:`importance_correction`, TRL 1.16's modes).
 
 Departures from the paper, all opt-in and off by default:
 
@@ -46,6 +49,12 @@ __all__ = [
     "WEIGHTING_SCHEMES",
     "token_entropy",
     "masked_mean",
+    "ENTROPY_AGGREGATIONS",
+    "entropy_sums",
+    "rollout_entropy",
+    "IMPORTANCE_CORRECTIONS",
+    "importance_correction",
+    "importance_correction_counts",
     "aggregate_loss",
     "LOSS_AGGREGATIONS",
     "policy_loss",
@@ -445,7 +454,7 @@ def make_weighting(name: str, **overrides: Any) -> WeightingScheme:
 
 
 # ---------------------------------------------------------------------------------------------
-# Entropy, masked means, the PPO-clip surrogate (Eq. grpo) and KL estimators
+# Per-token entropy and masked means
 # ---------------------------------------------------------------------------------------------
 
 
@@ -490,6 +499,154 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     if dim is None:
         return (values * mask).sum() / mask.sum().clamp_min(1.0)
     return (values * mask).sum(dim=dim) / mask.sum(dim=dim).clamp_min(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rollout entropy H_t (Eq. dynamic_weight) and its aggregation
+# ---------------------------------------------------------------------------------------------
+
+#: How :func:`rollout_entropy` averages per-token entropies into ``H_t`` (verl's ``loss_agg_mode`` names).
+ENTROPY_AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean")
+
+
+def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
+    """The numerator and denominator of ``H_t`` as a ``(2,)`` float64 tensor, for an all-reduce (sum).
+
+    * ``token-mean``: ``(Σ_{i,t} m_it·h_it, Σ_{i,t} m_it)`` — every completion token weighs the same;
+    * ``seq-mean-token-mean``: ``(Σ_i h̄_i, #{i : |y_i| > 0})`` with ``h̄_i`` the mean entropy of
+      sequence ``i``'s tokens — every sequence weighs the same (verl's ``agg_loss`` mode of that
+      name, without its ``1e-8`` in the per-sequence division).
+
+    A sequence without an unmasked token (verl's padding rows) counts in neither.
+
+    Args:
+        entropies: ``(B, T)`` per-token entropies (detached or not; the sums are detached).
+        mask: ``(B, T)`` 1 for completion tokens, 0 for padding (bool or float).
+        agg: a name in :data:`ENTROPY_AGGREGATIONS`.
+    """
+    if agg not in ENTROPY_AGGREGATIONS:
+        raise ValueError(f"unknown entropy aggregation {agg!r}; known: {', '.join(ENTROPY_AGGREGATIONS)}")
+    if entropies.shape != mask.shape or entropies.dim() != 2:
+        raise ValueError(
+            f"entropies {tuple(entropies.shape)} and mask {tuple(mask.shape)} must have one shape (B, T)"
+        )
+    values = entropies.detach().to(torch.float64)
+    weights = mask.detach().to(torch.float64)
+    token_sums = (values * weights).sum(dim=-1)  # [B]
+    token_counts = weights.sum(dim=-1)  # [B]
+    if agg == "token-mean":
+        return torch.stack([token_sums.sum(), token_counts.sum()])
+    scored = token_counts > 0  # [B]
+    sequence_means = token_sums[scored] / token_counts[scored]
+    return torch.stack([sequence_means.sum(), scored.sum().to(torch.float64)])
+
+
+def rollout_entropy(
+    entropies: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    agg: str = "token-mean",
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> float:
+    """The rollout entropy ``H_t`` of Eq. ``dynamic_weight``: per-token entropies averaged by ``agg``.
+
+    Args:
+        entropies: ``(B, T)`` per-token entropies of the policy on this step's completions.
+        mask: ``(B, T)`` completion mask.
+        agg: ``"token-mean"`` or ``"seq-mean-token-mean"`` (see :func:`entropy_sums`).
+        reduce: sums the ``(2,)`` tensor of :func:`entropy_sums` over processes (e.g.
+            ``lambda s: accelerator.reduce(s, reduction="sum")``); ``None`` on one process.
+
+    Returns:
+        ``H_t`` as a float (0.0 when no token is unmasked anywhere).
+    """
+    sums = entropy_sums(entropies, mask, agg)  # [2]
+    if reduce is not None:
+        sums = reduce(sums)
+    return float(sums[0] / sums[1].clamp(min=1.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Importance correction between the trainer and a vLLM rollout engine
+# ---------------------------------------------------------------------------------------------
+
+#: TRL 1.16's ``vllm_importance_sampling_mode`` values, plus ``"none"`` (no correction).
+IMPORTANCE_CORRECTIONS: tuple[str, ...] = (
+    "token_truncate",
+    "token_mask",
+    "sequence_truncate",
+    "sequence_mask",
+    "none",
+)
+
+
+def importance_correction(
+    old_logp: torch.Tensor,
+    sampling_logp: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    mode: str,
+    clip_min: float | None = None,
+    clip_max: float | None = 3.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Importance weights ``ρ = π_train / π_rollout`` bounded as TRL 1.16 bounds them, and where the bound acted.
+
+    ``ρ`` is ``exp(log π_old - log π_vllm)`` per token (``token_*``) or ``exp(Σ_t ...)`` per sequence
+    (``sequence_*``); tokens whose rollout log-prob is NaN (vLLM did not return it) count as ratio 1.
+    ``*_truncate`` clamps ``ρ`` to ``[clip_min, clip_max]``; ``*_mask`` sets a ``ρ`` outside it to 0.
+
+    Args:
+        old_logp: ``(B, T)`` log-probs of the sampled tokens under the trainer's policy.
+        sampling_logp: ``(B, T)`` the same as reported by the rollout engine.
+        mask: ``(B, T)`` completion mask.
+        mode: one of :data:`IMPORTANCE_CORRECTIONS` except ``"none"``.
+        clip_min, clip_max: the bounds ``C_min``, ``C_max`` (``None``: unbounded on that side).
+
+    Returns:
+        ``(weights, affected)``: ``(B, T)`` for token modes or ``(B, 1)`` for sequence modes;
+        ``affected`` is True where ``ρ`` lay outside the bounds (truncated or zeroed).
+    """
+    if mode not in IMPORTANCE_CORRECTIONS or mode == "none":
+        valid = ", ".join(m for m in IMPORTANCE_CORRECTIONS if m != "none")
+        raise ValueError(f"unknown importance-correction mode {mode!r}; valid: {valid}")
+    difference = torch.nan_to_num((old_logp - sampling_logp) * mask, nan=0.0)  # [B, T]
+    if mode.startswith("sequence"):
+        difference = difference.sum(dim=-1, keepdim=True)  # [B, 1]
+    ratio = torch.exp(difference)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    affected = (ratio < low) | (ratio > high)
+    if mode.endswith("truncate"):
+        weights = ratio if clip_min is None and clip_max is None else ratio.clamp(min=clip_min, max=clip_max)
+    else:
+        weights = ratio.masked_fill(affected, 0.0)
+    return weights, affected
+
+
+def importance_correction_counts(affected: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(4,)`` float64 counts for the step's log, summable over processes:
+    ``[affected tokens, tokens, affected rows, rows]``.
+
+    ``affected`` is the second output of :func:`importance_correction` (``(B, T)`` or ``(B, 1)``);
+    a row is affected when any of its tokens is (or its sequence weight is); rows without a
+    completion token count in neither.
+    """
+    weights = mask.detach().to(torch.float64)  # [B, T]
+    hit = affected.detach().to(torch.float64).expand_as(weights) * weights  # [B, T]
+    rows = weights.sum(dim=-1) > 0  # [B]
+    return torch.stack(
+        [
+            hit.sum(),
+            weights.sum(),
+            ((hit.sum(dim=-1) > 0) & rows).sum().to(torch.float64),
+            rows.sum().to(torch.float64),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss aggregation, the PPO-clip surrogate (Eq. grpo) and KL estimators
+# ---------------------------------------------------------------------------------------------
 
 
 def _token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """The training-dynamics figure (the EAPO paper's "Training Dynamics" figures) from ``metrics.jsonl``.
 
 One panel per quantity against the optimisation step — rollout entropy, reward (the composite and
-each component), response length, the positive weight ``w+``, the KL to the reference and the PPO
+each component), the validation reward (``val/reward``, logged every ``train.eval_steps`` steps, its
+points marked), response length, the positive weight ``w+``, the KL to the reference and the PPO
 clip fraction — with one line per run, labelled by its method and weights (read from the run's
 ``config.yaml``). Each run's raw values are drawn faint and an exponential moving average on top.
 
@@ -34,6 +35,7 @@ __all__ = ["plot_runs", "ema", "auto_smoothing", "panel_keys", "PANELS", "RAW_PR
 PANELS: tuple[tuple[str, str], ...] = (
     ("entropy/rollout", "Entropy (rollout, nats/token)"),
     ("reward/mean", "Reward"),
+    ("val/reward", "Validation reward (dev subset)"),
     ("completion/mean_length", "Response length (tokens)"),
     ("eapo/w_pos", "w+ (positive weight)"),
     ("kl", "KL to reference"),
@@ -178,7 +180,16 @@ def plot_runs(
             axis.plot(
                 steps[keep], raw[keep], color=color, alpha=0.25, linewidth=0.8, label=f"{RAW_PREFIX}{label}"
             )
-            (line,) = axis.plot(steps[keep], smooth[keep], color=color, linewidth=1.6, label=label)
+            sparse = key.startswith("val/")  # validation: only the steps that validated have a value
+            (line,) = axis.plot(
+                steps[keep],
+                smooth[keep],
+                color=color,
+                linewidth=1.6,
+                label=label,
+                marker="o" if sparse else None,
+                markersize=3,
+            )
             handles.setdefault(run_index, line)
         axis.set_title(panel_title, fontsize=10)
         axis.set_xlabel("step")

@@ -77,10 +77,11 @@ def run(
     # 4. The composite reward (the same scorer as `eapo eval`); the judge is checked before step 1.
     reward = build_reward(config)
 
-    # 5. The polarity weighting scheme.
+    # 5. The polarity weighting scheme, and the dev subset validated every train.eval_steps steps.
     from eapo.core import make_weighting
 
     weighting = make_weighting(config.algorithm.method, **config.algorithm.weighting_overrides())
+    validation = build_validation(config, model_path, reward, run_dir) if config.train.eval_steps else None
 
     # 6. The trainer.
     from transformers.trainer_callback import PrinterCallback
@@ -102,6 +103,8 @@ def run(
         callbacks=all_callbacks,
         weighting=weighting,
         split_by=config.algorithm.split_by,
+        entropy_agg=config.algorithm.entropy_agg,
+        validation=validation,
     )
     trainer.remove_callback(PrinterCallback)  # our progress bar and metrics.jsonl replace its raw dict prints
 
@@ -139,12 +142,7 @@ def build_dataset(config: EAPOConfig, tokenizer):
     """Load records, render the paper's prompt through the chat template, return a ``datasets.Dataset``."""
     from datasets import Dataset
 
-    from eapo.data import default_prompt_for, load, render_prompts
-
-    data = config.data
-    records = load(data.name, data.path, split=data.split, limit=data.limit, **data.options)
-    prompt = data.prompt or default_prompt_for(data.name)
-    prompts = render_prompts(records, tokenizer, prompt=prompt, max_prompt_tokens=data.max_prompt_tokens)
+    records, prompts = _records_and_prompts(config, tokenizer, config.data.split, config.data.limit)
     return Dataset.from_list(
         [
             {
@@ -155,6 +153,49 @@ def build_dataset(config: EAPOConfig, tokenizer):
             }
             for text, record in zip(prompts, records, strict=True)
         ]
+    )
+
+
+def _records_and_prompts(config: EAPOConfig, tokenizer, split: str, limit: int | None):
+    from eapo.data import default_prompt_for, load, render_prompts
+
+    data = config.data
+    records = load(data.name, data.path, split=split, limit=limit, **data.options)
+    prompt = data.prompt or default_prompt_for(data.name)
+    return records, render_prompts(
+        records, tokenizer, prompt=prompt, max_prompt_tokens=data.max_prompt_tokens
+    )
+
+
+def build_validation(config: EAPOConfig, model_path: str, reward, run_dir: Path):
+    """The fixed dev subset of ``train.eval_split`` answered every ``train.eval_steps`` steps, scored by ``reward``."""
+    from eapo.models import load_tokenizer
+    from eapo.validation import VALIDATION_FILE, Validation
+
+    t, r = config.train, config.rollout
+    tokenizer = load_tokenizer(model_path)  # its own: generation switches it to left padding
+    try:
+        records, prompts = _records_and_prompts(config, tokenizer, t.eval_split, t.eval_limit)
+    except Exception as error:
+        raise RunError(
+            f"train.eval_steps={t.eval_steps} validates on split train.eval_split={t.eval_split!r} of "
+            f"data.name={config.data.name!r}, which cannot be loaded: {error}"
+        ) from error
+    return Validation(
+        prompts=list(prompts),
+        references=[record.reference for record in records],
+        questions=[record.question for record in records],
+        ids=[record.id for record in records],
+        scorer=reward,
+        tokenizer=tokenizer,
+        every=t.eval_steps,
+        greedy=t.eval_sampling == "greedy",
+        temperature=r.temperature,
+        top_p=r.top_p,
+        max_new_tokens=r.max_completion_tokens,
+        seed=t.seed,
+        batch_size=t.micro_batch_size,
+        output=run_dir / VALIDATION_FILE,
     )
 
 
@@ -185,7 +226,7 @@ def build_reward(config: EAPOConfig):
             "timeout": judge.timeout,
             **options.get("llm_judge", {}),
         }
-    composite = make_composite(weights, **options)
+    composite = make_composite(weights, missing=config.reward.missing, **options)
     judge_scorer = composite.components.get("llm_judge") if hasattr(composite, "components") else None
     if judge_scorer is not None:
         try:
@@ -248,6 +289,8 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
         loss_type=a.loss_type,
         num_iterations=a.num_iterations,
         scale_rewards=a.scale_rewards,
+        use_bias_correction_kl=a.kl_bias_correction,
+        **vllm_importance_args(r),
         use_vllm=r.use_vllm,
         vllm_mode=r.vllm_mode,
         vllm_server_base_url=r.vllm_server_base_url,
@@ -266,6 +309,17 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
         remove_unused_columns=False,
         log_completions=False,
     )
+
+
+def vllm_importance_args(rollout) -> dict[str, Any]:
+    """``rollout.vllm_importance_correction`` / ``vllm_importance_cap`` as TRL's ``vllm_importance_sampling_*``."""
+    mode = rollout.vllm_importance_correction
+    return {
+        "vllm_importance_sampling_correction": mode != "none",
+        "vllm_importance_sampling_mode": "token_truncate" if mode == "none" else mode,  # unused when none
+        "vllm_importance_sampling_clip_min": None,
+        "vllm_importance_sampling_clip_max": rollout.vllm_importance_cap,
+    }
 
 
 def lora_config(config: EAPOConfig):
@@ -289,6 +343,8 @@ def lora_config(config: EAPOConfig):
 
 
 def _prepare_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool, is_main: bool) -> Path | None:
+    from eapo.validation import truncate_validation
+
     existing = run_dir.exists() and is_run_dir(run_dir)
     if existing and not resume:
         raise RunError(
@@ -315,9 +371,11 @@ def _prepare_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool, is_main
         if checkpoint is not None:
             step = int(checkpoint.name.split("-")[-1])
             truncate_metrics(run_dir, step)
+            truncate_validation(run_dir, step)
             logger.info("resuming %s from %s (step %d)", run_dir, checkpoint.name, step)
         elif resume and existing:
             truncate_metrics(run_dir, 0)
+            truncate_validation(run_dir, 0)
             logger.info("no complete checkpoint in %s: starting from step 0", run_dir)
     return checkpoint
 

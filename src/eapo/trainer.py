@@ -3,17 +3,23 @@
 Only the rollout-and-scoring step changes. After TRL has generated, scored and group-normalised
 (``A_i``), this trainer
 
-1. measures the rollout entropy ``H_t`` of the current policy over this step's completion tokens
-   (a token-weighted mean over all processes) from a forward pass TRL makes anyway, or from one
-   extra no-grad forward when there is none (see :meth:`EAPOTrainer.entropy_source`);
+1. measures the rollout entropy ``H_t`` of the current policy over this step's completions,
+   aggregated over all processes by ``entropy_agg`` (``eapo.core.rollout_entropy``, the definition
+   the verl trainer uses too), from a forward pass TRL makes anyway, or from one extra no-grad
+   forward when there is none (see :meth:`EAPOTrainer.entropy_source`);
 2. asks the weighting scheme (``eapo.core.make_weighting``) for ``(w+, w-)`` — for EAPO,
    ``w+_t = clip(w0 · H_t / H_0, w_min, w_max)`` (Eq. ``dynamic_weight``);
 3. splits the rollouts at the group mean reward (``eapo.core.positive_mask``) and scales the
    advantages (``eapo.core.weight_advantages``).
 
-The loss is TRL's: with ``loss_type="grpo"`` it is Eq. ``grpo`` of the paper (PPO-clip, 1/|y_i|
-normalisation, β·KL to the frozen reference). The scheme's state is written into every checkpoint
-(``eapo_state.json``) and restored on resume, so a resumed run keeps its ``H_0``.
+The loss is TRL's: with ``loss_type="grpo"`` and ``use_bias_correction_kl=False`` it is Eq. ``grpo``
+of the paper (PPO-clip, 1/|y_i| normalisation, β·k3-KL to the frozen reference). A rollout no
+reward could score (NaN in TRL) gets advantage 0 and stays out of its group's statistics. With
+vLLM rollouts the share of tokens and rows whose importance weight TRL truncated or zeroed is
+logged (``vllm_is/token_frac``, ``vllm_is/row_frac``). The scheme's state is written into every
+checkpoint (``eapo_state.json``) and restored on resume, so a resumed run keeps its ``H_0``. Given a
+:class:`eapo.validation.Validation`, every ``train.eval_steps`` steps the policy answers a dev subset
+and ``val/*`` joins that step's log.
 
 All maths lives in :mod:`eapo.core`; this file only moves tensors between TRL and it.
 """
@@ -22,13 +28,21 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from eapo.core import WeightingScheme, positive_mask, weight_advantages
+from eapo.core import (
+    WeightingScheme,
+    importance_correction,
+    importance_correction_counts,
+    positive_mask,
+    rollout_entropy,
+    weight_advantages,
+)
 from eapo.run_dir import EAPO_STATE_FILE, atomic_write_text
 
 
@@ -38,6 +52,8 @@ class EAPOTrainer(GRPOTrainer):
     Args (beyond ``GRPOTrainer``'s):
         weighting: the scheme giving ``(w+, w-)`` each step (``make_weighting("eapo")`` etc.).
         split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}) or ``"median"``.
+        entropy_agg: how ``H_t`` averages per-token entropies (``eapo.core.ENTROPY_AGGREGATIONS``).
+        validation: an :class:`eapo.validation.Validation` run at its steps, or None.
         reuse_loss_pass: take ``H_t`` from the update's own forward when one micro-batch holds the
             whole step (see :meth:`entropy_source`); False forces the extra no-grad forward.
     """
@@ -47,12 +63,17 @@ class EAPOTrainer(GRPOTrainer):
         *args: Any,
         weighting: WeightingScheme,
         split_by: str = "mean",
+        entropy_agg: str = "token-mean",
+        validation: Any = None,
         reuse_loss_pass: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.weighting = weighting
         self.split_by = split_by
+        self.entropy_agg = entropy_agg
+        self.validation = validation
+        self._warned_importance_mismatch = False
         self.reuse_loss_pass = reuse_loss_pass
         self.first_entropy: float | None = None  # H of the first step, logged as eapo/H0 for every method
         self._capture_entropy = False
@@ -113,7 +134,7 @@ class EAPOTrainer(GRPOTrainer):
             # The loss pass of a step whose weighting was deferred: TRL reads inputs["advantages"]
             # right after this forward, so the weights are applied before the loss is formed.
             self._deferred_inputs = None
-            entropy = self._masked_global_mean(entropies.detach(), self._completion_mask(inputs))
+            entropy = self._rollout_entropy(entropies, self._completion_mask(inputs))
             self._weight(inputs, inputs.pop("eapo_positive"), entropy)
         return logps, entropies, aux
 
@@ -134,9 +155,11 @@ class EAPOTrainer(GRPOTrainer):
         if not training:
             return output
 
-        rewards = self._total_rewards()  # [B_all]
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            self._log_importance_correction(output)
+        rewards, scored = self._total_rewards()  # [B_all], [B_all]
         positive = positive_mask(rewards, self.num_generations, by=self.split_by)  # [B_all]
-        self._metrics["train"]["eapo/frac_positive"].append(positive.float().mean().item())
+        self._metrics["train"]["eapo/frac_positive"].append(positive[scored].float().mean().item())
         local = output["advantages"].shape[0]
         start = self.accelerator.process_index * local
         local_positive = positive[start : start + local]  # [B_local]
@@ -147,10 +170,20 @@ class EAPOTrainer(GRPOTrainer):
         if entropies is None:
             entropies = self._policy_entropies(output)
         self._captured_entropies = None
-        self._weight(
-            output, local_positive, self._masked_global_mean(entropies, self._completion_mask(output))
-        )
+        self._weight(output, local_positive, self._rollout_entropy(entropies, self._completion_mask(output)))
         return output
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # A training step's log: validate first at the validation steps, so val/* joins this step's line.
+        validation = self.validation
+        if (
+            validation is not None
+            and "loss" in logs
+            and self.model.training
+            and validation.due(self.state.global_step)
+        ):
+            logs = {**logs, **validation.run(self)}
+        super().log(logs, start_time)
 
     # --- the three EAPO quantities --------------------------------------------------------------
 
@@ -187,25 +220,64 @@ class EAPOTrainer(GRPOTrainer):
             )
         return entropies
 
-    def _masked_global_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
-        """``H_t``: the token-weighted mean over every process's completion tokens."""
-        stats = torch.stack([(values * mask).sum(), mask.sum()]).float()  # [2]
-        stats = self.accelerator.reduce(stats, reduction="sum")
-        return (stats[0] / stats[1].clamp(min=1.0)).item()
+    def _rollout_entropy(self, entropies: torch.Tensor, mask: torch.Tensor) -> float:
+        """``H_t`` over every process's completions (``eapo.core.rollout_entropy`` with ``entropy_agg``)."""
+        return rollout_entropy(
+            entropies,
+            mask,
+            agg=self.entropy_agg,
+            reduce=lambda sums: self.accelerator.reduce(sums, reduction="sum"),
+        )
 
-    def _total_rewards(self) -> torch.Tensor:
-        """The scalar reward of every rollout (all processes), NaN-free for the polarity split.
+    def _log_importance_correction(self, output: dict[str, Any]) -> None:
+        """``vllm_is/token_frac`` and ``vllm_is/row_frac``: the share of this step's completion tokens
+        and rows (all processes) whose vLLM importance weight TRL truncated or zeroed."""
+        mask = self._completion_mask(output)
+        weights, affected = importance_correction(
+            output["old_per_token_logps"],
+            output["sampling_per_token_logps"],
+            mask,
+            mode=self.vllm_importance_sampling_mode,
+            clip_min=self.vllm_importance_sampling_clip_min,
+            clip_max=self.vllm_importance_sampling_clip_max,
+        )
+        trl_weights = output.get("importance_sampling_ratio")
+        if not self._warned_importance_mismatch and (
+            trl_weights is None or not torch.allclose(weights, trl_weights, rtol=1e-5, atol=1e-6)
+        ):
+            self._warned_importance_mismatch = True
+            warnings.warn(
+                "eapo's importance weights differ from TRL's importance_sampling_ratio: vllm_is/* may not "
+                "describe what TRL applied (a TRL version other than 1.16?)",
+                stacklevel=2,
+            )
+        counts = self.accelerator.reduce(importance_correction_counts(affected, mask), reduction="sum")  # [4]
+        metrics = self._metrics["train"]
+        metrics["vllm_is/token_frac"].append((counts[0] / counts[1].clamp(min=1.0)).item())
+        metrics["vllm_is/row_frac"].append((counts[2] / counts[3].clamp(min=1.0)).item())
 
-        Rows no reward function could score carry no advantage in TRL; here they are set to their
-        group's mean so they count as positive with a zero advantage and never move a group's mean.
+    def _total_rewards(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The scalar reward of every rollout (all processes), NaN-free for the polarity split, and
+        which rollouts were scored (``[B_all]`` float64, ``[B_all]`` bool).
+
+        A rollout no reward could score (its composite total is None, e.g. a failed judge call under
+        ``reward.missing=unscorable``) is NaN in TRL, which leaves it out of its group's mean and std
+        and gives it advantage 0. Here it takes its group's split centre (the mean, or the median, of
+        the scored rollouts), which moves neither; it is positive with a zero advantage, and left out
+        of ``eapo/frac_positive``.
         """
         per_func = self._gathered_rewards  # [B_all, F]
         weights = self.reward_weights.to(per_func.device)
         rewards = (per_func * weights.unsqueeze(0)).nansum(dim=1)
-        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
-        grouped = rewards.view(-1, self.num_generations)  # [P, G]
-        fill = torch.nanmean(grouped, dim=1, keepdim=True).nan_to_num(0.0).expand_as(grouped)
-        return torch.where(torch.isnan(grouped), fill, grouped).reshape(-1).to(torch.float64)
+        scored = ~torch.isnan(per_func).all(dim=1)  # [B_all]
+        rewards[~scored] = torch.nan
+        grouped = rewards.view(-1, self.num_generations).to(torch.float64)  # [P, G]
+        if self.split_by == "median":
+            centre = torch.nanquantile(grouped, 0.5, dim=1, keepdim=True)  # interpolated, as positive_mask
+        else:
+            centre = torch.nanmean(grouped, dim=1, keepdim=True)
+        fill = centre.nan_to_num(0.0).expand_as(grouped)
+        return torch.where(torch.isnan(grouped), fill, grouped).reshape(-1), scored
 
     # --- checkpoints ----------------------------------------------------------------------------
 

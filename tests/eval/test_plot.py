@@ -138,3 +138,30 @@ def test_cli_names_a_missing_metrics_file(tmp_path):
     result = CliRunner().invoke(app, ["plot", str(tmp_path / "empty"), "--output", str(tmp_path / "x.png")])
     assert result.exit_code == 1
     assert "metrics.jsonl" in result.output and "does not exist" in result.output
+
+
+def test_validation_panel_appears_when_a_run_logged_val_reward(tmp_path):
+    """val/reward (every train.eval_steps steps) gets its own panel after the reward components; the
+    steps without validation leave gaps, not zeros, and the points are marked."""
+    validated = make_run(tmp_path, "a", "eapo")
+    rows = [json.loads(line) for line in (validated / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["step"] % 2 == 0:
+            row["val/reward"] = 0.1 * row["step"]
+    (validated / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    plain = make_run(tmp_path, "b", "grpo")
+
+    titles = [axis.get_title() for axis in plot_runs([plain]).axes if axis.get_visible()]
+    assert "Validation reward (dev subset)" not in titles
+
+    figure = plot_runs([validated, plain], smoothing=0.0)
+    axes = {axis.get_title(): axis for axis in figure.axes if axis.get_visible()}
+    titles = list(axes)
+    assert titles.index("Validation reward (dev subset)") == titles.index("Reward: rouge_l") + 1
+    panel = axes["Validation reward (dev subset)"]
+    (line,) = labelled_lines(panel)  # the run without validation has no line here
+    assert line.get_label().startswith("EAPO")
+    np.testing.assert_allclose(line.get_xdata(), [2, 4, 6])
+    np.testing.assert_allclose(line.get_ydata(), [0.2, 0.4, 0.6])
+    assert line.get_marker() == "o"
+    assert labelled_lines(axes["Reward"])[0].get_marker() in ("None", None, "")

@@ -28,10 +28,21 @@ class Constant:
         return list(self.scores)
 
 
+def test_combine_by_default_leaves_a_partly_scored_sample_unscorable() -> None:
+    components = {"a": [1.0, None, None, 1.0], "b": [0.5, 0.5, None, None], "zero": [None, 0.0, 1.0, 1.0]}
+    weights = {"a": 0.5, "b": 0.5, "zero": 0.0}
+    # sample 0: 0.5 + 0.25 (the α = 0 component does not count, scored or not); 1, 3: a weighted
+    # component is missing → no total, so no sample is scored on other criteria than its group; 2: nothing
+    assert combine(components, weights) == [0.75, None, None, None]
+    assert combine(components, weights, missing="unscorable") == [0.75, None, None, None]
+    with pytest.raises(ValueError, match="missing='drop' is invalid; valid: unscorable, renormalize"):
+        combine(components, weights, missing="drop")
+
+
 def test_combine_renormalises_over_available_components_by_hand() -> None:
     components = {"a": [1.0, None, None], "b": [0.5, 0.5, None], "c": [0.0, 1.0, None]}
     weights = {"a": 0.5, "b": 0.3, "c": 0.2}
-    totals = combine(components, weights)
+    totals = combine(components, weights, missing="renormalize")
     # sample 0: 0.5·1 + 0.3·0.5 + 0.2·0 = 0.65
     # sample 1: a missing → (0.3·0.5 + 0.2·1) · (1.0 / 0.5) = 0.35 · 2 = 0.7
     # sample 2: nothing scored → None
@@ -39,7 +50,7 @@ def test_combine_renormalises_over_available_components_by_hand() -> None:
 
 
 def test_combine_keeps_the_paper_scale_when_weights_do_not_sum_to_one() -> None:
-    totals = combine({"a": [1.0, None], "b": [0.5, 0.5]}, {"a": 2.0, "b": 1.0})
+    totals = combine({"a": [1.0, None], "b": [0.5, 0.5]}, {"a": 2.0, "b": 1.0}, missing="renormalize")
     # 2·1 + 1·0.5 = 2.5; with a missing: 1·0.5 · 3/1 = 1.5
     assert totals == [pytest.approx(2.5), pytest.approx(1.5)]
 
@@ -55,8 +66,12 @@ def test_combine_keeps_the_paper_scale_when_weights_do_not_sum_to_one() -> None:
     st.floats(0.01, 5),
 )
 def test_combine_properties(rows: list[tuple], alpha_a: float, alpha_b: float) -> None:
-    totals = combine({"a": [r[0] for r in rows], "b": [r[1] for r in rows]}, {"a": alpha_a, "b": alpha_b})
-    for (a, b), total in zip(rows, totals, strict=True):
+    components = {"a": [r[0] for r in rows], "b": [r[1] for r in rows]}
+    weights = {"a": alpha_a, "b": alpha_b}
+    totals = combine(components, weights, missing="renormalize")
+    strict = combine(components, weights)  # unscorable: a total only where both scored, then the same
+    for (a, b), total, strict_total in zip(rows, totals, strict, strict=True):
+        assert strict_total == (total if a is not None and b is not None else None)
         if a is None and b is None:
             assert total is None
         elif a is not None and b is not None:
@@ -68,13 +83,24 @@ def test_combine_properties(rows: list[tuple], alpha_a: float, alpha_b: float) -
             assert -1e-12 <= total <= alpha_a + alpha_b + 1e-12
 
 
-def test_score_reports_components_and_metric_keys() -> None:
+@pytest.mark.parametrize("missing", ["unscorable", "renormalize"])
+def test_score_reports_components_and_metric_keys(missing: str) -> None:
     reward = CompositeReward(
         {"x": 0.6, "y": 0.4},
         {"x": Constant("x", [1.0, 0.0, None, 0.5]), "y": Constant("y", [0.0, 1.0, None, None])},
+        missing=missing,
     )
     result = reward.score(None, ["c"] * 4, ["r"] * 4)
     assert isinstance(result, CompositeResult)
+    if missing == "unscorable":  # sample 3 lacks y: no total
+        assert result.rewards == [pytest.approx(0.6), pytest.approx(0.4), None, None]
+        assert (
+            result.metrics["reward/mean"] == pytest.approx(0.5) and result.metrics["reward/none_frac"] == 0.5
+        )
+        assert result.metrics["reward/std"] == pytest.approx(0.1)
+        assert result.metrics["reward/y/none_frac"] == 0.5
+        reward.close()
+        return
     assert result.rewards == [pytest.approx(0.6), pytest.approx(0.4), None, pytest.approx(0.5)]
     assert result.components == {"x": [1.0, 0.0, None, 0.5], "y": [0.0, 1.0, None, None]}
     metrics = result.metrics
@@ -138,10 +164,12 @@ def test_composite_validation_messages() -> None:
         make_reward("rouge")
 
 
-def test_composite_with_the_judge_exposes_dimension_metrics() -> None:
+@pytest.mark.parametrize("missing", ["unscorable", "renormalize"])
+def test_composite_with_the_judge_exposes_dimension_metrics(missing: str) -> None:
     with JudgeServer(scores={"logical_coherence": 100, "medical_knowledge_accuracy": 50}) as server:
         reward = make_composite(
             {"format": 0.5, "llm_judge": 0.5},
+            missing=missing,
             llm_judge={
                 "base_url": server.base_url,
                 "model": server.model,
@@ -156,10 +184,10 @@ def test_composite_with_the_judge_exposes_dimension_metrics() -> None:
             reward.close()
     # judge: 0.35·100 + 0.30·50 + 0.20·80 + 0.15·80 = 35 + 15 + 16 + 12 = 78 → 0.78
     assert result.components["llm_judge"] == [pytest.approx(0.78), None]
-    assert result.rewards == [
-        pytest.approx(0.5 * 1.0 + 0.5 * 0.78),
-        pytest.approx(1.0),
-    ]  # judge None → format alone
+    # a failed judge call: no total (the default), or format alone rescaled to the full weight
+    failed = None if missing == "unscorable" else pytest.approx(1.0)
+    assert result.rewards == [pytest.approx(0.5 * 1.0 + 0.5 * 0.78), failed]
+    assert result.metrics["reward/none_frac"] == (0.5 if missing == "unscorable" else 0.0)
     assert result.metrics["reward/llm_judge/none_frac"] == 0.5
     assert result.metrics["reward/llm_judge/think/logical_coherence/mean"] == 100.0
     assert result.metrics["reward/llm_judge/think/overall/mean"] == pytest.approx(78.0)

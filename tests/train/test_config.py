@@ -109,3 +109,82 @@ def test_bad_files(tmp_path):
     broken.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="broken.yaml: not valid YAML"):
         load_config(broken)
+
+
+def test_grpo_config_has_the_papers_kl_term_by_default(tmp_path):
+    """TRL 1.16 defaults use_bias_correction_kl=True (the k3 KL times the importance ratio); the paper's
+    objective and verl's low_var_kl have no such factor."""
+    from trl import GRPOConfig
+
+    from eapo.train import grpo_args
+
+    assert GRPOConfig.__dataclass_fields__["use_bias_correction_kl"].default is True  # TRL's, for the record
+    assert EAPOConfig().algorithm.kl_bias_correction is False
+    assert grpo_args(EAPOConfig().validate(), tmp_path).use_bias_correction_kl is False
+    on = load_config(None, ["algorithm.kl_bias_correction=true"])
+    assert grpo_args(on, tmp_path).use_bias_correction_kl is True
+
+
+@pytest.mark.parametrize(
+    ("mode", "correction", "trl_mode"),
+    [
+        ("token_truncate", True, "token_truncate"),
+        ("token_mask", True, "token_mask"),
+        ("sequence_truncate", True, "sequence_truncate"),
+        ("sequence_mask", True, "sequence_mask"),
+        ("none", False, "token_truncate"),
+    ],
+)
+def test_vllm_importance_correction_maps_to_trls_fields(mode, correction, trl_mode, tmp_path):
+    from eapo.train import grpo_args
+
+    config = load_config(
+        None, [f"rollout.vllm_importance_correction={mode}", "rollout.vllm_importance_cap=2.5"]
+    )
+    args = grpo_args(config, tmp_path)
+    assert args.vllm_importance_sampling_correction is correction
+    assert args.vllm_importance_sampling_mode == trl_mode
+    assert (args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max) == (None, 2.5)
+
+
+def test_defaults_of_the_issue_12_options(tmp_path):
+    """TRL's own vLLM default is sequence_mask with a cap of 3; ours is explicit token truncation."""
+    from trl import GRPOConfig
+
+    from eapo.train import grpo_args
+
+    assert GRPOConfig.__dataclass_fields__["vllm_importance_sampling_mode"].default == "sequence_mask"
+    c = EAPOConfig()
+    assert (c.rollout.vllm_importance_correction, c.rollout.vllm_importance_cap) == ("token_truncate", 3.0)
+    assert grpo_args(c.validate(), tmp_path).vllm_importance_sampling_mode == "token_truncate"
+    assert (c.algorithm.entropy_agg, c.reward.missing) == ("token-mean", "unscorable")
+    assert (c.train.eval_steps, c.train.eval_limit, c.train.eval_split, c.train.eval_sampling) == (
+        0,
+        32,
+        "dev",
+        "greedy",
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "algorithm.entropy_agg=seq-mean",
+            "algorithm.entropy_agg='seq-mean' is invalid; valid: token-mean, ",
+        ),
+        ("reward.missing=zero", "reward.missing='zero' is invalid; valid: unscorable, renormalize"),
+        (
+            "rollout.vllm_importance_correction=tis",
+            "rollout.vllm_importance_correction='tis' is invalid; valid: ",
+        ),
+        ("rollout.vllm_importance_cap=1.0", "rollout.vllm_importance_cap must be > 1"),
+        ("train.eval_sampling=beam", "train.eval_sampling='beam' is invalid; valid: greedy, sampled"),
+        ("train.eval_limit=0", "train.eval_limit >= 1"),
+        ("train.eval_steps=-1", "train.eval_steps must be >= 0"),
+    ],
+)
+def test_issue_12_options_are_validated(override, message):
+    with pytest.raises(ConfigError) as error:
+        load_config(ROOT / "configs" / "tiny.yaml", [override])
+    assert message in str(error.value)

@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,7 @@ def _step_gradients(
     trainer.compute_loss(trainer.model, inputs).backward()  # the loss pass may apply the weights
     assert "eapo_positive" not in inputs
     grads = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-    rewards = trainer._total_rewards()
+    rewards, _ = trainer._total_rewards()
     return grads, inputs["advantages"].detach().clone(), rewards
 
 
@@ -271,3 +272,304 @@ def test_gradient_accumulation_run_logs_the_formula_weights(tmp_path):
     assert [row["rollout/fresh"] for row in rows] == [True, True, True]
     for row in rows:
         assert row["eapo/w_pos"] == pytest.approx(min(0.2 * row["entropy/rollout"] / h0, 2.0), rel=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 12: the paper's KL term, vLLM importance correction, one H_t, unscorable rollouts, validation
+# --------------------------------------------------------------------------------------------
+
+
+def _trainer(config, tmp_path: Path, reward=None, **kwargs):
+    """An EAPOTrainer for ``config`` as run() builds it (no training), in train mode."""
+    from transformers.trainer_callback import PrinterCallback
+
+    from eapo.models import load_tokenizer, resolve_model
+    from eapo.train import build_dataset, build_reward, grpo_args, reward_function
+    from eapo.trainer import EAPOTrainer
+
+    path = resolve_model(config.model.name_or_path)
+    tokenizer = load_tokenizer(path)
+    dataset = build_dataset(config, tokenizer)
+    trainer = EAPOTrainer(
+        model=path,
+        reward_funcs=[reward_function(reward if reward is not None else build_reward(config))],
+        args=grpo_args(config, tmp_path),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        weighting=make_weighting(config.algorithm.method, **config.algorithm.weighting_overrides()),
+        split_by=config.algorithm.split_by,
+        entropy_agg=config.algorithm.entropy_agg,
+        **kwargs,
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # normally set by Trainer's training loop
+    return trainer, dataset
+
+
+def _rows(dataset, prompts: int = 2, generations: int = 4):
+    return [dataset[i] for i in range(prompts) for _ in range(generations)]
+
+
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_kl_term_is_the_papers_k3_unless_bias_correction_is_asked_for(bias_correction, tmp_path):
+    """TRL's loss gradient equals the paper's objective from eapo.core (PPO-clip + β·k3, 1/|y_i|) with
+    the default kl_bias_correction=false; TRL's own default (the KL times the importance ratio,
+    differentiable even where it is 1) gives another gradient."""
+    from eapo.core import aggregate_loss, kl_penalty, policy_loss
+
+    beta = 0.5
+    flag = str(bias_correction).lower()
+    config = tiny("algorithm.method=grpo", f"algorithm.beta={beta}", f"algorithm.kl_bias_correction={flag}")
+    trainer, dataset = _trainer(config, tmp_path)
+    assert trainer.args.use_bias_correction_kl is bias_correction
+    with torch.no_grad():  # move the policy off the frozen reference: a zero KL has a zero gradient
+        generator = torch.Generator().manual_seed(0)
+        for parameter in trainer.model.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    torch.manual_seed(1234)
+    inputs = trainer._generate_and_score_completions(_rows(dataset))
+    trainer.model.zero_grad()
+    trainer.compute_loss(trainer.model, inputs).backward()
+    trl = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+    trainer.model.zero_grad()
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    logp, _, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model, ids, attention, inputs["completion_ids"].size(1)
+    )
+    mask = inputs["completion_mask"]
+    kl = kl_penalty(logp, inputs["ref_per_token_logps"], kind="k3")  # [B, T]
+    assert float(aggregate_loss(kl.detach(), mask)) > 1e-3, "the test needs a non-zero KL"
+    surrogate, _ = policy_loss(logp, logp.detach(), inputs["advantages"], mask, clip_low=0.2, clip_high=0.2)
+    (surrogate + beta * aggregate_loss(kl, mask, "seq-mean-token-mean")).backward()
+    paper = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+    difference = math.sqrt(sum(float((trl[n] - paper[n]).pow(2).sum()) for n in paper))
+    size = math.sqrt(sum(float(paper[n].pow(2).sum()) for n in paper))
+    if bias_correction:
+        assert difference > 1e-2 * size  # the extra β·k3·∇log π term
+    else:
+        for name, grad in paper.items():
+            torch.testing.assert_close(trl[name], grad, rtol=1e-4, atol=1e-6)
+
+
+def test_importance_correction_fractions_are_logged(tmp_path):
+    """The vllm_is/* metrics on a hand-built rollout batch (vLLM itself needs a GPU)."""
+    config = tiny("rollout.vllm_importance_correction=token_mask", "rollout.vllm_importance_cap=3.0")
+    trainer, _ = _trainer(config, tmp_path)
+    assert (trainer.vllm_importance_sampling_correction, trainer.vllm_importance_sampling_mode) == (
+        True,
+        "token_mask",
+    )
+    ln = math.log
+    # token ratios π_old / π_vllm: row 0 [2, 4 (> 3: zeroed)], row 1 [1, pad], row 2 [0.5, 8 (zeroed)]
+    old = torch.tensor([[ln(2.0), ln(4.0)], [0.0, 0.0], [ln(0.5), ln(8.0)]])
+    output = {
+        "old_per_token_logps": old,
+        "sampling_per_token_logps": torch.zeros(3, 2),
+        "completion_mask": torch.tensor([[1, 1], [1, 0], [1, 1]]),
+        "importance_sampling_ratio": torch.tensor([[2.0, 0.0], [1.0, 1.0], [0.5, 0.0]]),  # what TRL applied
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # TRL's weights agree: no warning
+        trainer._log_importance_correction(output)
+    metrics = trainer._metrics["train"]
+    assert metrics["vllm_is/token_frac"] == [pytest.approx(2 / 5)]  # 2 of 5 completion tokens
+    assert metrics["vllm_is/row_frac"] == [pytest.approx(2 / 3)]  # rows 0 and 2
+    output["importance_sampling_ratio"] = torch.ones(3, 2)
+    with pytest.warns(UserWarning, match="differ from TRL's importance_sampling_ratio"):
+        trainer._log_importance_correction(output)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_trl_path_gives_the_shared_batch_its_hand_derived_entropy(agg, tmp_path):
+    """The same batch and number as tests/verl_plugin/test_verl_trainer.py: one H_t on both engines."""
+    from eapo.testing import entropy_batch
+
+    trainer, _ = _trainer(tiny(f"algorithm.entropy_agg={agg}"), tmp_path)
+    assert trainer.entropy_agg == agg
+    assert trainer._rollout_entropy(*entropy_batch.padded()) == pytest.approx(
+        entropy_batch.H_T[agg], rel=1e-12
+    )
+
+
+@pytest.mark.parametrize("reuse_loss_pass", [True, False])
+def test_seq_mean_entropy_of_a_generated_step(reuse_loss_pass, tmp_path):
+    from eapo.core import rollout_entropy
+
+    config = tiny("algorithm.entropy_agg=seq-mean-token-mean", "algorithm.beta=0.0")
+    trainer, dataset = _trainer(config, tmp_path, reuse_loss_pass=reuse_loss_pass)
+    torch.manual_seed(7)
+    inputs = trainer._generate_and_score_completions(_rows(dataset))
+    trainer.compute_loss(trainer.model, inputs)
+    (logged,) = trainer._metrics["train"]["entropy/rollout"]
+    with torch.no_grad():
+        entropies = trainer._policy_entropies(inputs)
+    expected = rollout_entropy(entropies, inputs["completion_mask"], agg="seq-mean-token-mean")
+    assert logged == pytest.approx(expected, rel=1e-5)
+
+
+class FirstFails:
+    """A scorer that cannot score the first rollout of every call (a judge call that failed)."""
+
+    name = "flaky"
+    label = "flaky test scorer"
+
+    def __call__(self, prompts, completions, references, **kwargs):
+        return [None] + [0.25 * (index % 4) for index in range(1, len(completions))]
+
+
+@pytest.mark.parametrize("missing", ["unscorable", "renormalize"])
+def test_a_rollout_the_judge_could_not_score_gets_no_advantage(missing, tmp_path):
+    """reward.missing=unscorable: the rollout's reward is NaN, its advantage 0, and its group's mean
+    and std come from the other three; renormalize scores it on format alone (another scale)."""
+    from eapo.rewards import CompositeReward, make_reward
+
+    config = tiny("algorithm.method=grpo", "algorithm.beta=0.0", f"reward.missing={missing}")
+    composite = CompositeReward(
+        {"format": 0.5, "flaky": 0.5},
+        {"format": make_reward("format"), "flaky": FirstFails()},
+        missing=missing,
+        parallel=False,
+    )
+    trainer, dataset = _trainer(config, tmp_path, reward=composite)
+    torch.manual_seed(3)
+    inputs = trainer._generate_and_score_completions(_rows(dataset))
+    trainer.compute_loss(trainer.model, inputs)
+    rewards = trainer._gathered_rewards[:, 0]  # [8]
+    advantages = inputs["advantages"]
+    metrics = trainer._metrics["train"]
+    assert metrics["reward/flaky/none_frac"] == [pytest.approx(1 / 8)]
+    # the random model never writes the tags: format 0, so totals are 0.5·flaky = [?, .125, .25, .375, 0, ...]
+    expected = torch.tensor([0.0, 0.125, 0.25, 0.375, 0.0, 0.125, 0.25, 0.375])
+    if missing == "renormalize":
+        torch.testing.assert_close(rewards, expected)  # rollout 0: format alone, rescaled: 0
+        assert advantages[0] < 0  # scored below its group on format alone
+        return
+    assert math.isnan(rewards[0]) and torch.equal(rewards[1:], expected[1:])
+    assert advantages[0] == 0.0
+    scored = expected[1:4]  # the group's mean and std over the three scored rollouts
+    torch.testing.assert_close(advantages[1:4], (scored - scored.mean()) / (scored.std() + 1e-4))
+    group = expected[4:]
+    torch.testing.assert_close(advantages[4:], (group - group.mean()) / (group.std() + 1e-4))
+    # eapo/frac_positive over the 7 scored rollouts: 0.25, 0.375 and 0.25, 0.375 are >= their means
+    assert metrics["eapo/frac_positive"] == [pytest.approx(4 / 7)]
+    totals, scored_mask = trainer._total_rewards()
+    assert scored_mask.tolist() == [False] + [True] * 7
+    assert totals[0] == pytest.approx(0.25)  # the group's mean: the split of the others is unchanged
+
+
+def test_median_split_fills_an_unscored_rollout_with_the_median(tmp_path):
+    config = tiny("algorithm.method=grpo", "algorithm.split_by=median", "algorithm.beta=0.0")
+    trainer, _ = _trainer(config, tmp_path)
+    trainer._gathered_rewards = torch.tensor(
+        [[math.nan], [0.1], [0.2], [0.9], [0.0], [0.0], [1.0], [math.nan]]
+    )
+    totals, scored = trainer._total_rewards()
+    # group 1: median of [0.1, 0.2, 0.9] is 0.2 (the mean, 0.4, would move the median to 0.3)
+    assert totals[:4].tolist() == pytest.approx([0.2, 0.1, 0.2, 0.9])
+    assert totals[4:].tolist() == pytest.approx([0.0, 0.0, 1.0, 0.0])
+    assert scored.tolist() == [False, True, True, True, True, True, True, False]
+
+
+def test_validation_every_n_steps_scores_a_fixed_dev_subset(tmp_path):
+    from eapo.models import resolve_model
+    from eapo.train import build_reward, build_validation
+    from eapo.validation import VALIDATION_FILE
+
+    overrides = ["train.save_steps=0", "train.max_steps=3"]
+    validated = tiny(*overrides, "train.eval_steps=2", "train.eval_limit=4")
+    run_dir = run(validated, tmp_path / "val")
+    rows = read_metrics(run_dir)
+    assert [sorted(k for k in row if k.startswith("val/")) for row in rows] == [
+        [],
+        ["val/format", "val/mean_length", "val/none_frac", "val/reward", "val/rouge_l"],
+        [],
+    ]
+    step2 = rows[1]
+    assert 0.0 <= step2["val/rouge_l"] <= 1.0 and 0.0 <= step2["val/format"] <= 1.0
+    assert 0.0 <= step2["val/reward"] <= 1.0 and step2["val/none_frac"] == 0.0
+    assert 0 < step2["val/mean_length"] <= validated.rollout.max_completion_tokens
+
+    # the answers are in validation.jsonl; scoring them again gives the logged numbers
+    answers = [json.loads(line) for line in (run_dir / VALIDATION_FILE).read_text().splitlines()]
+    assert [a["step"] for a in answers] == [2] * 4
+    reward = build_reward(validated)
+    subset = build_validation(validated, resolve_model("tiny"), reward, run_dir)
+    assert [a["id"] for a in answers] == subset.ids and len(subset.ids) == 4
+    again = reward.score(subset.prompts, [a["completion"] for a in answers], subset.references)
+    assert step2["val/reward"] == pytest.approx(again.metrics["reward/mean"], rel=1e-12)
+    assert step2["val/rouge_l"] == pytest.approx(again.metrics["reward/rouge_l/mean"], rel=1e-12)
+    assert step2["val/format"] == again.metrics["reward/format/mean"]
+    assert [a["reward"] for a in answers] == pytest.approx(again.rewards)
+
+    # validation draws no training randomness: the run's training numbers equal a run without it
+    plain = read_metrics(run(tiny(*overrides), tmp_path / "plain"))
+    for with_val, without in zip(rows, plain, strict=True):
+        for key in ("entropy/rollout", "reward/mean", "loss", "eapo/w_pos"):
+            assert with_val[key] == without[key], key
+
+
+def test_validation_subset_settings(tmp_path):
+    from eapo.models import resolve_model
+    from eapo.train import build_reward, build_validation
+
+    config = tiny(
+        "train.eval_steps=5", "train.eval_limit=3", "train.eval_sampling=sampled", "rollout.top_p=0.9"
+    )
+    subset = build_validation(config, resolve_model("tiny"), build_reward(config), tmp_path)
+    assert (subset.every, subset.greedy, subset.temperature, subset.top_p) == (5, False, 1.0, 0.9)
+    assert subset.max_new_tokens == config.rollout.max_completion_tokens
+    assert [subset.due(step) for step in (0, 4, 5, 10)] == [False, False, True, True]
+    from eapo.data import load
+
+    train_ids = {record.id for record in load("demo", split="train")}
+    assert len(subset.ids) == 3 and not set(subset.ids) & train_ids  # the dev split, disjoint from train
+    with pytest.raises(RunError, match="train.eval_split='nope'"):
+        build_validation(
+            tiny("train.eval_steps=1", "train.eval_split=nope"), resolve_model("tiny"), None, tmp_path
+        )
+
+
+def test_metrics_lines_carry_rollout_values_forward_but_not_validation(tmp_path):
+    """A step that reuses the previous generation (μ > 1) carries its rollout values, never val/*."""
+    from types import SimpleNamespace
+
+    from eapo.callbacks import MetricsCallback
+
+    callback = MetricsCallback(tmp_path, tensorboard=False)
+    fresh = {"loss": 0.5, "entropy/rollout": 1.2, "reward/mean": 0.3, "val/reward": 0.4}
+    for step, logs in ((1, fresh), (2, {"loss": 0.4})):
+        state = SimpleNamespace(is_world_process_zero=True, global_step=step, epoch=step / 2)
+        callback.on_log(None, state, None, logs=dict(logs))
+    first, second = read_metrics(tmp_path)
+    assert (first["val/reward"], first["rollout/fresh"]) == (0.4, True)
+    assert (second["entropy/rollout"], second["reward/mean"], second["rollout/fresh"]) == (1.2, 0.3, False)
+    assert "val/reward" not in second and second["loss"] == 0.4
+
+
+def test_failed_judge_calls_in_a_training_run_are_unscorable_and_counted(tmp_path, monkeypatch):
+    """A real judge endpoint that fails the first request of every question (HTTP 400, not retried):
+    one rollout per group is unscored, and the step's line counts it in reward/llm_judge/none_frac."""
+    from eapo.data import load
+    from eapo.testing import Fault, JudgeServer
+
+    monkeypatch.setenv("EAPO_TEST_JUDGE_KEY", "not-a-secret")
+    with JudgeServer() as server:
+        for record in load("demo", split="train", limit=16):
+            server.inject(record.question, Fault.status(400))
+        config = tiny(
+            "train.save_steps=0",
+            "train.max_steps=1",
+            "reward.weights.llm_judge=0.5",
+            f"reward.judge.base_url={server.base_url}",
+            f"reward.judge.model={server.model}",
+            "reward.judge.api_key_env=EAPO_TEST_JUDGE_KEY",
+            "reward.judge.target=response",
+        )
+        (row,) = read_metrics(run(config, tmp_path / "run"))
+    assert row["reward/llm_judge/none_frac"] == 2 / 8  # one rollout in each of the step's 2 groups
+    assert row["reward/none_frac"] == 2 / 8  # unscorable, not rescored on format and Rouge-L
+    assert row["reward/format/none_frac"] == 0.0 and row["reward/rouge_l/none_frac"] == 0.0

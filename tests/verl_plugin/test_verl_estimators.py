@@ -203,3 +203,36 @@ def test_verls_compute_advantage_dispatches_to_the_plugin():
     out = compute_advantage(data, adv_estimator="psr", config=algorithm())
     expected = expected_from_core(scores, uids, 1.0, 0.0, 4)
     torch.testing.assert_close(out.batch["advantages"], expected.unsqueeze(-1) * mask, rtol=0, atol=1e-6)
+
+
+def test_a_rollout_that_could_not_be_scored_gets_no_advantage():
+    """compute_score gives NaN to a rollout the composite could not score (missing=unscorable): its
+    advantage is 0 and its group's mean and std come from the other rollouts, as on TRL."""
+    scores = [0.9, 0.1, math.nan, 0.6, 0.2, 0.2, 0.8, 0.5]
+    uids = ["a", "b", "a", "b", "a", "b", "a", "b"]
+    rewards, mask = outcome_batch(scores, [2] * 8)
+    with polarity_weights("eapo", 0.5, 1.0) as step:
+        advantages, _ = get_adv_estimator_fn("eapo")(
+            token_level_rewards=rewards,
+            response_mask=mask,
+            index=np.array(uids, dtype=object),
+            config=algorithm(),
+        )
+    a, _ = polarity_weighted_advantages(torch.tensor([0.9, 0.2, 0.8]), 3, 0.5, 1.0)
+    b, _ = polarity_weighted_advantages(torch.tensor([0.1, 0.6, 0.2, 0.5]), 4, 0.5, 1.0)
+    expected = torch.tensor([a[0], b[0], 0.0, b[1], a[1], b[2], a[2], b[3]])
+    torch.testing.assert_close(advantages[:, 0], expected, rtol=0, atol=1e-6)
+    assert not torch.isnan(advantages).any()
+    # a = [0.9, 0.2, 0.8] (mean 0.633): 2 positive; b: 2 positive; 7 scored, 1 not
+    assert (step.num_sequences, step.num_positive, step.num_unscored) == (7, 4, 1)
+
+
+def test_entropy_agg_is_a_setting_not_a_weight():
+    rewards, mask = outcome_batch([1.0, 0.0], [1, 1])
+    advantages, _ = get_adv_estimator_fn("psr")(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=np.array(["q", "q"], dtype=object),
+        config=algorithm(entropy_agg="seq-mean-token-mean"),
+    )
+    assert advantages[0, 0] > 0 and advantages[1, 0] == 0.0

@@ -65,7 +65,9 @@ def test_example_composes_into_the_papers_setting(dataset):
 
     assert config.trainer.use_v1 and config.trainer.v1.trainer_mode == "eapo"
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
-    assert trainer.settings == EapoSettings(method="eapo", w0=0.2, w_min=0.0, w_max=2.0, w_neg=1.0)
+    assert trainer.settings == EapoSettings(
+        method="eapo", w0=0.2, w_min=0.0, w_max=2.0, w_neg=1.0, entropy_agg="token-mean"
+    )
 
     reward_fn = get_custom_reward_fn(config)  # verl's loader: pkg:// path, reward_kwargs merged in
     assert reward_fn.args[0].__module__ == "eapo.integrations.verl.reward"

@@ -94,16 +94,25 @@ def test_component_options_reach_the_component(verl_config, tiny_tokenizer):
     assert output["reward_score"] == 1.0
 
 
-def test_unscorable_rollout_scores_zero_and_is_flagged():
-    # Rouge-L without a reference: the component returns None; alone in the composite the total is None.
+@pytest.mark.parametrize("missing", [None, "unscorable", "renormalize"])
+def test_unscorable_rollout_scores_nan_and_is_flagged(missing):
+    # Rouge-L without a reference: the component returns None (as a failed judge call would).
+    kwargs = {} if missing is None else {"missing": missing}
     scores = asyncio.run(
         compute_score(
-            "eapo/demo", "<advice> x </advice>", None, {"question": QUESTION}, weights={"rouge_l": 1.0}
+            "eapo/demo",
+            "<think> reasoning </think> <advice> x </advice>",
+            None,
+            {"question": QUESTION},
+            weights={"format": 0.5, "rouge_l": 0.5},
+            **kwargs,
         )
     )
-    assert scores["reward_unscored"] == 1.0
-    assert scores["score"] == 0.0
-    assert math.isnan(scores["rouge_l"])
+    assert math.isnan(scores["rouge_l"]) and scores["format"] == 1.0
+    if missing == "renormalize":  # format alone, rescaled to the full weight
+        assert (scores["score"], scores["reward_unscored"]) == (1.0, 0.0)
+    else:  # the default: no total; the estimators give it no advantage
+        assert math.isnan(scores["score"]) and scores["reward_unscored"] == 1.0
 
 
 def test_default_weights_are_the_projects_and_a_judge_needs_its_endpoint():

@@ -27,6 +27,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  #
 
 from eapo.core import polarity_weighted_advantages  # noqa: E402
 from eapo.integrations.verl import WEIGHTING_STATE_FILE, EAPOVerlTrainer  # noqa: E402
+from eapo.testing import entropy_batch  # noqa: E402
 
 # Two prompts, four rollouts each, interleaved as after verl's length balancing.
 UIDS = ["a", "b", "a", "b", "a", "b", "a", "b"]
@@ -49,27 +50,42 @@ class RecordingWorkerGroup:
         self.loaded.append(local_path)
 
 
-def put_rollouts(queue, step: int):
-    """Write one step's rollouts into the queue as verl's agent loop and reward step leave them."""
-    keys = [f"{uid}{step}_{session}_0" for session, uid in enumerate(UIDS)]
+def put_rollouts(
+    queue,
+    step: int,
+    entropy: float | None = None,
+    *,
+    uids=UIDS,
+    scores=SCORES,
+    entropies: list[list[float]] | None = None,
+    masks: list[list[float]] | None = None,
+):
+    """Write one step's rollouts into the queue as verl leaves them before ``_compute_advantage``:
+    the reward step's ``rm_scores`` and the old-log-prob pass's per-token ``entropy`` (each token
+    ``entropy``, or the rows ``entropies``; none at all when both are None, as in bypass mode)."""
+    if entropies is None:
+        entropies = None if entropy is None else [[entropy] * n for n in LENGTHS]
+    lengths = [len(row) for row in entropies] if entropies is not None else LENGTHS
+    masks = masks or [[1.0] * n for n in lengths]
+    keys = [f"{uid}{step}_{session}_0" for session, uid in enumerate(uids)]
     rm_scores = []
-    for score, length in zip(SCORES, LENGTHS, strict=True):
+    for score, length in zip(scores, lengths, strict=True):
         row = torch.zeros(length)
         row[-1] = score  # the reward manager puts the score on the last response token
         rm_scores.append(row)
-    fields = TensorDict(
-        {
-            "uid": NonTensorStack(*[f"{uid}{step}" for uid in UIDS]),
-            "response_mask": torch.nested.as_nested_tensor(
-                [torch.ones(n) for n in LENGTHS], layout=torch.jagged
-            ),
-            "rm_scores": torch.nested.as_nested_tensor(rm_scores, layout=torch.jagged),
-            "old_log_probs": torch.nested.as_nested_tensor(
-                [-torch.ones(n) for n in LENGTHS], layout=torch.jagged
-            ),
-        },
-        batch_size=len(keys),
-    )
+    columns = {
+        "uid": NonTensorStack(*[f"{uid}{step}" for uid in uids]),
+        "response_mask": torch.nested.as_nested_tensor([torch.tensor(m) for m in masks], layout=torch.jagged),
+        "rm_scores": torch.nested.as_nested_tensor(rm_scores, layout=torch.jagged),
+        "old_log_probs": torch.nested.as_nested_tensor(
+            [-torch.ones(n) for n in lengths], layout=torch.jagged
+        ),
+    }
+    if entropies is not None:
+        columns["entropy"] = torch.nested.as_nested_tensor(
+            [torch.tensor(row) for row in entropies], layout=torch.jagged
+        )
+    fields = TensorDict(columns, batch_size=len(keys))
     return queue.kv_batch_put(keys=keys, partition_id="train", fields=fields)
 
 
@@ -93,8 +109,8 @@ def advantages_in_queue(queue, batch) -> torch.Tensor:
 
 
 def run_step(trainer, queue, step: int, entropy: float | None):
-    batch = put_rollouts(queue, step)
-    metrics = {} if entropy is None else {"actor/entropy": entropy}
+    batch = put_rollouts(queue, step, entropy)
+    metrics = {}
     batch = trainer._compute_advantage(batch, metrics=metrics)
     return advantages_in_queue(queue, batch), metrics
 
@@ -155,12 +171,12 @@ def test_entropy_drives_the_positive_weight(verl_config, in_memory_tq):
     # group a [0.9, 0.4, 0.2, 0.8] (mean 0.575): 2 positive; b [0.1, 0.6, 0.2, 0.5] (mean 0.35): 2 positive
     assert metrics == pytest.approx(
         {
-            "actor/entropy": 1.2,
             "entropy/rollout": 1.2,
             "eapo/w_pos": 0.2,
             "eapo/w_neg": 1.0,
             "eapo/H0": 1.2,
             "eapo/frac_positive": 0.5,
+            "eapo/num_unscored": 0.0,
         }
     )
     # step 2: entropy rose to 1.8, w+ = 0.2 · 1.8 / 1.2 = 0.3
@@ -187,13 +203,39 @@ def test_fixed_scheme_runs_without_entropy(verl_config, in_memory_tq):
     trainer = EAPOVerlTrainer(verl_config)
     advantages, metrics = run_step(trainer, in_memory_tq, 1, entropy=None)
     torch.testing.assert_close(advantages, expected_advantages(1.0, 0.0), rtol=0, atol=1e-6)
-    assert metrics == pytest.approx({"eapo/w_pos": 1.0, "eapo/w_neg": 0.0, "eapo/frac_positive": 0.5})
+    assert metrics == pytest.approx(
+        {"eapo/w_pos": 1.0, "eapo/w_neg": 0.0, "eapo/frac_positive": 0.5, "eapo/num_unscored": 0.0}
+    )
 
 
 def test_missing_entropy_is_a_clear_error(verl_config, in_memory_tq):
     trainer = EAPOVerlTrainer(verl_config)
-    with pytest.raises(RuntimeError, match=r"metrics\['actor/entropy'\].*bypass_mode"):
+    with pytest.raises(RuntimeError, match=r"per-token 'entropy'.*bypass_mode"):
         run_step(trainer, in_memory_tq, 1, entropy=None)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_verl_path_gives_the_shared_batch_its_hand_derived_entropy(agg, verl_config, in_memory_tq):
+    """The same batch and number as tests/train/test_train.py (the TRL trainer): one H_t on both
+    engines. The third row is verl's padding row: one response token, masked out."""
+    verl_config.algorithm.eapo = {"entropy_agg": agg}
+    trainer = EAPOVerlTrainer(verl_config)
+    rows = [list(row) if row else [7.0] for row in entropy_batch.ROWS]
+    masks = [[1.0] * len(row) if row else [0.0] for row in entropy_batch.ROWS]
+    batch = put_rollouts(
+        in_memory_tq, 1, uids=["a", "a", "b", "b"], scores=[0.9, 0.1, 0.4, 0.6], entropies=rows, masks=masks
+    )
+    metrics = {}
+    trainer._compute_advantage(batch, metrics=metrics)
+    assert metrics["entropy/rollout"] == pytest.approx(entropy_batch.H_T[agg], rel=1e-6)
+    assert metrics["eapo/H0"] == metrics["entropy/rollout"]
+
+
+def test_entropy_agg_default_and_errors(verl_config):
+    assert EAPOVerlTrainer(verl_config).settings.entropy_agg == "token-mean"  # as eapo train's default
+    verl_config.algorithm.eapo = {"entropy_agg": "seq-mean"}
+    with pytest.raises(ValueError, match="algorithm.eapo.entropy_agg='seq-mean' is invalid"):
+        EAPOVerlTrainer(verl_config)
 
 
 def test_configuration_errors_are_raised_before_verl_starts(verl_config):

@@ -154,6 +154,20 @@ class TransformersGenerator:
             eos_ids.append(self.tokenizer.eos_token_id)
         self.eos_token_ids = sorted(set(eos_ids))
 
+    @classmethod
+    def from_model(cls, model, tokenizer) -> TransformersGenerator:
+        """Sample from an already loaded model (the policy during training's validation) in its
+        current mode and device. The tokenizer is switched to left padding: pass one of its own."""
+        generator = cls.__new__(cls)
+        generator.model, generator.tokenizer = model, tokenizer
+        generator.device = next(model.parameters()).device
+        tokenizer.padding_side = "left"
+        eos = model.generation_config.eos_token_id
+        eos_ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
+        eos_ids = [*eos_ids, *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])]
+        generator.eos_token_ids = sorted(set(eos_ids))
+        return generator
+
     def generate(
         self,
         prompts: Sequence[str],

@@ -93,9 +93,13 @@ def make_composite(
     weights: Mapping[str, float],
     *,
     parallel: bool = True,
+    missing: str = "unscorable",
     **options: Mapping[str, Any],
 ) -> CompositeReward:
     """Build ``Σ α_k r_k`` from ``{component name: α}``; ``options`` maps a component name to its options.
+
+    ``missing`` (``"unscorable"`` or ``"renormalize"``) is what a sample's total is when a weighted
+    component could not score it (:mod:`eapo.rewards.composite`).
 
     Example: ``make_composite({"format": 0.5, "rouge_l": 0.5}, rouge_l={"level": "word"})``.
     """
@@ -114,4 +118,4 @@ def make_composite(
                 f"options for reward {name!r} must be a mapping of keyword arguments, got {component_options!r}"
             )
     components = {name: make_reward(name, **dict(options.get(name, {}))) for name in weights}
-    return CompositeReward(weights, components, parallel=parallel)
+    return CompositeReward(weights, components, parallel=parallel, missing=missing)

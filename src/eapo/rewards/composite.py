@@ -1,10 +1,18 @@
 """The composite reward ``r(x, y) = α1·r_fmt + α2·r_rouge + α3·r_rerank + α4·r_llm`` (Section 2.3 of the EAPO paper).
 
-``total = Σ_k α_k · r_k`` over the configured components. Departure (robustness): the sum is
-NaN-aware — a component that returns ``None`` for a sample is dropped and the remaining weights
-are rescaled to the full weight, ``total = (Σ_avail α_k r_k) · (Σ_all α_k / Σ_avail α_k)``, so a
-sample keeps the scale of a fully-scored one; with every weighted component ``None`` the total is
-``None``. Components with α = 0 are computed and logged but never enter the total.
+``total = Σ_k α_k · r_k`` over the configured components. A weighted component that returns
+``None`` for a sample (it could not score it: a failed judge call) is handled by ``missing``:
+
+* ``"unscorable"`` (the default): the sample's total is ``None``. Every total of a group is then on
+  one scale; the trainer gives such a rollout no advantage and leaves it out of its group's mean and
+  std (TRL's treatment of a ``None`` reward), and ``reward/<c>/none_frac`` counts it.
+* ``"renormalize"``: the component is dropped for that sample and the remaining weights rescaled to
+  the full weight, ``total = (Σ_avail α_k r_k) · (Σ_all α_k / Σ_avail α_k)``. The sample keeps the
+  range of a fully-scored one but is scored on different criteria than the rest of its group, which
+  can flip its polarity.
+
+With every weighted component ``None`` the total is ``None`` in both modes. Components with α = 0
+are computed and logged but never enter the total.
 
 Metric keys (the contract the trainer logs and the plots read), per component ``<c>``:
 
@@ -25,7 +33,10 @@ from typing import Any
 
 from eapo.rewards.base import RewardFunction
 
-__all__ = ["CompositeReward", "CompositeResult", "combine", "summarize", "check_weights"]
+__all__ = ["CompositeReward", "CompositeResult", "combine", "summarize", "check_weights", "MISSING_MODES"]
+
+#: What :func:`combine` does with a weighted component that returned ``None`` (module docstring).
+MISSING_MODES: tuple[str, ...] = ("unscorable", "renormalize")
 
 
 @dataclass
@@ -43,9 +54,14 @@ class CompositeResult:
 
 
 def combine(
-    components: Mapping[str, Sequence[float | None]], weights: Mapping[str, float]
+    components: Mapping[str, Sequence[float | None]],
+    weights: Mapping[str, float],
+    *,
+    missing: str = "unscorable",
 ) -> list[float | None]:
-    """NaN-aware weighted sum (see the module docstring); all component lists have one length."""
+    """Weighted sum with ``None`` handled by ``missing`` (see the module docstring); all lists have one length."""
+    if missing not in MISSING_MODES:
+        raise ValueError(f"missing={missing!r} is invalid; valid: {', '.join(MISSING_MODES)}")
     lengths = {name: len(scores) for name, scores in components.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"components returned different numbers of scores: {lengths}")
@@ -55,7 +71,7 @@ def combine(
     totals: list[float | None] = []
     for index in range(n):
         available = [name for name in weighted if components[name][index] is not None]
-        if not available:
+        if not available or (missing == "unscorable" and len(available) < len(weighted)):
             totals.append(None)
             continue
         available_weight = sum(weights[name] for name in available)
@@ -110,6 +126,8 @@ class CompositeReward:
         components: component name → reward function (same keys as ``weights``).
         parallel: run the components on threads at once (the judge's network wait overlaps the
             reranker's forward passes); exceptions propagate either way.
+        missing: ``"unscorable"`` or ``"renormalize"``: the total of a sample a weighted component
+            could not score (see the module docstring).
     """
 
     name = "composite"
@@ -120,8 +138,11 @@ class CompositeReward:
         components: Mapping[str, RewardFunction],
         *,
         parallel: bool = True,
+        missing: str = "unscorable",
     ) -> None:
         check_weights(weights)
+        if missing not in MISSING_MODES:
+            raise ValueError(f"missing={missing!r} is invalid; valid: {', '.join(MISSING_MODES)}")
         if set(weights) != set(components):
             raise ValueError(
                 f"weights {sorted(weights)} and components {sorted(components)} must name the same rewards"
@@ -129,6 +150,7 @@ class CompositeReward:
         self.weights = {name: float(alpha) for name, alpha in weights.items()}
         self.components = dict(components)
         self.parallel = parallel
+        self.missing = missing
         self.label = " + ".join(
             f"{alpha:g}·{self.components[name].label}" for name, alpha in self.weights.items()
         )
@@ -166,7 +188,7 @@ class CompositeReward:
                 raise ValueError(
                     f"reward {name!r} returned {len(scores)} scores for {len(completions)} completions"
                 )
-        totals = combine(components, self.weights)
+        totals = combine(components, self.weights, missing=self.missing)
         metrics: dict[str, float] = {}
         details: dict[str, list[dict[str, Any] | None]] = {}
         for name, scores in components.items():
@@ -202,4 +224,4 @@ class CompositeReward:
                 close()
 
     def __repr__(self) -> str:
-        return f"CompositeReward(weights={self.weights}, components={list(self.components)})"
+        return f"CompositeReward(weights={self.weights}, components={list(self.components)}, missing={self.missing!r})"

@@ -8,8 +8,8 @@ entry-point group ``verl.plugins`` (``verl/__init__.py`` imports every plugin it
   GRPO advantages times polarity weights, computed by :mod:`eapo.core`
   (:mod:`eapo.integrations.verl.estimators`);
 * the trainer ``eapo`` (``trainer.use_v1=True trainer.v1.trainer_mode=eapo``): verl's synchronous v1
-  trainer whose advantage step reads ``H_t`` from ``actor/entropy`` and applies the entropy-driven
-  ``w+_t`` (:mod:`eapo.integrations.verl.trainer`);
+  trainer whose advantage step computes ``H_t`` from the per-token entropies (``eapo.core.rollout_entropy``,
+  as the TRL trainer) and applies the entropy-driven ``w+_t`` (:mod:`eapo.integrations.verl.trainer`);
 * the reward function :func:`compute_score`
   (``reward.custom_reward_function.path=pkg://eapo.integrations.verl``): the paper's composite of
   format, Rouge-L, reranker and LLM judge (:mod:`eapo.integrations.verl.reward`).
@@ -33,7 +33,7 @@ register_estimators()
 
 from eapo.integrations.verl.reward import compute_score  # noqa: E402
 from eapo.integrations.verl.trainer import (  # noqa: E402  (registers the trainer)
-    ENTROPY_METRIC,
+    ENTROPY_FIELD,
     TRAINER_NAME,
     WEIGHTING_STATE_FILE,
     EapoSettings,
@@ -43,7 +43,7 @@ from eapo.integrations.verl.trainer import (  # noqa: E402  (registers the train
 __all__ = [
     "ESTIMATOR_NAMES",
     "ESTIMATORS",
-    "ENTROPY_METRIC",
+    "ENTROPY_FIELD",
     "TRAINER_NAME",
     "WEIGHTING_STATE_FILE",
     "EAPOVerlTrainer",

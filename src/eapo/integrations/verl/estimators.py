@@ -24,6 +24,10 @@ Departures from verl's ``grpo`` estimator, whose maths is otherwise the same (un
 * verl's v1 trainer scores multi-turn agent loops (several outputs per rollout) by their final
   output only for ``grpo``; these estimators treat every output as a rollout of its group. The
   paper's single-turn QA has one output per rollout, where the two agree.
+* a rollout whose score is NaN could not be scored (:func:`eapo.integrations.verl.compute_score`
+  returns NaN when the composite has no total, e.g. a failed judge call under
+  ``missing=unscorable``): it gets advantage 0 and is left out of its group's mean and std and of
+  ``frac_positive``, as TRL treats a ``None`` reward.
 
 Rows of one group need not be contiguous (verl reorders the batch to balance sequence lengths) and
 groups may differ in size (failed rollouts are dropped): rows are gathered per group, groups of one
@@ -64,7 +68,10 @@ __all__ = [
 ESTIMATOR_NAMES: tuple[str, ...] = ("eapo", "psr", "nsr", "w_reinforce")
 
 #: Keys accepted under ``algorithm.eapo`` (see :class:`eapo.integrations.verl.trainer.EapoSettings`).
-SETTING_KEYS: tuple[str, ...] = ("method", "w0", "w_min", "w_max", "w_pos", "w_neg")
+SETTING_KEYS: tuple[str, ...] = ("method", "w0", "w_min", "w_max", "w_pos", "w_neg", "entropy_agg")
+
+#: Keys of ``algorithm.eapo`` that are not weights of the scheme.
+_NOT_WEIGHTS: tuple[str, ...] = ("method", "entropy_agg")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +84,7 @@ class PolarityStep:
     """One training step's polarity weights, and what the estimator reports back.
 
     The trainer fills ``method``, ``w_pos`` and ``w_neg``; the estimator fills ``num_sequences``
-    and ``num_positive`` (|D+|) when it runs.
+    (the scored rollouts), ``num_positive`` (|D+| among them) and ``num_unscored`` when it runs.
     """
 
     method: str
@@ -85,10 +92,12 @@ class PolarityStep:
     w_neg: float
     num_sequences: int = 0
     num_positive: int = 0
+    num_unscored: int = 0
+    ran: bool = False
 
     @property
     def frac_positive(self) -> float:
-        """|D+| / B of the batch the estimator scored (NaN before it ran)."""
+        """|D+| / (scored rollouts) of the batch the estimator saw (NaN before it ran or with none scored)."""
         return self.num_positive / self.num_sequences if self.num_sequences else float("nan")
 
 
@@ -154,7 +163,7 @@ def fixed_weights(name: str, settings: Mapping[str, Any]) -> tuple[float, float]
         raise ValueError(
             f"algorithm.adv_estimator={name} but algorithm.eapo.method={method}; set both to the same scheme"
         )
-    overrides = {key: value for key, value in settings.items() if key != "method"}
+    overrides = {key: value for key, value in settings.items() if key not in _NOT_WEIGHTS}
     try:
         scheme = make_weighting(name, **overrides)  # rejects keys the scheme does not take (w0 for psr)
     except ValueError as error:
@@ -187,15 +196,16 @@ def polarity_grpo_advantages(
     """Polarity-weighted group advantages for rows grouped by ``index`` (any order, any group sizes).
 
     Args:
-        scores: ``(B,)`` sequence rewards.
+        scores: ``(B,)`` sequence rewards; NaN marks a rollout that could not be scored (advantage 0,
+            positive, not part of its group's statistics).
         index: ``B`` group ids (verl's ``uid``); rows with equal ids form a group.
         w_pos, w_neg: the polarity weights.
         norm_by_std: divide by the group std + ``epsilon`` (GRPO) or only centre (Dr. GRPO).
         epsilon: added to the std.
 
     Returns:
-        ``(advantages (B,), positive (B,) bool)`` in verl's row order. Singleton groups get 0 and
-        count as positive.
+        ``(advantages (B,), positive (B,) bool)`` in verl's row order. Groups with fewer than two
+        scored rows get 0 and count as positive.
     """
     if scores.dim() != 1 or len(index) != scores.shape[0]:
         raise ValueError(
@@ -206,8 +216,10 @@ def polarity_grpo_advantages(
         scores, dtype=scores.dtype if scores.dtype.is_floating_point else torch.float32
     )
     positive = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
+    scored = ~torch.isnan(scores)
     by_size: dict[int, list[list[int]]] = defaultdict(list)
     for rows in _groups(index):
+        rows = [row for row in rows if bool(scored[row])]
         by_size[len(rows)].append(rows)
     for size, groups in by_size.items():
         if size < 2:
@@ -257,8 +269,11 @@ def _estimate(
         scores, list(index), w_pos, w_neg, norm_by_std=norm_by_std, epsilon=epsilon
     )
     if step is not None:
-        step.num_sequences = int(positive.numel())
-        step.num_positive = int(positive.sum())
+        step.ran = True
+        scored = ~torch.isnan(scores)
+        step.num_sequences = int(scored.sum())
+        step.num_positive = int((positive & scored.to(positive.device)).sum())
+        step.num_unscored = int((~scored).sum())
     token_advantages = advantages.unsqueeze(-1) * response_mask  # [B, T]
     return token_advantages, token_advantages
 

@@ -18,14 +18,18 @@ and ``eapo eval`` use, and returns ``{"score": total, "<component>": raw score, 
 * ``weights``: component → α; default :attr:`eapo.config.RewardConfig.weights` (format 0.1, Rouge-L
   0.3, reranker 0.3, judge 0.3);
 * ``options``: component → its options, e.g. ``{"llm_judge": {"base_url": ..., "model": ...},
-  "reranker": {"backend": "cross-encoder"}, "format": {"prefix": "<think>"}}``.
+  "reranker": {"backend": "cross-encoder"}, "format": {"prefix": "<think>"}}``;
+* ``missing``: ``unscorable`` (default, as ``reward.missing`` of ``eapo train``) or ``renormalize``
+  — the composite's total for a rollout a weighted component could not score.
 
 The judge's ``{query}`` is ``extra_info["question"]``, which ``eapo data export-verl`` writes.
 
-Departure: a rollout that no weighted component could score (the composite's total is ``None``,
-e.g. the judge unreachable with only the judge weighted) gets ``score`` 0.0 and
-``reward_unscored`` 1.0, since verl needs a number; a single unscored component is handled by the
-composite's NaN-aware re-weighting and shows as NaN under its own key.
+A rollout the composite has no total for (under ``missing=unscorable``, any weighted component
+returning ``None``, e.g. a failed judge call) gets ``score`` NaN and ``reward_unscored`` 1.0: the
+``eapo``/``psr``/``nsr``/``w_reinforce`` estimators give it advantage 0 and leave it out of its
+group's mean and std (:mod:`eapo.integrations.verl.estimators`), as the TRL trainer does. verl's own
+score statistics (``critic/score/*``) then show NaN for that step; ``reward_unscored`` counts them.
+A component that could not score shows as NaN under its own key.
 """
 
 from __future__ import annotations
@@ -68,7 +72,9 @@ def _plain(value: Any) -> Any:
 
 
 def composite_for(
-    weights: Mapping[str, float] | None = None, options: Mapping[str, Any] | None = None
+    weights: Mapping[str, float] | None = None,
+    options: Mapping[str, Any] | None = None,
+    missing: str = "unscorable",
 ) -> Any:
     """The :class:`eapo.rewards.CompositeReward` for these settings, built once per process.
 
@@ -79,11 +85,15 @@ def composite_for(
 
     weights = _plain(weights) if weights is not None else default_weights()
     options = _plain(options) if options is not None else {}
-    key = json.dumps({"weights": weights, "options": options}, sort_keys=True, default=str)
+    key = json.dumps(
+        {"weights": weights, "options": options, "missing": missing}, sort_keys=True, default=str
+    )
     with _COMPOSITES_LOCK:
         composite = _COMPOSITES.get(key)
         if composite is None:
-            composite = make_composite({name: float(alpha) for name, alpha in weights.items()}, **options)
+            composite = make_composite(
+                {name: float(alpha) for name, alpha in weights.items()}, missing=missing, **options
+            )
             _COMPOSITES[key] = composite
         return composite
 
@@ -100,6 +110,7 @@ async def compute_score(
     *,
     weights: Mapping[str, float] | None = None,
     options: Mapping[str, Any] | None = None,
+    missing: str = "unscorable",
     **unused: Any,
 ) -> dict[str, float]:
     """Score one rollout with the composite reward (verl's ``compute_score`` interface).
@@ -109,21 +120,21 @@ async def compute_score(
         solution_str: the decoded response.
         ground_truth: ``reward_model.ground_truth`` of the row, the reference answer.
         extra_info: the row's ``extra_info``; ``question`` is the judge's query.
-        weights, options: see the module docstring (from ``reward_kwargs``).
+        weights, options, missing: see the module docstring (from ``reward_kwargs``).
         unused: other keywords verl may pass (``reward_router_address``, ...).
 
     Returns:
-        ``{"score": total, <component>: raw score or NaN, "reward_unscored": 0.0 or 1.0}``, the same
-        keys for every rollout.
+        ``{"score": total or NaN, <component>: raw score or NaN, "reward_unscored": 0.0 or 1.0}``, the
+        same keys for every rollout.
     """
-    composite = composite_for(weights, options)
+    composite = composite_for(weights, options, missing)
     question = (extra_info or {}).get("question")
     prompts = [question] if question is not None else None
     result = await asyncio.to_thread(composite.score, prompts, [solution_str], [ground_truth])
     total = result.rewards[0]
     if total is None:
-        logger.warning("no weighted reward component could score a rollout of %s; score 0.0", data_source)
-    scores = {"score": 0.0 if total is None else float(total)}
+        logger.warning("the composite could not score a rollout of %s: score NaN, no advantage", data_source)
+    scores = {"score": _number(total)}
     scores.update({name: _number(values[0]) for name, values in result.components.items()})
     scores["reward_unscored"] = 1.0 if total is None else 0.0
     return scores

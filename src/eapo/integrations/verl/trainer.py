@@ -1,13 +1,16 @@
 """The ``eapo`` trainer for verl's v1 PPO loop: entropy → (w+, w-) → polarity-weighted advantages.
 
 verl's synchronous v1 trainer (``verl.trainer.ppo.v1.PPOTrainerSync``) runs, per step: rollout →
-reward → old log-probs (which logs the policy's mean token entropy as ``actor/entropy``) → ref
-log-probs → ``_compute_advantage`` → actor update. This subclass overrides only
-``_compute_advantage``: it reads ``H_t = metrics["actor/entropy"]``, asks the weighting scheme for
-``(w+_t, w-)`` (Eq. ``dynamic_weight`` for ``eapo``), hands them to the registered estimator with
-:func:`~eapo.integrations.verl.estimators.polarity_weights`, and logs::
+reward → old log-probs (which writes each token's entropy into the TransferQueue as ``entropy``
+and logs an aggregate as ``actor/entropy``) → ref log-probs → ``_compute_advantage`` → actor update.
+This subclass overrides only ``_compute_advantage``: it computes ``H_t`` from the per-token
+entropies with :func:`eapo.core.rollout_entropy` and ``algorithm.eapo.entropy_agg`` — the function
+and setting :class:`eapo.trainer.EAPOTrainer` uses, so both engines give the same ``H_t`` for the same
+rollouts — asks the weighting scheme for ``(w+_t, w-)`` (Eq. ``dynamic_weight`` for ``eapo``), hands
+them to the registered estimator with :func:`~eapo.integrations.verl.estimators.polarity_weights`,
+and logs::
 
-    eapo/w_pos  eapo/w_neg  eapo/H0  eapo/frac_positive  entropy/rollout
+    eapo/w_pos  eapo/w_neg  eapo/H0  eapo/frac_positive  eapo/num_unscored  entropy/rollout
 
 (the keys of :class:`eapo.trainer.EAPOTrainer`; ``eapo/H0`` is the scheme's anchor for ``eapo`` and
 the first step's entropy for the fixed schemes). The scheme's state (the ``H_0`` anchor) is written
@@ -16,10 +19,10 @@ beside verl's checkpoint as ``global_step_N/eapo_weighting.json`` and restored o
 Enable it with ``trainer.use_v1=True trainer.v1.trainer_mode=eapo algorithm.adv_estimator=eapo``;
 settings come from ``algorithm.eapo.*`` (see :class:`EapoSettings`).
 
-Where it departs from verl: ``H_t`` is verl's ``actor/entropy``, aggregated with the actor's
-``loss_agg_mode`` (``seq-mean-token-mean`` in the paper's setting: the mean over sequences of each
-sequence's mean token entropy), where :class:`eapo.trainer.EAPOTrainer` uses the token-weighted
-mean over the batch. Both are "the rollout entropy" of the paper; they differ when lengths differ.
+verl's own ``actor/entropy`` is aggregated with the actor's ``loss_agg_mode`` (``seq-mean-token-mean``
+in the paper's setting); ``entropy/rollout`` (``H_t``) follows ``entropy_agg`` instead (default
+``token-mean``, as on TRL), so the two differ when response lengths differ and
+``entropy_agg != loss_agg_mode``. verl's padding rows (no response token) count in neither.
 """
 
 from __future__ import annotations
@@ -31,19 +34,19 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
-from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer, trainer_base
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-from eapo.core import WeightingScheme, make_weighting
+from eapo.core import ENTROPY_AGGREGATIONS, WeightingScheme, make_weighting, rollout_entropy
 from eapo.integrations.verl.estimators import ESTIMATOR_NAMES, PolarityStep, eapo_settings, polarity_weights
 
 __all__ = [
     "TRAINER_NAME",
-    "ENTROPY_METRIC",
+    "ENTROPY_FIELD",
     "WEIGHTING_STATE_FILE",
     "EapoSettings",
     "EAPOVerlTrainer",
-    "rollout_entropy",
+    "batch_entropy",
     "save_weighting_state",
     "load_weighting_state",
 ]
@@ -52,8 +55,8 @@ logger = logging.getLogger(__name__)
 
 #: ``trainer.v1.trainer_mode`` value that selects :class:`EAPOVerlTrainer`.
 TRAINER_NAME = "eapo"
-#: The metric verl's old-log-prob pass writes; ``H_t`` of the paper.
-ENTROPY_METRIC = "actor/entropy"
+#: The per-token entropy field verl's old-log-prob pass writes into the TransferQueue.
+ENTROPY_FIELD = "entropy"
 #: File written into verl's ``global_step_N`` checkpoint folder.
 WEIGHTING_STATE_FILE = "eapo_weighting.json"
 
@@ -78,6 +81,8 @@ class EapoSettings:
     """Fixed schemes: the positive weight w+."""
     w_neg: float | None = None
     """Every scheme: the negative weight w-."""
+    entropy_agg: str = "token-mean"
+    """How H_t averages per-token entropies: token-mean or seq-mean-token-mean (eapo.core.rollout_entropy)."""
 
     @classmethod
     def from_algorithm_config(cls, algorithm: Any) -> EapoSettings:
@@ -100,6 +105,10 @@ class EapoSettings:
                 f"algorithm.eapo.method={method} but algorithm.adv_estimator={estimator}; set both to the same scheme"
             )
         settings = cls(method=method, **values)
+        if settings.entropy_agg not in ENTROPY_AGGREGATIONS:
+            raise ValueError(
+                f"algorithm.eapo.entropy_agg={settings.entropy_agg!r} is invalid; valid: {', '.join(ENTROPY_AGGREGATIONS)}"
+            )
         settings.build_weighting()  # validate once, here
         return settings
 
@@ -108,7 +117,7 @@ class EapoSettings:
         return {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name != "method" and getattr(self, f.name) is not None
+            if f.name not in ("method", "entropy_agg") and getattr(self, f.name) is not None
         }
 
     def build_weighting(self) -> WeightingScheme:
@@ -119,23 +128,25 @@ class EapoSettings:
             raise ValueError(f"algorithm.eapo: {error}") from error
 
 
-def rollout_entropy(metrics: dict[str, Any]) -> float | None:
-    """``H_t`` from verl's step metrics (``actor/entropy``), or None when absent."""
-    value = metrics.get(ENTROPY_METRIC)
-    if value is None:
+def batch_entropy(data: Any, agg: str) -> float | None:
+    """``H_t`` of a TransferQueue batch (a TensorDict of jagged ``entropy`` and ``response_mask``), or
+    None when it has no per-token ``entropy``."""
+    if ENTROPY_FIELD not in data.keys():
         return None
-    value = float(value.item() if hasattr(value, "item") else value)
+    padded = data.select(ENTROPY_FIELD, "response_mask").to_padded_tensor()
+    value = rollout_entropy(padded[ENTROPY_FIELD], padded["response_mask"], agg=agg)
     if not math.isfinite(value):
         raise ValueError(
-            f"metrics[{ENTROPY_METRIC!r}] is {value}; the old-log-prob pass produced a non-finite entropy"
+            f"the batch's per-token {ENTROPY_FIELD!r} averages to {value}: the old-log-prob pass "
+            "produced a non-finite entropy"
         )
     return value
 
 
 def _missing_entropy_message(method: str) -> str:
     return (
-        f"algorithm.eapo.method={method} reads this step's rollout entropy H_t from metrics[{ENTROPY_METRIC!r}], "
-        "which verl's old-log-prob pass writes, but it is missing. Bypass mode "
+        f"algorithm.eapo.method={method} needs this step's rollout entropy H_t from the per-token "
+        f"{ENTROPY_FIELD!r} that verl's old-log-prob pass writes, but the batch has none. Bypass mode "
         "(algorithm.rollout_correction.bypass_mode=True) skips that pass: turn it off, or use a fixed "
         f"scheme ({', '.join(n for n in ESTIMATOR_NAMES if n != 'eapo')})."
     )
@@ -203,7 +214,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
     # --- the one step EAPO changes ---------------------------------------------------------------
 
     def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
-        entropy = rollout_entropy(metrics)  # H_t, from this step's old-log-prob pass
+        entropy = self._rollout_entropy(batch)  # H_t, from this step's old-log-prob pass
         if entropy is None and self.weighting.needs_entropy:
             raise RuntimeError(_missing_entropy_message(self.settings.method))
         if self.first_entropy is None and entropy is not None:
@@ -211,7 +222,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
         w_pos, w_neg = self.weighting.weights(entropy)
         with polarity_weights(self.settings.method, w_pos, w_neg) as step:
             batch = super()._compute_advantage(batch, metrics)
-        if step.num_sequences == 0:
+        if not step.ran:
             raise RuntimeError(
                 f"the {self.settings.method!r} advantage estimator did not run, so (w+, w-) were not applied; "
                 "verl computed advantages some other way (check algorithm.adv_estimator)"
@@ -225,6 +236,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
             "eapo/w_pos": step.w_pos,
             "eapo/w_neg": step.w_neg,
             "eapo/frac_positive": step.frac_positive,
+            "eapo/num_unscored": float(step.num_unscored),
         }
         if entropy is not None:
             metrics["entropy/rollout"] = entropy
@@ -232,6 +244,16 @@ class EAPOVerlTrainer(PPOTrainerSync):
         if anchor is not None:
             metrics["eapo/H0"] = anchor
         return metrics
+
+    def _rollout_entropy(self, batch: Any) -> float | None:
+        """``H_t`` from the per-token entropies of ``batch`` in the TransferQueue (None without them)."""
+        rollout_correction = self.config.algorithm.get("rollout_correction", None) or {}
+        if rollout_correction.get("bypass_mode", False):
+            return None  # no old-log-prob pass, so no entropies (the eapo scheme is refused at init)
+        data = trainer_base.tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=[ENTROPY_FIELD, "response_mask"]
+        )
+        return batch_entropy(data, self.settings.entropy_agg)
 
     # --- checkpoints: the scheme's state beside verl's -------------------------------------------
 
