@@ -221,3 +221,27 @@ def test_results_from_before_the_explicit_avgs_are_recomputed():
     assert upgraded["metrics"]["avg_laaj"] == pytest.approx(new["metrics"]["avg_laaj"], abs=1e-12)
     assert upgraded["ci95"]["avg"] is None and upgraded["ci95"]["avg_laaj"] is None
     assert upgrade_results(new) == new
+
+
+def test_both_avgs_get_intervals_from_the_shared_resampling():
+    rng = np.random.default_rng(2)
+    scores = [
+        {name: list(rng.uniform(0, 1, 4)) for name in ("rouge_l", "reranker", "laaj")} for _ in range(50)
+    ]
+    per_prompt = per_prompt_values(scores)
+    point = aggregate(per_prompt)
+    ci = bootstrap_ci(per_prompt, n_resamples=400, seed=5)
+    for key in ("avg", "avg_laaj"):
+        low, high = ci[key]
+        assert low < point[key] < high, key
+    # each Avg's replicates are the mean of its columns' replicates over the same resampled prompts
+    indices = np.random.default_rng(5).integers(0, 50, size=(400, 50))
+    replicates = {c: per_prompt[c][indices].mean(axis=1) for c in ("rouge_l", "reranker", "laaj")}
+    expected = (replicates["rouge_l"] + replicates["reranker"] + replicates["laaj"]) / 3
+    assert ci["avg_laaj"] == pytest.approx(
+        (np.percentile(expected, 2.5), np.percentile(expected, 97.5)), abs=1e-12
+    )
+    # drop the reranker: neither Avg can be formed, so neither has an interval
+    without = {key: values for key, values in per_prompt.items() if key not in ("reranker", "rr_at_k")}
+    ci = bootstrap_ci(without, n_resamples=50)
+    assert ci["avg"] is None and ci["avg_laaj"] is None and ci["rouge_l"] is not None
