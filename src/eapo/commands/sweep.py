@@ -30,6 +30,7 @@ def sweep_command(
     side_by_side: list[Path] = typer.Option(
         None,
         "--side-by-side",
+        metavar="DIR",
         help="Another sweep directory (e.g. the same grid on CMD) shown next to this one in the "
         "sensitivity table, as in the paper (repeatable).",
     ),
