@@ -667,11 +667,14 @@ def _common_k(results: Sequence[Mapping[str, Any]]) -> int | None:
 
 
 def _labels(results: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    labels: dict[str, str] = {}
+    """Each scorer's label; distinct labels across the evaluations are all listed (so a column that
+    mixes the stand-in with the cross-encoder is still marked †)."""
+    labels: dict[str, list[str]] = {}
     for r in results:
         for name, label in r.get("labels", {}).items():
-            labels.setdefault(name, label)
-    return labels
+            if label not in labels.setdefault(name, []):
+                labels[name].append(label)
+    return {name: " | ".join(found) for name, found in labels.items()}
 
 
 def _comparison_rows(entries: Sequence[Entry], columns: Sequence[str]) -> list[list[str]]:
@@ -803,7 +806,7 @@ def sensitivity_table(entries: Sequence[Entry] | Mapping[str, Sequence[Entry]]) 
     )
     results = [r for group in datasets.values() for r in _all_results(group)]
     labels = _labels(results)
-    flagged = stand_in_columns(labels)
+    flagged = {name: stand_in_columns(_labels(_all_results(group))) for name, group in datasets.items()}
     side_by_side = len(datasets) > 1
     # Blocks merged over datasets: (method, varied, fixed) -> {dataset: {value: entry}}.
     merged: dict[tuple[str, str, str], dict[str, dict[float, Entry]]] = {}
@@ -813,7 +816,7 @@ def sensitivity_table(entries: Sequence[Entry] | Mapping[str, Sequence[Entry]]) 
     columns = [(name, column) for name in datasets for column in PAPER_WEIGHT_COLUMNS]
     header = ["Methods"] + [
         column_title(column, None)
-        + ("†" if column in flagged else "")
+        + ("†" if column in flagged[name] else "")
         + (f" ({name})" if side_by_side else "")
         for name, column in columns
     ]

@@ -193,7 +193,9 @@ class FakeRunner:
         table: dict | None = None,
         data: str = "rjua:test",
         laaj: float | None = None,
+        stand_in: bool = True,
     ) -> None:
+        self.stand_in = stand_in
         self.fail = set(fail)
         self.table = PAPER if table is None else table
         self.data = data
@@ -225,7 +227,7 @@ class FakeRunner:
             config = yaml.safe_load((Path(args[args.index("--model") + 1]) / "config.yaml").read_text())
             rouge, reranker = self.table.get(paper_key(config["algorithm"]), (0.30, 0.95))
         out.mkdir(parents=True, exist_ok=True)
-        results = fake_results(rouge, reranker, data=self.data, laaj=self.laaj)
+        results = fake_results(rouge, reranker, data=self.data, laaj=self.laaj, stand_in=self.stand_in)
         (out / "results.json").write_text(json.dumps(results))
 
 
@@ -461,7 +463,7 @@ def test_sensitivity_table_holds_two_datasets_side_by_side_as_in_the_paper(tmp_p
         methods=["w_reinforce", "eapo"],
         grids=grids,
         eval_options=EvalOptions(k=8),
-        runner=FakeRunner(table=PAPER_CMD, data="cmd:test"),
+        runner=FakeRunner(table=PAPER_CMD, data="cmd:test", stand_in=False),
         include_base=False,
         echo=lambda message: None,
     )
@@ -471,9 +473,11 @@ def test_sensitivity_table_holds_two_datasets_side_by_side_as_in_the_paper(tmp_p
     markdown = (tmp_path / "sweep" / "sensitivity.md").read_text()
     lines = markdown.splitlines()
     header = next(line for line in lines if line.startswith("| Methods"))
+    # the CMD sweep used the cross-encoder: only the RJUA Reranker column carries the stand-in mark
     assert header == (
-        "| Methods | Rouge-L (rjua:test) | Reranker† (rjua:test) | Rouge-L (cmd:test) | Reranker† (cmd:test) |"
+        "| Methods | Rouge-L (rjua:test) | Reranker† (rjua:test) | Rouge-L (cmd:test) | Reranker (cmd:test) |"
     )
+    assert "cross-encoder reranker (BAAI/bge-reranker-v2-m3" in markdown and "bi-encoder stand-in" in markdown
     # the paper's Range rows: W-REINFORCE 0.074 0.080 | 0.009 0.054; EAPO 0.011 0.030 | 0.011 0.008
     assert [line for line in lines if line.startswith("| Range")] == [
         "| Range (max−min) | 0.074 | 0.080 | 0.009 | 0.054 |",
@@ -490,7 +494,7 @@ def test_sensitivity_table_holds_two_datasets_side_by_side_as_in_the_paper(tmp_p
     assert float(ranges[("rjua:test", "w_reinforce")]["rouge_l"]) == pytest.approx(0.074, abs=1e-9)
     # one dataset alone: plain column titles, as before
     alone = (tmp_path / "cmd" / "sensitivity.md").read_text()
-    assert "| Methods | Rouge-L | Reranker† |" in alone and "| Range (max−min) | 0.009 | 0.054 |" in alone
+    assert "| Methods | Rouge-L | Reranker |" in alone and "| Range (max−min) | 0.009 | 0.054 |" in alone
 
 
 def test_side_by_side_needs_a_sweep_directory(tmp_path):
