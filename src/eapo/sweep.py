@@ -10,7 +10,9 @@ Grid semantics (``--grid KEY=V1,V2,...``, repeatable; values are floats):
 * ``METHOD.KEY=...`` targets one method explicitly (any key it accepts, e.g. ``eapo.w_neg=0.5,1``).
 * Several axes for the same method form a Cartesian product. The paper's fixed-weight table is two
   one-dimensional sweeps (w+ varied at w−=1, w− varied at w+=1); run them as two ``eapo sweep``
-  invocations into the same ``--output-dir``: the tables cover every run recorded there.
+  invocations into the same ``--output-dir`` (``--methods grpo,psr,nsr,w_reinforce --grid
+  w_reinforce.w_pos=1 --grid w_neg=0.05,0.1,0.2,5``, then ``--methods w_reinforce --grid
+  w_pos=0.05,0.1,0.2,5``): the tables cover every run recorded there.
 
 So ``--methods grpo,psr,nsr,w_reinforce,eapo --grid w_pos=0.05,0.1,0.2 --grid w0=0.05,0.1,0.2`` is the
 paper's main comparison plus its sensitivity study (9 runs per seed).
@@ -21,8 +23,12 @@ Layout of ``--output-dir``::
     base.yaml, base/           the base config (with the pass-through overrides) and the base model's evaluation
     runs/<name>/               one run directory per configuration (eapo train), with eval/ (eapo eval)
     logs/<name>.{train,eval}.log
-    comparison.md / .csv       the paper's "Performance comparison" table (base model first)
+    comparison.md / .csv       the paper's "Performance comparison" table (base model first; Avg over
+                               Rouge-L, Reranker, RL@k, RR@k), and with a judge its LAAJ layout
+                               (Avg over Rouge-L, Reranker, LAAJ)
     sensitivity.md / .csv      per method and varied weight: one row per value and Range = max − min
+                               (Rouge-L, Reranker; ``--side-by-side DIR`` adds another sweep's dataset)
+    fixed_weights.md / .csv    PSR, NSR, GRPO and the W-REINFORCE blocks with w+, w− and w+/w−
     dynamics.png / .svg        the overlaid training dynamics
 
 Weights that the base config or a pass-through override sets but a method does not take are dropped
@@ -57,13 +63,16 @@ from eapo.core import WEIGHTING_SCHEMES
 from eapo.evaluation.labels import METHOD_NAMES, METHOD_ORDER, effective_weights, method_label
 from eapo.evaluation.metrics import METRIC_KEYS
 from eapo.evaluation.report import (
+    avg_note,
     column_title,
     csv_text,
     format_value,
+    has_laaj,
     markdown_table,
     reported_columns,
-    scorer_notes,
     stand_in_columns,
+    table_notes,
+    upgrade_results,
 )
 from eapo.run_dir import atomic_write_text
 
@@ -271,6 +280,9 @@ class EvalOptions:
         """Whether an existing ``results.json`` was produced with these options (then it is reused)."""
         settings = results.get("settings", {})
         checks = [
+            # results.json from before the explicit Avg column sets (no avg_laaj) is recomputed from
+            # its stored samples (nothing is generated again)
+            "avg_laaj" in results.get("metrics", {}),
             results.get("k") == self.k,
             settings.get("split") == self.split,
             settings.get("limit") == self.limit,
@@ -406,6 +418,7 @@ def run_sweep(
     include_base: bool = True,
     runner: Runner | None = None,
     echo: Callable[[str], None] = print,
+    side_by_side: Sequence[str | os.PathLike] = (),
 ) -> SweepReport:
     """Train and evaluate every planned configuration, then write the tables and the figure.
 
@@ -418,6 +431,8 @@ def run_sweep(
         include_base: also evaluate the base model (the tables' first row).
         runner: how train/eval are executed (default :class:`SubprocessRunner`).
         echo: progress messages.
+        side_by_side: other sweep directories (the same grid on another dataset) shown next to
+            this one in the sensitivity table.
     """
     from eapo.config import ConfigError, dump_config, load_config, parse_overrides
 
@@ -426,6 +441,11 @@ def run_sweep(
     eval_options = eval_options or EvalOptions()
     runner = runner or SubprocessRunner()
     runs = plan_runs(methods, grids, seeds)
+    for other in side_by_side:
+        if not (Path(other) / MANIFEST).is_file():
+            raise SweepError(
+                f"--side-by-side {other}: no {MANIFEST} there; pass a directory written by `eapo sweep`"
+            )
 
     # 1. Every configuration is built and validated before anything runs.
     try:
@@ -557,7 +577,9 @@ def run_sweep(
     }
     if "base" in failures:
         reported_failures["base"] = failures["base"]
-    files = write_reports(output_dir, manifest, include_base=include_base, failures=reported_failures)
+    files = write_reports(
+        output_dir, manifest, include_base=include_base, failures=reported_failures, side_by_side=side_by_side
+    )
     for path in files:
         echo(f"wrote {path}")
     return SweepReport(output_dir=output_dir, statuses=statuses, failures=failures, files=files)
@@ -566,6 +588,11 @@ def run_sweep(
 # --------------------------------------------------------------------------------------------
 # Tables
 # --------------------------------------------------------------------------------------------
+
+#: The columns of the paper's Sensitivity and fixed-weight (w+/w−) tables.
+PAPER_WEIGHT_COLUMNS = ("rouge_l", "reranker")
+#: The fixed-weight table's named rows, in the paper's order (W-REINFORCE follows in blocks).
+FIXED_ROWS = ("psr", "nsr", "grpo")
 
 
 def _sort_key(entry: Entry) -> tuple:
@@ -596,12 +623,14 @@ def collect_entries(
         entry = grouped.setdefault(
             key, Entry(name, method, method_label(method, record.get("weights")), weights, [])
         )
-        entry.results.append(results)
+        entry.results.append(upgrade_results(results))
         entry.runs.append(name)
     entries = sorted(grouped.values(), key=_sort_key)
     base = _read_json(output_dir / "base" / "results.json") if include_base else None
     if base is not None:
-        entries.insert(0, Entry("base", None, "Base model (before training)", {}, [base], ["base"]))
+        entries.insert(
+            0, Entry("base", None, "Base model (before training)", {}, [upgrade_results(base)], ["base"])
+        )
     return entries
 
 
@@ -628,24 +657,28 @@ def _cell(value: float | None, ci: list[float] | None, sd: float | None, bold: b
     return text
 
 
-def _common(entries: Sequence[Entry]) -> tuple[int | None, list[str], set[str], dict[str, str]]:
-    all_results = [r for e in entries for r in e.results]
-    ks = {r.get("k") for r in all_results}
-    k = ks.pop() if len(ks) == 1 else None
-    columns = reported_columns(all_results)
-    labels: dict[str, str] = {}
-    for r in all_results:
+def _all_results(entries: Sequence[Entry]) -> list[dict[str, Any]]:
+    return [r for e in entries for r in e.results]
+
+
+def _common_k(results: Sequence[Mapping[str, Any]]) -> int | None:
+    ks = {r.get("k") for r in results}
+    return ks.pop() if len(ks) == 1 else None
+
+
+def _labels(results: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Each scorer's label; distinct labels across the evaluations are all listed (so a column that
+    mixes the stand-in with the cross-encoder is still marked †)."""
+    labels: dict[str, list[str]] = {}
+    for r in results:
         for name, label in r.get("labels", {}).items():
-            labels.setdefault(name, label)
-    return k, columns, stand_in_columns(labels), labels
+            if label not in labels.setdefault(name, []):
+                labels[name].append(label)
+    return {name: " | ".join(found) for name, found in labels.items()}
 
 
-def comparison_table(
-    entries: Sequence[Entry], *, failures: Mapping[str, str] | None = None
-) -> tuple[str, str]:
-    """The paper's "Performance comparison" table: ``(markdown, csv)``. The best trained value per column is bold."""
-    k, columns, flagged, labels = _common(entries)
-    header = ["Methods"] + [column_title(c, k) + ("†" if c in flagged else "") for c in columns]
+def _comparison_rows(entries: Sequence[Entry], columns: Sequence[str]) -> list[list[str]]:
+    """One row per entry; the best trained value per column is bold."""
     trained = [e for e in entries if e.method is not None]
     best = {}
     for column in columns:
@@ -662,8 +695,22 @@ def comparison_table(
             )
             row.append(_cell(value, ci, sd, bold=is_best))
         rows.append(row)
-    first = entries[0].results[0] if entries else {}
-    n_prompts = sorted({r.get("n_prompts") for e in entries for r in e.results})
+    return rows
+
+
+def comparison_table(
+    entries: Sequence[Entry], *, failures: Mapping[str, str] | None = None
+) -> tuple[str, str]:
+    """The paper's "Performance comparison" table (Rouge-L, Reranker, RL@k, RR@k, Avg), and, when a
+    judge ran, its LLM-as-a-Judge layout (Rouge-L, Reranker, LAAJ, Avg over those three):
+    ``(markdown, csv)``. The best trained value per column is bold."""
+    results = _all_results(entries)
+    k = _common_k(results)
+    labels = _labels(results)
+    flagged = stand_in_columns(labels)
+    judged = has_laaj(results)
+    n_prompts = sorted({r.get("n_prompts") for r in results})
+    first = results[0] if results else {}
     lines = [
         "# Performance comparison",
         "",
@@ -671,12 +718,24 @@ def comparison_table(
         "Cells: value [95% bootstrap CI over prompts]; with several seeds: mean ± sd over seeds. "
         "Bold: best trained configuration.",
         "",
-        markdown_table(header, rows) if rows else "(no finished evaluation yet)\n",
-        f"Rouge-L / Reranker / LAAJ: mean over the k samples; RL@{k} / RR@{k}: best of the k samples; "
-        "Avg: mean of the other columns shown.",
-        "",
     ]
-    lines += [f"- {note}" for note in scorer_notes(labels)]
+    layouts = [("avg", "")] + ([("avg_laaj", "## With LLM-as-a-Judge")] if judged else [])
+    for avg, title in layouts:
+        columns = reported_columns(results, avg)
+        header = ["Methods"] + [column_title(c, k) + ("†" if c in flagged else "") for c in columns]
+        if title:
+            lines += [title, ""]
+        rows = _comparison_rows(entries, columns)
+        lines.append(markdown_table(header, rows) if rows else "(no finished evaluation yet)\n")
+    lines += [
+        f"Rouge-L / Reranker / LAAJ: mean over the k samples; RL@{k} / RR@{k}: best of the k samples.",
+        "",
+        ("Performance comparison: " if judged else "") + avg_note("avg", k),
+    ]
+    if judged:
+        lines += ["", "With LLM-as-a-Judge: " + avg_note("avg_laaj", k)]
+    lines += [""]
+    lines += [f"- {note}" for note in table_notes(results, labels)]
     if failures:
         lines += ["", "Failed runs (not in the table):"] + [
             f"- {name}: {message.splitlines()[0]}" for name, message in failures.items()
@@ -727,50 +786,193 @@ def sensitivity_blocks(entries: Sequence[Entry]) -> list[tuple[str, str, str, li
     return blocks
 
 
-def sensitivity_table(entries: Sequence[Entry]) -> tuple[str, str]:
+def _data_label(entries: Sequence[Entry]) -> str:
+    data = [r.get("data") for r in _all_results(entries) if r.get("data")]
+    return str(data[0]) if data else "?"
+
+
+def sensitivity_table(entries: Sequence[Entry] | Mapping[str, Sequence[Entry]]) -> tuple[str, str]:
     """The paper's "Sensitivity" table: per method and varied weight, one row per value and
-    ``Range (max−min)`` per metric. ``(markdown, csv)``."""
-    trained = [e for e in entries if e.method is not None]
-    k, columns, flagged, labels = _common(trained)
-    blocks = sensitivity_blocks(trained)
-    header = ["Methods"] + [column_title(c, k) + ("†" if c in flagged else "") for c in columns]
+    ``Range (max−min)`` per metric, with Rouge-L and Reranker per dataset. ``(markdown, csv)``.
+
+    Args:
+        entries: one sweep's entries, or ``{dataset label: entries}`` for several datasets side by
+            side (the paper puts RJUA and CMD next to each other).
+    """
+    datasets: dict[str, list[Entry]] = (
+        {name: [e for e in group if e.method is not None] for name, group in entries.items()}
+        if isinstance(entries, Mapping)
+        else {_data_label(entries): [e for e in entries if e.method is not None]}
+    )
+    results = [r for group in datasets.values() for r in _all_results(group)]
+    labels = _labels(results)
+    flagged = {name: stand_in_columns(_labels(_all_results(group))) for name, group in datasets.items()}
+    side_by_side = len(datasets) > 1
+    # Blocks merged over datasets: (method, varied, fixed) -> {dataset: {value: entry}}.
+    merged: dict[tuple[str, str, str], dict[str, dict[float, Entry]]] = {}
+    for name, group in datasets.items():
+        for method, key, fixed, members in sensitivity_blocks(group):
+            merged.setdefault((method, key, fixed), {})[name] = dict(members)
+    columns = [(name, column) for name in datasets for column in PAPER_WEIGHT_COLUMNS]
+    header = ["Methods"] + [
+        column_title(column, None)
+        + ("†" if column in flagged[name] else "")
+        + (f" ({name})" if side_by_side else "")
+        for name, column in columns
+    ]
     rows: list[list[str]] = []
     csv_rows: list[list[Any]] = []
-    for method, key, fixed, members in blocks:
+    for (method, key, fixed), by_data in merged.items():
         title = f"*{METHOD_NAMES.get(method, method)}, {_SYMBOLS[key]} varied" + (
             f" ({fixed})*" if fixed else "*"
         )
         rows.append([title] + [""] * len(columns))
-        for value, entry in members:
-            cells = [_summary(entry, column) for column in columns]
-            rows.append([f"{_SYMBOLS[key]}={value:g}"] + [_cell(*cell) for cell in cells])
-            csv_rows.append(
-                [method, key, fixed, value] + [_summary(entry, column)[0] for column in METRIC_KEYS]
-            )
-        ranges = {}
-        for column in METRIC_KEYS:
-            values = [_summary(entry, column)[0] for _, entry in members]
-            values = [v for v in values if v is not None]
-            ranges[column] = max(values) - min(values) if len(values) >= 2 else None
-        rows.append(["Range (max−min)"] + [format_value(ranges[column]) for column in columns])
-        csv_rows.append([method, key, fixed, "range"] + [ranges[column] for column in METRIC_KEYS])
+        values = sorted({value for members in by_data.values() for value in members})
+        for value in values:
+            row = [f"{_SYMBOLS[key]}={value:g}"]
+            for name, column in columns:
+                entry = by_data.get(name, {}).get(value)
+                row.append(_cell(*_summary(entry, column)) if entry is not None else "–")
+            rows.append(row)
+            for name, members in by_data.items():
+                if value in members:
+                    summaries = [_summary(members[value], column)[0] for column in METRIC_KEYS]
+                    csv_rows.append([name, method, key, fixed, value, *summaries])
+        ranges: dict[tuple[str, str], float | None] = {}
+        for name in datasets:
+            members = by_data.get(name, {})
+            for column in METRIC_KEYS:
+                found = [_summary(entry, column)[0] for entry in members.values()]
+                found = [v for v in found if v is not None]
+                ranges[(name, column)] = max(found) - min(found) if len(found) >= 2 else None
+            if members:
+                csv_rows.append(
+                    [name, method, key, fixed, "range"] + [ranges[(name, column)] for column in METRIC_KEYS]
+                )
+        rows.append(["Range (max−min)"] + [format_value(ranges[(name, column)]) for name, column in columns])
     lines = ["# Sensitivity to the weights", ""]
     if rows:
         lines += [
             "Range = max − min over the values of the varied weight (the paper's Sensitivity table); "
             "a small range means the method is insensitive to that weight. Cells: value [95% CI] "
-            "(or mean ± sd over seeds).",
+            "(or mean ± sd over seeds). Columns: Rouge-L and Reranker, as in the paper"
+            + (f", for each of {', '.join(datasets)}" if side_by_side else f" (data: {next(iter(datasets))})")
+            + "; sensitivity.csv has every metric.",
             "",
             markdown_table(header, rows),
         ]
-        lines += [f"- {note}" for note in scorer_notes(labels)]
+        lines += [f"- {note}" for note in table_notes(results, labels)]
     else:
         lines.append(
             "No method was run with two or more values of one weight. For the paper's table pass e.g. "
             "`--methods w_reinforce,eapo --grid w_pos=0.05,0.1,0.2 --grid w0=0.05,0.1,0.2`."
         )
-    csv_header = ["method", "varied", "fixed", "value", *METRIC_KEYS]
+    csv_header = ["data", "method", "varied", "fixed", "value", *METRIC_KEYS]
     return "\n".join(lines) + "\n", csv_text(csv_header, csv_rows)
+
+
+def weight_ratio(w_pos: float, w_neg: float) -> float:
+    """``w+/w−``: ``inf`` for w− = 0 < w+ (PSR), NaN when both are 0."""
+    if w_neg == 0:
+        return math.inf if w_pos > 0 else math.nan
+    return w_pos / w_neg
+
+
+def _ratio_text(ratio: float) -> str:
+    if math.isnan(ratio):
+        return "–"
+    return "∞" if math.isinf(ratio) else f"{ratio:.4g}"
+
+
+def fixed_weight_table(entries: Sequence[Entry]) -> tuple[str, str]:
+    """The paper's "Performance under different positive/negative reward weight configurations":
+    PSR, NSR and GRPO, then the W-REINFORCE runs in blocks — w− varied at a fixed w+ ("P/N ↓", the
+    ratio falls down the block) and w+ varied at a fixed w− ("P/N ↑") — with columns w+, w−,
+    w+/w−, Rouge-L and Reranker. ``(markdown, csv)``."""
+    fixed = [e for e in entries if e.method is not None and set(e.weights) == {"w_pos", "w_neg"}]
+    results = _all_results(fixed)
+    labels = _labels(results)
+    flagged = stand_in_columns(labels)
+    columns = list(PAPER_WEIGHT_COLUMNS)
+    header = ["Methods", "w+", "w−", "w+/w−"] + [
+        column_title(c, None) + ("†" if c in flagged else "") for c in columns
+    ]
+    blocks: list[tuple[str, list[Entry]]] = []
+    named = sorted(
+        (e for e in fixed if e.method in FIXED_ROWS),
+        key=lambda e: (FIXED_ROWS.index(e.method or ""), sorted(e.weights.items())),
+    )
+    if named:
+        blocks.append(("", named))
+    placed: set[int] = set()
+    # The paper's order: w− varied (P/N ↓) before w+ varied (P/N ↑).
+    weight_blocks = sorted(sensitivity_blocks(fixed), key=lambda block: block[1] != "w_neg")
+    for method, key, held, members in weight_blocks:
+        if method in FIXED_ROWS:
+            continue  # a grid over PSR/NSR/GRPO weights is W-REINFORCE by another name; listed above
+        direction = "P/N ↓" if key == "w_neg" else "P/N ↑"
+        name = METHOD_NAMES.get(method, method)
+        blocks.append((f"{name}, {direction} ({held}, {_SYMBOLS[key]} varied)", [e for _, e in members]))
+        placed.update(id(e) for _, e in members)
+    others = [e for e in fixed if e.method not in FIXED_ROWS and id(e) not in placed]
+    if others:
+        blocks.append(("Other fixed weights", others))
+    rows: list[list[str]] = []
+    csv_rows: list[list[Any]] = []
+    for title, members in blocks:
+        if title:
+            rows.append([f"*{title}*"] + [""] * (len(header) - 1))
+        for entry in members:
+            w_pos, w_neg = entry.weights["w_pos"], entry.weights["w_neg"]
+            ratio = weight_ratio(w_pos, w_neg)
+            name = METHOD_NAMES.get(entry.method or "", entry.method or "")
+            seeds = f" ({len(entry.results)} seeds)" if len(entry.results) > 1 else ""
+            row = [name + seeds, f"{w_pos:g}", f"{w_neg:g}", _ratio_text(ratio)]
+            row += [_cell(*_summary(entry, column)) for column in columns]
+            rows.append(row)
+            csv_rows.append(
+                [title or "methods", entry.method, entry.label, w_pos, w_neg, ratio, len(entry.results)]
+                + [";".join(entry.runs)]
+                + [_summary(entry, column)[0] for column in METRIC_KEYS]
+            )
+    lines = ["# Positive/negative weight configurations", ""]
+    if rows:
+        lines += [
+            "Fixed weights w+ (positive samples) and w− (negative samples) and their ratio w+/w− (the "
+            "paper's table of positive/negative reward weight configurations). Cells: value [95% CI] "
+            "(or mean ± sd over seeds); fixed_weights.csv has every metric.",
+            "",
+            markdown_table(header, rows),
+        ]
+        lines += [f"- {note}" for note in table_notes(results, labels)]
+    else:
+        lines.append(
+            "No fixed-weight method (GRPO, PSR, NSR, W-REINFORCE) was run. For the paper's table pass e.g. "
+            "`--methods grpo,psr,nsr,w_reinforce --grid w_reinforce.w_pos=1 --grid w_neg=0.05,0.1,0.2,5`, "
+            "then `--methods w_reinforce --grid w_pos=0.05,0.1,0.2,5` into the same --output-dir."
+        )
+    csv_header = ["block", "method", "label", "w_pos", "w_neg", "ratio", "n_seeds", "runs", *METRIC_KEYS]
+    return "\n".join(lines) + "\n", csv_text(csv_header, csv_rows)
+
+
+def _side_by_side_entries(
+    output_dir: Path, entries: Sequence[Entry], others: Sequence[str | os.PathLike]
+) -> dict[str, list[Entry]]:
+    """``{dataset label: entries}``: this sweep's, then each other sweep directory's."""
+    datasets: dict[str, list[Entry]] = {_data_label(entries): list(entries)}
+    for other in others:
+        other = Path(other)
+        manifest = _read_json(other / MANIFEST)
+        if manifest is None:
+            raise SweepError(
+                f"--side-by-side {other}: no readable {MANIFEST}; pass a directory written by `eapo sweep`"
+            )
+        group = collect_entries(other, manifest, include_base=False)
+        name = _data_label(group)
+        if name in datasets:
+            name = f"{name} [{other.name}]"
+        datasets[name] = group
+    return datasets
 
 
 def write_reports(
@@ -779,18 +981,24 @@ def write_reports(
     *,
     include_base: bool = True,
     failures: Mapping[str, str] | None = None,
+    side_by_side: Sequence[str | os.PathLike] = (),
 ) -> list[Path]:
-    """Write comparison.{md,csv}, sensitivity.{md,csv} and dynamics.{png,svg}; return the paths written."""
+    """Write comparison.{md,csv}, sensitivity.{md,csv}, fixed_weights.{md,csv} and dynamics.{png,svg};
+    return the paths written. ``side_by_side``: other sweep directories (e.g. the same grid on
+    another dataset) whose runs join this one's in the sensitivity table."""
     entries = collect_entries(output_dir, manifest, include_base=include_base)
     written = []
-    markdown, table_csv = comparison_table(entries, failures=failures)
-    for name, text in (("comparison.md", markdown), ("comparison.csv", table_csv)):
-        atomic_write_text(output_dir / name, text)
-        written.append(output_dir / name)
-    markdown, table_csv = sensitivity_table(entries)
-    for name, text in (("sensitivity.md", markdown), ("sensitivity.csv", table_csv)):
-        atomic_write_text(output_dir / name, text)
-        written.append(output_dir / name)
+    tables = {
+        "comparison": comparison_table(entries, failures=failures),
+        "sensitivity": sensitivity_table(
+            _side_by_side_entries(output_dir, entries, side_by_side) if side_by_side else entries
+        ),
+        "fixed_weights": fixed_weight_table(entries),
+    }
+    for stem, (markdown, table_csv) in tables.items():
+        for name, text in ((f"{stem}.md", markdown), (f"{stem}.csv", table_csv)):
+            atomic_write_text(output_dir / name, text)
+            written.append(output_dir / name)
     # Run directories live at runs/<name> (the manifest's paths may be relative to another cwd).
     candidates = [output_dir / "runs" / name for name in manifest.get("runs", {})]
     run_dirs = [

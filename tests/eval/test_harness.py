@@ -107,9 +107,10 @@ def test_an_interrupted_evaluation_resumes_from_its_samples(tmp_path, tiny, scor
     assert results["metrics"]["rouge_l"] == pytest.approx(rouge.mean(axis=1).mean(), abs=1e-12)
     assert results["metrics"]["rl_at_k"] == pytest.approx(rouge.max(axis=1).mean(), abs=1e-12)
     assert results["metrics"]["reranker"] is None and results["metrics"]["laaj"] is None
-    assert results["metrics"]["avg"] == pytest.approx(
-        (rouge.mean() + rouge.max(axis=1).mean()) / 2, abs=1e-12
-    )
+    # no reranker: neither Avg of the paper can be formed
+    assert results["metrics"]["avg"] is None and results["metrics"]["avg_laaj"] is None
+    assert results["unscored"] == {"rouge_l": 0, "format": 0} and results["n_samples"] == 15
+    assert results["extract"] == {"rouge_l": "whole"}
     low, high = results["ci95"]["rouge_l"]
     assert low <= results["metrics"]["rouge_l"] <= high
     assert results["extra"]["format"] == pytest.approx(np.mean([s["scores"]["format"] for s in samples]))
@@ -241,7 +242,7 @@ def test_eval_cli_on_a_run_directory_uses_the_runs_settings(tmp_path, monkeypatc
     assert results["data"] == "demo:dev[:2]" and results["n_prompts"] == 2 and results["k"] == 2
     assert results["settings"]["max_new_tokens"] == config["rollout"]["max_completion_tokens"]
     assert results["display_name"] == "W-REINFORCE (w+=0.2, w−=1)"
-    assert set(results["metrics"]) == {"rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj", "avg"}
+    assert set(results["metrics"]) == {"rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj", "avg", "avg_laaj"}
     assert "W-REINFORCE (w+=0.2, w−=1)" in (run_dir / "eval" / "results.md").read_text()
     # a different k in the same directory is refused with the field named
     result = CliRunner().invoke(app, [*args[:3], "--k", "3", *args[5:]])
@@ -278,20 +279,26 @@ def test_eval_cli_errors_name_what_is_missing(tmp_path):
 
 def test_laaj_scores_the_response_with_the_judge(tmp_path, tiny):
     """With a judge endpoint (a real local OpenAI-compatible server), LAAJ is the judge's score of the
-    response (target=response) and joins Avg; without one it is null (the other tests)."""
+    response (target=response), averaged into avg_laaj (Rouge-L, Reranker, LAAJ) and not into avg;
+    a sample the judge could not score is counted in results.json and under the table."""
     from eapo.evaluation import build_scorers
-    from eapo.testing import JudgeServer
+    from eapo.testing import Fault, JudgeServer
 
     model_path, generator, prompts = tiny
     with JudgeServer(default_score=80.0) as server:
         scorers = build_scorers(
-            ["rouge_l"],
-            reward_options={"rouge_l": {"level": "char", "extract": "whole"}},
+            ["rouge_l", "reranker"],
+            reward_options={
+                "rouge_l": {"level": "char", "extract": "whole"},
+                "reranker": {"backend": "bi-encoder"},
+            },
             judge_base_url=server.base_url,
             judge_model=server.model,
             judge_api_key_env=None,
         )
-        assert list(scorers) == ["rouge_l", "laaj"] and scorers["laaj"].target == "response"
+        assert list(scorers) == ["rouge_l", "reranker", "laaj"] and scorers["laaj"].target == "response"
+        # record r1's two samples: an unparseable answer, and again on the re-ask -> None
+        server.inject("Question number 1:", *[Fault.malformed()] * 4)
         settings = EvalSettings(k=2, max_new_tokens=6, n_resamples=100)
         results = evaluate(
             RECORDS[:3],
@@ -303,10 +310,25 @@ def test_laaj_scores_the_response_with_the_judge(tmp_path, tiny):
             generator=generator,
             settings=settings,
         )
-        assert server.request_count == 3 * 2  # one judge call per sample
+        assert server.pending_faults("Question number 1:") == 0
     metrics = results["metrics"]
-    assert metrics["laaj"] == pytest.approx(0.8, abs=1e-9)
+    assert metrics["laaj"] == pytest.approx(0.8, abs=1e-9)  # r1 unscored: left out, not a zero
     assert results["ci95"]["laaj"] == pytest.approx([0.8, 0.8], abs=1e-9)
-    assert metrics["avg"] == pytest.approx((metrics["rouge_l"] + metrics["rl_at_k"] + 0.8) / 3, abs=1e-12)
-    assert results["avg_of"] == ["rouge_l", "rl_at_k", "laaj"]
-    assert "| Model | Rouge-L | RL@2 | LAAJ | Avg |" in (tmp_path / "results.md").read_text()
+    assert results["unscored"] == {"rouge_l": 0, "reranker": 0, "laaj": 2} and results["n_samples"] == 6
+    assert results["n_scored"]["laaj"] == 2
+    four = (metrics["rouge_l"], metrics["reranker"], metrics["rl_at_k"], metrics["rr_at_k"])
+    assert metrics["avg"] == pytest.approx(sum(four) / 4, abs=1e-12)
+    assert metrics["avg_laaj"] == pytest.approx(
+        (metrics["rouge_l"] + metrics["reranker"] + 0.8) / 3, abs=1e-12
+    )
+    assert results["avg_of"] == {
+        "avg": ["rouge_l", "reranker", "rl_at_k", "rr_at_k"],
+        "avg_laaj": ["rouge_l", "reranker", "laaj"],
+    }
+    assert results["extract"] == {"rouge_l": "whole", "reranker": "advice", "laaj": "advice"}
+    markdown = (tmp_path / "results.md").read_text()
+    assert "| Model | Rouge-L | Reranker† | RL@2 | RR@2† | Avg |" in markdown
+    assert "| Model | Rouge-L | Reranker† | LAAJ | Avg |" in markdown
+    assert "LAAJ 2/6" in markdown
+    header, row = (tmp_path / "results.csv").read_text().strip().splitlines()
+    assert dict(zip(header.split(","), row.split(","), strict=True))["unscored_laaj"] == "2"

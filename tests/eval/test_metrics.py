@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 
 from eapo.evaluation.metrics import (
-    COLUMNS,
+    AVG_COLUMNS,
     METRIC_KEYS,
     aggregate,
     bootstrap_ci,
     bootstrap_interval,
     per_prompt_values,
+    unscored_counts,
 )
-from eapo.evaluation.report import results_csv, results_markdown, stand_in_columns
+from eapo.evaluation.report import results_csv, results_markdown, stand_in_columns, upgrade_results
 
 # Two prompts, k = 3 samples each.
 SCORES = [
@@ -41,21 +42,57 @@ def test_best_of_k_is_a_max_over_each_prompts_samples():
     assert metrics["rl_at_k"] > metrics["rouge_l"] and metrics["rr_at_k"] > metrics["reranker"]
 
 
-def test_avg_is_the_mean_of_the_reported_columns():
+def test_avg_is_the_four_column_mean_and_avg_laaj_the_judge_tables():
     metrics = aggregate(per_prompt_values(SCORES))
-    assert metrics["laaj"] is None  # no judge: null, and not part of Avg
+    assert metrics["laaj"] is None and metrics["avg_laaj"] is None  # no judge: null
     assert metrics["avg"] == pytest.approx((0.35 + 0.55 + 0.65 + 0.80) / 4, abs=1e-12)
     with_judge = [dict(prompt, laaj=[0.7, 0.9, 0.8]) for prompt in SCORES]
     metrics = aggregate(per_prompt_values(with_judge))
     assert metrics["laaj"] == pytest.approx(0.8, abs=1e-12)
-    assert metrics["avg"] == pytest.approx((0.35 + 0.55 + 0.65 + 0.80 + 0.8) / 5, abs=1e-12)
+    # a judge does not change avg (the old code made it a 5-column mean: 0.63)
+    assert metrics["avg"] == pytest.approx((0.35 + 0.55 + 0.65 + 0.80) / 4, abs=1e-12)
+    assert metrics["avg_laaj"] == pytest.approx((0.35 + 0.55 + 0.8) / 3, abs=1e-12)
+    assert AVG_COLUMNS == {
+        "avg": ("rouge_l", "reranker", "rl_at_k", "rr_at_k"),
+        "avg_laaj": ("rouge_l", "reranker", "laaj"),
+    }
 
 
-def test_paper_avg_reproduces_its_table():
-    # Table "Performance comparison", GRPO row: 0.312, 0.976, 0.344, 0.987 -> Avg 0.655
-    per_prompt = {"rouge_l": np.array([0.312]), "reranker": np.array([0.976])}
-    per_prompt |= {"rl_at_k": np.array([0.344]), "rr_at_k": np.array([0.987])}
-    assert round(aggregate(per_prompt)["avg"], 3) == 0.655
+def _constant(values: dict[str, float]) -> dict[str, np.ndarray]:
+    return {key: np.array([value]) for key, value in values.items()}
+
+
+def test_paper_avg_reproduces_its_tables():
+    # Table "Performance comparison", GRPO on RJUA: 0.312, 0.976, 0.344, 0.987 -> Avg 0.655
+    grpo_rjua = {"rouge_l": 0.312, "reranker": 0.976, "rl_at_k": 0.344, "rr_at_k": 0.987}
+    assert round(aggregate(_constant(grpo_rjua))["avg"], 3) == 0.655
+    # Table "RL paradigms on RJUA" (Rouge-L, Reranker, LAAJ, Avg): GRPO -> 0.677, PSR -> 0.657, NSR -> 0.667
+    for (rouge, reranker, laaj), expected in [
+        ((0.312, 0.976, 0.744), 0.677),
+        ((0.293, 0.940, 0.738), 0.657),
+        ((0.327, 0.971, 0.702), 0.667),
+    ]:
+        per_prompt = _constant(grpo_rjua | {"rouge_l": rouge, "reranker": reranker, "laaj": laaj})
+        metrics = aggregate(per_prompt)
+        assert round(metrics["avg_laaj"], 3) == expected
+        # with RL@8 / RR@8 too, the 4-column Avg is unchanged by LAAJ
+        assert metrics["avg"] == pytest.approx((rouge + reranker + 0.344 + 0.987) / 4, abs=1e-12)
+    # Table "RL paradigms on CMD": GRPO 0.186, 0.783, 0.649 -> 0.539; NSR 0.194, 0.792, 0.544 -> 0.510
+    for (rouge, reranker, laaj), expected in [((0.186, 0.783, 0.649), 0.539), ((0.194, 0.792, 0.544), 0.510)]:
+        metrics = aggregate(_constant({"rouge_l": rouge, "reranker": reranker, "laaj": laaj}))
+        assert round(metrics["avg_laaj"], 3) == expected
+        assert metrics["avg"] is None  # no RL@k / RR@k: the 4-column Avg is not computed
+    # the cross-model table (Qwen2.5-7B-Instruct, RJUA), EAPO: 0.341, 0.977, 0.388, 0.994 -> 0.675
+    eapo = _constant({"rouge_l": 0.341, "reranker": 0.977, "rl_at_k": 0.388, "rr_at_k": 0.994})
+    assert round(aggregate(eapo)["avg"], 3) == 0.675
+
+
+def test_unscored_counts_per_scorer():
+    scores = [
+        {"rouge_l": [0.1, 0.2], "laaj": [None, 0.5], "format": [1.0, 0.0]},
+        {"rouge_l": [0.3, None], "laaj": [float("nan"), None], "format": [1.0, 1.0]},
+    ]
+    assert unscored_counts(scores) == {"rouge_l": 1, "laaj": 3, "format": 0}
 
 
 def test_unscored_samples_are_left_out_and_unscored_prompts_too():
@@ -66,7 +103,8 @@ def test_unscored_samples_are_left_out_and_unscored_prompts_too():
     assert metrics["rouge_l"] == pytest.approx((0.4 + 0.1) / 2)
     assert metrics["rl_at_k"] == pytest.approx((0.4 + 0.2) / 2)
     assert metrics["reranker"] is None and metrics["rr_at_k"] is None
-    assert metrics["avg"] == pytest.approx((0.25 + 0.3) / 2)
+    # Avg needs all four of its columns: a 2-column mean is a number no table reports
+    assert metrics["avg"] is None and metrics["avg_laaj"] is None
 
 
 def test_bootstrap_interval_contains_the_point_estimate_and_is_seeded():
@@ -105,27 +143,42 @@ def test_a_single_prompt_has_a_degenerate_interval():
     assert bootstrap_interval([0.42]) == pytest.approx((0.42, 0.42))
 
 
-def test_results_markdown_marks_the_bi_encoder_stand_in():
-    per_prompt = per_prompt_values(SCORES)
+def _results(scores, **fields):
+    per_prompt = per_prompt_values(scores)
     results = {
         "metrics": aggregate(per_prompt),
         "ci95": bootstrap_ci(per_prompt, n_resamples=50),
         "k": 3,
-        "n_prompts": 2,
+        "n_prompts": len(scores),
         "model": "m",
         "data": "demo:dev",
-        "avg_of": list(COLUMNS[:4]),
+        "avg_of": {key: list(columns) for key, columns in AVG_COLUMNS.items()},
         "labels": {
             "rouge_l": "Rouge-L F1 (char level, answer = <advice>)",
-            "reranker": "bi-encoder stand-in (all-MiniLM-L6-v2 cosine, clamped to [0, 1])",
+            "reranker": "bi-encoder stand-in (all-MiniLM-L6-v2 cosine, clamped to [0, 1], answer = <advice>)",
         },
+        "extract": {"rouge_l": "advice", "reranker": "advice"},
+        "n_samples": 3 * len(scores),
+        "unscored": unscored_counts(scores),
         "settings": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8},
     }
+    return results | fields
+
+
+def test_results_markdown_marks_the_bi_encoder_stand_in():
+    results = _results(SCORES)
     assert stand_in_columns(results["labels"]) == {"reranker", "rr_at_k"}
     markdown = results_markdown(results)
     assert "| Model | Rouge-L | Reranker† | RL@3 | RR@3† | Avg |" in markdown
     assert "bi-encoder stand-in (all-MiniLM-L6-v2" in markdown
-    assert "LAAJ |" not in markdown  # a null column is not shown
+    assert "LAAJ" not in markdown.split("Rouge-L / Reranker")[0]  # no judge: no LAAJ column or table
+    assert "Avg: mean of Rouge-L, Reranker, RL@3 and RR@3" in markdown
+    # the footnotes name what was scored and how many samples each scorer could not score
+    assert "Scored text: Rouge-L: the <advice> part (extract=advice); Reranker: the <advice> part" in markdown
+    assert (
+        "could not score (None/NaN, left out of its means): Rouge-L 0/6, Reranker 0/6, Format 0/6."
+        in markdown
+    )
     header, row = results_csv(results).strip().splitlines()
     assert header.split(",")[:7] == [
         "model",
@@ -137,3 +190,58 @@ def test_results_markdown_marks_the_bi_encoder_stand_in():
         "rouge_l_ci_high",
     ]
     assert float(row.split(",")[4]) == pytest.approx(0.35)
+    csv_row = dict(zip(header.split(","), row.split(","), strict=True))
+    assert csv_row["avg_laaj"] == "" and csv_row["unscored_format"] == "0"
+
+
+def test_with_a_judge_results_md_has_both_of_the_papers_tables():
+    scores = [dict(prompt, laaj=[0.7, 0.9, None]) for prompt in SCORES]
+    results = _results(scores, extract={"rouge_l": "whole", "reranker": "advice", "laaj": "advice"})
+    markdown = results_markdown(results)
+    first, second = markdown.split("## With LLM-as-a-Judge")
+    assert "| Model | Rouge-L | Reranker† | RL@3 | RR@3† | Avg |" in first
+    assert "| Model | Rouge-L | Reranker† | LAAJ | Avg |" in second
+    avg, avg_laaj = results["metrics"]["avg"], results["metrics"]["avg_laaj"]
+    assert avg_laaj == pytest.approx((0.35 + 0.55 + 0.8) / 3, abs=1e-12) and avg != pytest.approx(avg_laaj)
+    assert first.split("| Model |")[1].splitlines()[2].split(" | ")[-1].startswith(f"{avg:.3f} [")
+    assert second.split("| Model |")[1].splitlines()[2].split(" | ")[-1].startswith(f"{avg_laaj:.3f} [")
+    assert "With LLM-as-a-Judge: Avg: mean of Rouge-L, Reranker and LAAJ" in markdown
+    assert "Rouge-L: the whole response (extract=whole); Reranker: the <advice> part" in markdown
+    assert "LAAJ 2/6" in markdown  # the two samples the judge did not score
+
+
+def test_results_from_before_the_explicit_avgs_are_recomputed():
+    scores = [dict(prompt, laaj=[0.7, 0.9, 0.8]) for prompt in SCORES]
+    new = _results(scores)
+    old = {**new, "avg_of": ["rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj"]}
+    old["metrics"] = {k: v for k, v in new["metrics"].items() if k != "avg_laaj"}
+    old["metrics"]["avg"] = (0.35 + 0.55 + 0.65 + 0.80 + 0.8) / 5  # the old 5-column mean
+    upgraded = upgrade_results(old)
+    assert upgraded["metrics"]["avg"] == pytest.approx(new["metrics"]["avg"], abs=1e-12)
+    assert upgraded["metrics"]["avg_laaj"] == pytest.approx(new["metrics"]["avg_laaj"], abs=1e-12)
+    assert upgraded["ci95"]["avg"] is None and upgraded["ci95"]["avg_laaj"] is None
+    assert upgrade_results(new) == new
+
+
+def test_both_avgs_get_intervals_from_the_shared_resampling():
+    rng = np.random.default_rng(2)
+    scores = [
+        {name: list(rng.uniform(0, 1, 4)) for name in ("rouge_l", "reranker", "laaj")} for _ in range(50)
+    ]
+    per_prompt = per_prompt_values(scores)
+    point = aggregate(per_prompt)
+    ci = bootstrap_ci(per_prompt, n_resamples=400, seed=5)
+    for key in ("avg", "avg_laaj"):
+        low, high = ci[key]
+        assert low < point[key] < high, key
+    # each Avg's replicates are the mean of its columns' replicates over the same resampled prompts
+    indices = np.random.default_rng(5).integers(0, 50, size=(400, 50))
+    replicates = {c: per_prompt[c][indices].mean(axis=1) for c in ("rouge_l", "reranker", "laaj")}
+    expected = (replicates["rouge_l"] + replicates["reranker"] + replicates["laaj"]) / 3
+    assert ci["avg_laaj"] == pytest.approx(
+        (np.percentile(expected, 2.5), np.percentile(expected, 97.5)), abs=1e-12
+    )
+    # drop the reranker: neither Avg can be formed, so neither has an interval
+    without = {key: values for key, values in per_prompt.items() if key not in ("reranker", "rr_at_k")}
+    ci = bootstrap_ci(without, n_resamples=50)
+    assert ci["avg"] is None and ci["avg_laaj"] is None and ci["rouge_l"] is not None

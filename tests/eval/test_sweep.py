@@ -14,6 +14,8 @@ import yaml
 from typer.testing import CliRunner
 
 from eapo.config import dump_config, load_config
+from eapo.evaluation.labels import effective_weights
+from eapo.evaluation.metrics import AVG_COLUMNS
 from eapo.sweep import (
     EvalOptions,
     RunFailed,
@@ -26,15 +28,47 @@ from eapo.sweep import (
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
 
-# The paper's Sensitivity table (RJUA): W-REINFORCE over w+, EAPO over w0 -> (Rouge-L, Reranker).
+# The paper's numbers, (Rouge-L, Reranker) by configuration: ("eapo", w0) or (method, w+, w−).
+# Sensitivity table, RJUA columns (W-REINFORCE over w+ at w−=1, EAPO over w0).
 PAPER = {
-    ("w_reinforce", 0.05): (0.263, 0.903),
-    ("w_reinforce", 0.1): (0.322, 0.958),
-    ("w_reinforce", 0.2): (0.337, 0.983),
+    ("w_reinforce", 0.05, 1.0): (0.263, 0.903),
+    ("w_reinforce", 0.1, 1.0): (0.322, 0.958),
+    ("w_reinforce", 0.2, 1.0): (0.337, 0.983),
     ("eapo", 0.05): (0.321, 0.943),
     ("eapo", 0.1): (0.319, 0.961),
     ("eapo", 0.2): (0.330, 0.973),
 }
+# Sensitivity table, CMD columns.
+PAPER_CMD = {
+    ("w_reinforce", 0.05, 1.0): (0.194, 0.778),
+    ("w_reinforce", 0.1, 1.0): (0.185, 0.808),
+    ("w_reinforce", 0.2, 1.0): (0.186, 0.754),
+    ("eapo", 0.05): (0.195, 0.806),
+    ("eapo", 0.1): (0.184, 0.800),
+    ("eapo", 0.2): (0.187, 0.798),
+}
+# "Performance under different positive/negative reward weight configurations" (RJUA).
+PAPER_WEIGHTS = {
+    ("psr", 1.0, 0.0): (0.293, 0.940),
+    ("nsr", 0.0, 1.0): (0.327, 0.971),
+    ("grpo", 1.0, 1.0): (0.301, 0.970),
+    ("w_reinforce", 1.0, 0.05): (0.299, 0.933),
+    ("w_reinforce", 1.0, 0.1): (0.232, 0.922),
+    ("w_reinforce", 1.0, 0.2): (0.274, 0.931),
+    ("w_reinforce", 1.0, 5.0): (0.335, 0.976),
+    ("w_reinforce", 0.05, 1.0): (0.263, 0.903),
+    ("w_reinforce", 0.1, 1.0): (0.322, 0.958),
+    ("w_reinforce", 0.2, 1.0): (0.337, 0.983),
+    ("w_reinforce", 5.0, 1.0): (0.302, 0.970),
+}
+
+
+def paper_key(algorithm: dict) -> tuple:
+    method = algorithm["method"]
+    weights = effective_weights(method, {k: algorithm.get(k) for k in ("w_pos", "w_neg", "w0")})
+    if method == "eapo":
+        return (method, weights["w0"])
+    return (method, weights["w_pos"], weights["w_neg"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -99,14 +133,37 @@ def test_parse_grid():
 # --------------------------------------------------------------------------------------------
 
 
-def fake_results(rouge: float, reranker: float, k: int = 8, stand_in: bool = True) -> dict:
+def fake_results(
+    rouge: float,
+    reranker: float,
+    k: int = 8,
+    stand_in: bool = True,
+    data: str = "rjua:test",
+    laaj: float | None = None,
+    extract: str = "advice",
+) -> dict:
+    """A results.json as `eapo eval` writes it (point values; CIs ± 0.01)."""
     metrics = {
         "rouge_l": rouge,
         "reranker": reranker,
         "rl_at_k": rouge + 0.03,
         "rr_at_k": min(reranker + 0.02, 1.0),
+        "laaj": laaj,
     }
-    metrics |= {"laaj": None, "avg": sum(metrics.values()) / 4}
+    metrics |= {
+        "avg": (rouge + reranker + metrics["rl_at_k"] + metrics["rr_at_k"]) / 4,
+        "avg_laaj": None if laaj is None else (rouge + reranker + laaj) / 3,
+    }
+    part = "whole completion" if extract == "whole" else f"answer = <{extract}>"
+    labels = {
+        "rouge_l": f"Rouge-L F1 (char level, {part})",
+        "reranker": f"bi-encoder stand-in (all-MiniLM-L6-v2 cosine, clamped to [0, 1], {part})"
+        if stand_in
+        else f"cross-encoder reranker (BAAI/bge-reranker-v2-m3, sigmoid, {part})",
+        "format": "format (<think> then <advice>; present in order, non-empty)",
+    }
+    if laaj is not None:
+        labels["laaj"] = "LLM judge (response)"
     return {
         "metrics": metrics,
         "ci95": {
@@ -116,21 +173,33 @@ def fake_results(rouge: float, reranker: float, k: int = 8, stand_in: bool = Tru
         "k": k,
         "n_prompts": 40,
         "model": "m",
-        "data": "rjua:test",
-        "labels": {
-            "rouge_l": "Rouge-L F1 (char level, answer = <advice>)",
-            "reranker": "bi-encoder stand-in (all-MiniLM-L6-v2 cosine, clamped to [0, 1])"
-            if stand_in
-            else "cross-encoder reranker (BAAI/bge-reranker-v2-m3, sigmoid)",
-            "format": "format (<think> then <advice>)",
-        },
+        "data": data,
+        "avg_of": {key: list(columns) for key, columns in AVG_COLUMNS.items()},
+        "labels": labels,
+        "extract": {"rouge_l": extract, "reranker": extract}
+        | ({"laaj": "advice"} if laaj is not None else {}),
+        "n_samples": 40 * k,
+        "unscored": {"rouge_l": 0, "reranker": 0, "format": 0} | ({"laaj": 2} if laaj is not None else {}),
         "settings": {"split": "dev", "limit": None},
     }
 
 
 class FakeRunner:
-    def __init__(self, fail: set[str] = frozenset()) -> None:
+    """Trains nothing: writes a run directory and a results.json with the numbers of ``table``."""
+
+    def __init__(
+        self,
+        fail: set[str] = frozenset(),
+        table: dict | None = None,
+        data: str = "rjua:test",
+        laaj: float | None = None,
+        stand_in: bool = True,
+    ) -> None:
+        self.stand_in = stand_in
         self.fail = set(fail)
+        self.table = PAPER if table is None else table
+        self.data = data
+        self.laaj = laaj
         self.trained: list[str] = []
         self.evaluated: list[str] = []
 
@@ -156,11 +225,10 @@ class FakeRunner:
             rouge, reranker = 0.20, 0.85  # the base model
         else:
             config = yaml.safe_load((Path(args[args.index("--model") + 1]) / "config.yaml").read_text())
-            algorithm = config["algorithm"]
-            key = algorithm.get("w_pos") if algorithm["method"] == "w_reinforce" else algorithm.get("w0")
-            rouge, reranker = PAPER.get((algorithm["method"], key), (0.30, 0.95))
+            rouge, reranker = self.table.get(paper_key(config["algorithm"]), (0.30, 0.95))
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(fake_results(rouge, reranker)))
+        results = fake_results(rouge, reranker, data=self.data, laaj=self.laaj, stand_in=self.stand_in)
+        (out / "results.json").write_text(json.dumps(results))
 
 
 def sweep(tmp_path, runner, **kwargs):
@@ -342,7 +410,7 @@ def test_tiny_sweep_end_to_end(tmp_path, monkeypatch):
     for row in rows.values():
         assert 0.0 <= float(row["rouge_l"]) <= float(row["rl_at_k"]) <= 1.0
         assert row["reranker"] == ""  # not scored in this test: null, not zero
-        assert float(row["avg"]) == pytest.approx((float(row["rouge_l"]) + float(row["rl_at_k"])) / 2)
+        assert row["avg"] == "" and row["avg_laaj"] == ""  # an Avg needs all of its columns
     for name in ("grpo", "eapo"):
         results = json.loads((out / "runs" / name / "eval" / "results.json").read_text())
         assert results["k"] == 2 and results["n_prompts"] == 2
@@ -380,3 +448,154 @@ def test_the_same_configuration_reached_twice_is_one_run_not_two_seeds(tmp_path)
     assert labels == ["W-REINFORCE (w+=0.1, w−=1)", "W-REINFORCE (w+=0.2, w−=1)"]
     assert {r["n_seeds"] for r in rows if r["method"] == "w_reinforce"} == {"1"}
     assert "2 seeds" not in (tmp_path / "sweep" / "comparison.md").read_text()
+
+
+# --------------------------------------------------------------------------------------------
+# The paper's other tables: two datasets side by side, the w+/w− ratio, the LAAJ layout
+# --------------------------------------------------------------------------------------------
+
+
+def test_sensitivity_table_holds_two_datasets_side_by_side_as_in_the_paper(tmp_path):
+    grids = ["w_pos=0.05,0.1,0.2", "w0=0.05,0.1,0.2"]
+    cmd = run_sweep(
+        TINY,
+        tmp_path / "cmd",
+        methods=["w_reinforce", "eapo"],
+        grids=grids,
+        eval_options=EvalOptions(k=8),
+        runner=FakeRunner(table=PAPER_CMD, data="cmd:test", stand_in=False),
+        include_base=False,
+        echo=lambda message: None,
+    )
+    assert not cmd.failures
+    report = sweep(tmp_path, FakeRunner(), methods=["w_reinforce", "eapo"], side_by_side=[tmp_path / "cmd"])
+    assert not report.failures
+    markdown = (tmp_path / "sweep" / "sensitivity.md").read_text()
+    lines = markdown.splitlines()
+    header = next(line for line in lines if line.startswith("| Methods"))
+    # the CMD sweep used the cross-encoder: only the RJUA Reranker column carries the stand-in mark
+    assert header == (
+        "| Methods | Rouge-L (rjua:test) | Reranker† (rjua:test) | Rouge-L (cmd:test) | Reranker (cmd:test) |"
+    )
+    assert "cross-encoder reranker (BAAI/bge-reranker-v2-m3" in markdown and "bi-encoder stand-in" in markdown
+    # the paper's Range rows: W-REINFORCE 0.074 0.080 | 0.009 0.054; EAPO 0.011 0.030 | 0.011 0.008
+    assert [line for line in lines if line.startswith("| Range")] == [
+        "| Range (max−min) | 0.074 | 0.080 | 0.009 | 0.054 |",
+        "| Range (max−min) | 0.011 | 0.030 | 0.011 | 0.008 |",
+    ]
+    row = next(line for line in lines if line.startswith("| w+=0.1 |"))
+    assert (
+        row
+        == "| w+=0.1 | 0.322 [0.312, 0.332] | 0.958 [0.948, 0.968] | 0.185 [0.175, 0.195] | 0.808 [0.798, 0.818] |"
+    )
+    rows = read_csv(tmp_path / "sweep" / "sensitivity.csv")
+    ranges = {(r["data"], r["method"]): r for r in rows if r["value"] == "range"}
+    assert float(ranges[("cmd:test", "eapo")]["reranker"]) == pytest.approx(0.008, abs=1e-9)
+    assert float(ranges[("rjua:test", "w_reinforce")]["rouge_l"]) == pytest.approx(0.074, abs=1e-9)
+    # one dataset alone: plain column titles, as before
+    alone = (tmp_path / "cmd" / "sensitivity.md").read_text()
+    assert "| Methods | Rouge-L | Reranker |" in alone and "| Range (max−min) | 0.009 | 0.054 |" in alone
+
+
+def test_side_by_side_needs_a_sweep_directory(tmp_path):
+    runner = FakeRunner()
+    with pytest.raises(SweepError, match="--side-by-side .*no sweep.json"):
+        sweep(tmp_path, runner, side_by_side=[tmp_path / "nothing"])
+    assert runner.trained == []
+
+
+def test_fixed_weight_table_has_the_ratio_column_in_the_papers_layout(tmp_path):
+    # the paper's two one-dimensional sweeps, into one directory
+    sweep(
+        tmp_path,
+        FakeRunner(table=PAPER_WEIGHTS),
+        methods=["grpo", "psr", "nsr", "w_reinforce"],
+        grids=["w_reinforce.w_pos=1", "w_neg=0.05,0.1,0.2,5"],
+    )
+    sweep(tmp_path, FakeRunner(table=PAPER_WEIGHTS), methods=["w_reinforce"], grids=["w_pos=0.05,0.1,0.2,5"])
+    markdown = (tmp_path / "sweep" / "fixed_weights.md").read_text()
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table]
+    assert cells[0] == ["Methods", "w+", "w−", "w+/w−", "Rouge-L", "Reranker†"]
+    # (method, w+, w−, ratio, Rouge-L value) row by row, block titles as they appear
+    body = [(c[0], c[1], c[2], c[3], c[4].split(" ")[0]) for c in cells[2:]]
+    assert body == [
+        ("PSR", "1", "0", "∞", "0.293"),
+        ("NSR", "0", "1", "0", "0.327"),
+        ("GRPO", "1", "1", "1", "0.301"),
+        ("*W-REINFORCE, P/N ↓ (w+=1, w− varied)*", "", "", "", ""),
+        ("W-REINFORCE", "1", "0.05", "20", "0.299"),
+        ("W-REINFORCE", "1", "0.1", "10", "0.232"),
+        ("W-REINFORCE", "1", "0.2", "5", "0.274"),
+        ("W-REINFORCE", "1", "5", "0.2", "0.335"),
+        ("*W-REINFORCE, P/N ↑ (w−=1, w+ varied)*", "", "", "", ""),
+        ("W-REINFORCE", "0.05", "1", "0.05", "0.263"),
+        ("W-REINFORCE", "0.1", "1", "0.1", "0.322"),
+        ("W-REINFORCE", "0.2", "1", "0.2", "0.337"),
+        ("W-REINFORCE", "5", "1", "5", "0.302"),
+    ]
+    rows = read_csv(tmp_path / "sweep" / "fixed_weights.csv")
+    ratios = {(float(r["w_pos"]), float(r["w_neg"])): r["ratio"] for r in rows}
+    assert ratios[(1.0, 0.0)] == "inf" and float(ratios[(1.0, 0.05)]) == pytest.approx(20.0)
+    assert float(ratios[(0.05, 1.0)]) == pytest.approx(0.05)
+    assert "Scored text: Rouge-L: the <advice> part (extract=advice)" in markdown
+
+
+def test_with_a_judge_the_comparison_shows_both_of_the_papers_avgs(tmp_path):
+    sweep(tmp_path, FakeRunner(laaj=0.7), methods=["grpo", "eapo"], grids=[])
+    markdown = (tmp_path / "sweep" / "comparison.md").read_text()
+    first, second = markdown.split("## With LLM-as-a-Judge")
+    assert "| Methods | Rouge-L | Reranker† | RL@8 | RR@8† | Avg |" in first
+    assert "| Methods | Rouge-L | Reranker† | LAAJ | Avg |" in second
+    grpo_first = next(line for line in first.splitlines() if line.startswith("| GRPO"))
+    grpo_second = next(line for line in second.splitlines() if line.startswith("| GRPO"))
+    # GRPO = (0.30, 0.95): avg = (0.30 + 0.95 + 0.33 + 0.97) / 4; avg_laaj = (0.30 + 0.95 + 0.7) / 3 = 0.65
+    avg = (0.30 + 0.95 + 0.33 + 0.97) / 4
+    assert grpo_first.split(" | ")[-1].startswith(f"{avg:.3f} [")
+    assert grpo_second.split(" | ")[-1].startswith("0.650 [")
+    assert "With LLM-as-a-Judge: Avg: mean of Rouge-L, Reranker and LAAJ" in markdown
+    # the unscored samples are counted under the table: 2 per evaluation, 3 evaluations (base included)
+    assert "(over 3 evaluations): Rouge-L 0/960, Reranker 0/960, Format 0/960, LAAJ 6/960." in markdown
+    rows = {r["label"]: r for r in read_csv(tmp_path / "sweep" / "comparison.csv")}
+    assert float(rows["GRPO"]["avg"]) == pytest.approx(avg) and float(
+        rows["GRPO"]["avg_laaj"]
+    ) == pytest.approx(0.65)
+
+
+def test_every_table_names_what_the_scorers_read(tmp_path):
+    sweep(tmp_path, FakeRunner())
+    for name in ("comparison.md", "sensitivity.md", "fixed_weights.md"):
+        text = (tmp_path / "sweep" / name).read_text()
+        assert (
+            "Scored text: Rouge-L: the <advice> part (extract=advice); Reranker: the <advice> part" in text
+        ), name
+    # an evaluation with extract=whole in the same table is called out, not averaged over silently
+    results_path = tmp_path / "sweep" / "runs" / "grpo" / "eval" / "results.json"
+    results_path.write_text(json.dumps(fake_results(0.3, 0.95, extract="whole")))
+    sweep(tmp_path, FakeRunner())
+    text = (tmp_path / "sweep" / "comparison.md").read_text()
+    assert (
+        "Rouge-L: MIXED — the <advice> part (extract=advice) in 7, the whole response (extract=whole) in 1"
+        in text
+    )
+
+
+def test_results_from_before_the_explicit_avgs_are_evaluated_again(tmp_path):
+    sweep(tmp_path, FakeRunner(), methods=["grpo"], grids=[])
+    old = fake_results(0.3, 0.95, laaj=0.7)
+    old["metrics"].pop("avg_laaj")
+    old["metrics"]["avg"] = (0.3 + 0.95 + 0.33 + 0.97 + 0.7) / 5  # the old mean of every column
+    old["avg_of"] = ["rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj"]
+    path = tmp_path / "sweep" / "runs" / "grpo" / "eval" / "results.json"
+    path.write_text(json.dumps(old))
+    assert not EvalOptions(k=8).matches(old)
+    # the tables never show the old 5-column mean, even before the evaluation is redone
+    from eapo.sweep import collect_entries
+
+    manifest = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    (grpo,) = [e for e in collect_entries(tmp_path / "sweep", manifest) if e.method == "grpo"]
+    assert grpo.results[0]["metrics"]["avg"] == pytest.approx((0.3 + 0.95 + 0.33 + 0.97) / 4)
+    assert grpo.results[0]["metrics"]["avg_laaj"] == pytest.approx((0.3 + 0.95 + 0.7) / 3)
+    runner = FakeRunner()
+    sweep(tmp_path, runner, methods=["grpo"], grids=[])
+    assert runner.trained == [] and runner.evaluated == ["grpo"]

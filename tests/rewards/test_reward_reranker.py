@@ -56,13 +56,32 @@ def test_bi_encoder_scores_related_above_unrelated(bi_encoder: Reranker) -> None
 
 def test_bi_encoder_is_labelled_as_a_stand_in_and_handles_missing_inputs(bi_encoder: Reranker) -> None:
     assert bi_encoder.name == "reranker" and bi_encoder.backend == "bi-encoder"
-    assert bi_encoder.label == "bi-encoder stand-in (all-MiniLM-L6-v2 cosine, clamped to [0, 1])"
+    assert bi_encoder.label == (
+        "bi-encoder stand-in (all-MiniLM-L6-v2 cosine, clamped to [0, 1], answer = <advice>)"
+    )
     scores = bi_encoder(
         None, ["<advice></advice>", "<advice>text</advice>", "<advice>text</advice>"], ["ref", None, "  "]
     )
     assert scores == [0.0, None, None]
     with pytest.raises(ValueError, match="references has 1 entries but completions has 2"):
         bi_encoder(None, ["a", "b"], ["ref"])
+
+
+def test_extract_whole_scores_the_whole_completion(bi_encoder: Reranker) -> None:
+    whole = make_reward("reranker", backend="bi-encoder", extract="whole")
+    assert whole.label == "bi-encoder stand-in (all-MiniLM-L6-v2 cosine, clamped to [0, 1], whole completion)"
+    reference = "Eczema; use moisturiser."
+    completion = (
+        "<think>The football match ended two to one.</think><advice>Eczema; use moisturiser.</advice>"
+    )
+    # advice: the document is the reference itself (cosine 1); whole: the off-topic reasoning and
+    # the tags are part of the document, so it is further from the query
+    assert bi_encoder(None, [completion], [reference]) == [pytest.approx(1.0, abs=1e-5)]
+    whole_score = whole(None, [completion], [reference])[0]
+    direct = bi_encoder._bi_encoder_scores([reference], [completion])[0]
+    assert whole_score == pytest.approx(direct, abs=1e-6) and whole_score < 0.95
+    with pytest.raises(ValueError, match="unknown extract mode"):
+        Reranker(backend="bi-encoder", extract="<advice>")
 
 
 def test_model_is_loaded_once_per_process(bi_encoder: Reranker) -> None:

@@ -99,9 +99,13 @@ def test_scorer_extracts_the_answer_and_keeps_none_references() -> None:
         pytest.approx(8 / 11, abs=1e-15),
         None,
     ]
-    whole = RougeL(extract="whole")
-    # whole text: tags count as characters, so the score differs from the answer-only one
-    assert whole(None, [completion], ["可能胃炎"])[0] != pytest.approx(8 / 11)
+    whole = make_reward("rouge_l", extract="whole")
+    assert whole.label == "Rouge-L F1 (char level, whole completion)"
+    # whole text, tags included: "<think>" 7 + 8 + "</think>" 8 + "<advice>" 8 + 7 + "</advice>" 9 = 47
+    # characters once the newline is dropped; LCS with "可能胃炎" = 4; P = 4/47, R = 1, F1 = 8/51
+    assert whole(None, [completion], ["可能胃炎"]) == [pytest.approx(8 / 51, abs=1e-15)]
+    with pytest.raises(ValueError, match="unknown extract mode"):
+        RougeL(extract="<advice>")
     with pytest.raises(ValueError, match="needs references"):
         scorer(None, [completion], None)
     with pytest.raises(ValueError, match="unknown level"):

@@ -27,6 +27,13 @@ def sweep_command(
     seeds: str = typer.Option(
         None, "--seeds", help="Comma-separated train.seed values (default: the config's)."
     ),
+    side_by_side: list[Path] = typer.Option(
+        None,
+        "--side-by-side",
+        metavar="DIR",
+        help="Another sweep directory (e.g. the same grid on CMD) shown next to this one in the "
+        "sensitivity table, as in the paper (repeatable).",
+    ),
     output_dir: Path = typer.Option(
         ..., "--output-dir", "-o", help="Sweep directory (runs/, tables, figure)."
     ),
@@ -100,6 +107,7 @@ def sweep_command(
             include_base=base,
             runner=runner,
             echo=typer.echo,
+            side_by_side=side_by_side or [],
         )
     except SweepError as error:
         typer.echo(f"error: {error}", err=True)

@@ -1,4 +1,5 @@
-"""Evaluation in the EAPO paper's terms: Rouge-L, Reranker, RL@k, RR@k, LAAJ and Avg, with 95%
+"""Evaluation in the EAPO paper's terms: Rouge-L, Reranker, RL@k, RR@k, LAAJ and its two Avgs (``avg``
+over Rouge-L, Reranker, RL@k, RR@k; ``avg_laaj`` over Rouge-L, Reranker, LAAJ), with 95%
 bootstrap confidence intervals over prompts, from ``k`` samples per prompt scored by the same
 reward components as training (:mod:`eapo.rewards`).
 
@@ -26,6 +27,7 @@ from eapo.evaluation.harness import (
     load_samples,
 )
 from eapo.evaluation.metrics import (
+    AVG_COLUMNS,
     COLUMNS,
     METRIC_KEYS,
     aggregate,
@@ -36,6 +38,7 @@ from eapo.evaluation.metrics import (
 from eapo.evaluation.runner import EvalError, build_scorers, resolve_target, run_eval
 
 __all__ = [
+    "AVG_COLUMNS",
     "COLUMNS",
     "EVAL_CONFIG_FILE",
     "METRIC_KEYS",

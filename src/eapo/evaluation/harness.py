@@ -6,9 +6,15 @@ Files in the output directory::
                        max_new_tokens, seed) and which scorer (label) produced each score column
     samples.jsonl      one line per sample: id, sample, prompt, reference, completion, num_tokens,
                        finished, scores{...}; appended, flushed and fsynced one prompt at a time
-    results.json       {"metrics", "ci95", "k", "n_prompts", "model", "data", ...}
+    results.json       {"metrics", "ci95", "k", "n_prompts", "model", "data", "avg_of", "labels",
+                       "extract", "n_scored", "n_samples", "unscored", "extra", "settings", ...}
     results.csv        the same numbers as one CSV row
-    results.md         the paper-layout Markdown table
+    results.md         the paper-layout Markdown tables
+
+In ``results.json``: ``avg_of`` maps each Avg to its columns; ``extract`` names the part of the
+response each scorer read (``advice`` / ``whole``); ``unscored`` counts, per scorer, the samples it
+could not score (``None`` or NaN, e.g. a judge call that failed after its retries), out of
+``n_samples``; ``n_scored`` counts, per column, the prompts with at least one scored sample.
 
 Resuming: a prompt whose ``k`` samples are all in ``samples.jsonl`` (keyed by record id and sample
 index, with the same prompt text) is not generated again. A torn last line or a prompt with fewer
@@ -35,7 +41,14 @@ from typing import Any
 import numpy as np
 
 from eapo.evaluation.generate import Completion, Generator
-from eapo.evaluation.metrics import METRIC_KEYS, aggregate, bootstrap_ci, per_prompt_values
+from eapo.evaluation.metrics import (
+    AVG_COLUMNS,
+    METRIC_KEYS,
+    aggregate,
+    bootstrap_ci,
+    per_prompt_values,
+    unscored_counts,
+)
 from eapo.evaluation.report import results_csv, results_markdown
 from eapo.run_dir import atomic_write_text
 
@@ -387,9 +400,16 @@ def evaluate(
         "model": model,
         "data": data,
         "display_name": display_name or model,
-        "avg_of": [key for key in METRIC_KEYS if key != "avg" and metrics[key] is not None],
+        "avg_of": {key: list(columns) for key, columns in AVG_COLUMNS.items()},
         "labels": {name: scorer.label for name, scorer in scorers.items()},
+        "extract": {
+            name: scorer.extract
+            for name, scorer in scorers.items()
+            if isinstance(getattr(scorer, "extract", None), str)
+        },
         "n_scored": n_scored,
+        "n_samples": len(all_samples),
+        "unscored": unscored_counts(per_prompt_scores),
         "extra": extra,
         "settings": {**asdict(settings), **dict(details or {})},
         "samples": SAMPLES_FILE,

@@ -7,15 +7,22 @@ as training). Per prompt:
 * ``rl_at_k`` / ``rr_at_k`` — the best of its ``k`` samples' Rouge-L / reranker scores (the paper's
   RL@8 and RR@8: "the best Rouge-L score among 8 inference samples").
 
-A table column is the mean of the per-prompt values over prompts; ``avg`` is the mean of the
-reported (non-null) columns, as the paper's Avg (its Table "Performance comparison" averages
-Rouge-L, Reranker, RL@8 and RR@8; its LAAJ tables average Rouge-L, Reranker and LAAJ).
+A table column is the mean of the per-prompt values over prompts. The paper's tables use two
+different Avg columns, so there are two, each over a fixed set of columns (:data:`AVG_COLUMNS`):
+
+* ``avg`` — the mean of Rouge-L, Reranker, RL@k and RR@k (its Table "Performance comparison" and
+  the fixed-weight and cross-model tables: GRPO on RJUA, (0.312 + 0.976 + 0.344 + 0.987) / 4 = 0.655);
+* ``avg_laaj`` — the mean of Rouge-L, Reranker and LAAJ (its per-dataset RL-paradigm tables: GRPO on
+  RJUA, (0.312 + 0.976 + 0.744) / 3 = 0.677), null when no judge ran.
+
+An Avg is null when any of its columns is null (e.g. ``--scorers rouge_l``): a mean over fewer
+columns would be a number no table of the paper reports.
 
 A sample a scorer could not score (``None``) is left out of its prompt's mean and max; a prompt
 with no scored sample is left out of that column (the count is reported as ``n_scored``).
 
 Confidence intervals: a percentile bootstrap over prompts. One set of resampled prompt indices is
-shared by every column, so ``avg``'s interval accounts for the columns' correlation.
+shared by every column, so each Avg's interval accounts for the columns' correlation.
 """
 
 from __future__ import annotations
@@ -27,19 +34,27 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 __all__ = [
+    "AVG_COLUMNS",
     "COLUMNS",
     "METRIC_KEYS",
     "SCORE_COLUMNS",
+    "average_columns",
     "per_prompt_values",
+    "unscored_counts",
     "aggregate",
     "bootstrap_ci",
     "bootstrap_interval",
 ]
 
-#: The table's score columns in the paper's order (``avg`` is derived from them).
+#: The table's score columns in the paper's order (the Avg columns are derived from them).
 COLUMNS = ("rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj")
+#: Each Avg and the columns it averages (see the module docstring).
+AVG_COLUMNS: dict[str, tuple[str, ...]] = {
+    "avg": ("rouge_l", "reranker", "rl_at_k", "rr_at_k"),
+    "avg_laaj": ("rouge_l", "reranker", "laaj"),
+}
 #: Every key of ``results.json``'s ``metrics`` and ``ci95``.
-METRIC_KEYS = (*COLUMNS, "avg")
+METRIC_KEYS = (*COLUMNS, *AVG_COLUMNS)
 #: scorer name -> (column of the mean over k samples, column of the best of k samples or None).
 SCORE_COLUMNS: dict[str, tuple[str, str | None]] = {
     "rouge_l": ("rouge_l", "rl_at_k"),
@@ -81,6 +96,21 @@ def per_prompt_values(scores: Sequence[Mapping[str, Sequence[float | None]]]) ->
     return out
 
 
+def unscored_counts(scores: Sequence[Mapping[str, Sequence[float | None]]]) -> dict[str, int]:
+    """Per scorer, how many samples it could not score (``None`` or NaN), over every prompt.
+
+    Args:
+        scores: one mapping per prompt, ``{scorer name: [score of sample 0, ..., sample k-1]}``
+            (every scorer, ``format`` included).
+    """
+    counts: dict[str, int] = {}
+    for prompt in scores:
+        for name, values in prompt.items():
+            missing = sum(1 for value in values if value is None or math.isnan(float(value)))
+            counts[name] = counts.get(name, 0) + missing
+    return counts
+
+
 def _nanmean(values: np.ndarray, axis: int | None = None) -> np.ndarray | float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices -> NaN, on purpose
@@ -90,16 +120,24 @@ def _nanmean(values: np.ndarray, axis: int | None = None) -> np.ndarray | float:
 def aggregate(per_prompt: Mapping[str, np.ndarray]) -> dict[str, float | None]:
     """Point estimates: every key of :data:`METRIC_KEYS`, ``None`` for a column nobody scored.
 
-    ``avg`` is the mean of the non-null columns among :data:`COLUMNS` (``None`` if there are none).
+    Each Avg of :data:`AVG_COLUMNS` is the mean of its columns, ``None`` when one of them is ``None``.
     """
     metrics: dict[str, float | None] = {}
     for column in COLUMNS:
         values = per_prompt.get(column)
         mean = float(_nanmean(values)) if values is not None and values.size else math.nan
         metrics[column] = None if math.isnan(mean) else mean
-    reported = [metrics[c] for c in COLUMNS if metrics[c] is not None]
-    metrics["avg"] = float(np.mean(reported)) if reported else None
+    metrics.update(average_columns(metrics))
     return metrics
+
+
+def average_columns(metrics: Mapping[str, float | None]) -> dict[str, float | None]:
+    """``{avg key: mean of its columns}`` for :data:`AVG_COLUMNS`; ``None`` where a column is missing or null."""
+    out: dict[str, float | None] = {}
+    for key, columns in AVG_COLUMNS.items():
+        values = [metrics.get(column) for column in columns]
+        out[key] = None if any(v is None for v in values) else math.fsum(values) / len(values)  # type: ignore[arg-type]
+    return out
 
 
 def bootstrap_ci(
@@ -140,9 +178,12 @@ def bootstrap_ci(
         if point[column] is None:
             continue
         replicates[column] = _nanmean(per_prompt[column][indices], axis=1)  # [R]
-    if replicates:
-        # A replicate that drew only unscored prompts for some column has NaN there; nanmean skips it.
-        replicates["avg"] = _nanmean(np.stack(list(replicates.values())), axis=0)  # [R]
+    for key, columns in AVG_COLUMNS.items():
+        if point[key] is None:
+            continue
+        # A replicate that drew only unscored prompts for a column is NaN there, and so is its Avg
+        # (dropped below, like that column's own NaN replicates).
+        replicates[key] = np.stack([replicates[column] for column in columns]).mean(axis=0)  # [R]
     for key, values in replicates.items():
         values = values[~np.isnan(values)]
         if values.size:

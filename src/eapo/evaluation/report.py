@@ -1,19 +1,23 @@
 """Tables in the paper's layout (Markdown) and CSV, shared by ``eapo eval`` and ``eapo sweep``.
 
-Columns follow the paper: Rouge-L, Reranker, RL@k, RR@k, (LAAJ), Avg, three decimals. A column
-whose scorer was the offline bi-encoder stand-in instead of a cross-encoder reranker is marked
-``†`` and the scorer's label is printed under the table, so a stand-in number is never read as
-the paper's reranker.
+Columns follow the paper, three decimals. Each table carries the Avg the paper uses for it
+(:data:`eapo.evaluation.metrics.AVG_COLUMNS`): the "Performance comparison" layout is Rouge-L,
+Reranker, RL@k, RR@k, Avg (``avg``); the LLM-as-a-Judge layout is Rouge-L, Reranker, LAAJ, Avg
+(``avg_laaj``), shown only when a judge ran. A column whose scorer was the offline bi-encoder
+stand-in instead of a cross-encoder reranker is marked ``†``. Under every table: each scorer's
+label, which part of the response Rouge-L and the reranker scored (``extract``), and how many
+samples each scorer could not score.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eapo.evaluation.metrics import COLUMNS, METRIC_KEYS
+from eapo.evaluation.metrics import AVG_COLUMNS, METRIC_KEYS, average_columns
 
 __all__ = [
     "column_title",
@@ -23,18 +27,31 @@ __all__ = [
     "scorer_notes",
     "stand_in_columns",
     "reported_columns",
+    "has_laaj",
+    "avg_note",
+    "extract_modes",
+    "extract_note",
+    "unscored_note",
+    "table_notes",
+    "upgrade_results",
     "results_markdown",
     "results_csv",
     "csv_text",
 ]
 
-_TITLES = {"rouge_l": "Rouge-L", "reranker": "Reranker", "laaj": "LAAJ", "avg": "Avg"}
+_TITLES = {"rouge_l": "Rouge-L", "reranker": "Reranker", "laaj": "LAAJ", "avg": "Avg", "avg_laaj": "Avg"}
 _SCORER_OF = {
     "rouge_l": "rouge_l",
     "rl_at_k": "rouge_l",
     "reranker": "reranker",
     "rr_at_k": "reranker",
     "laaj": "laaj",
+}
+_SCORER_TITLES = {"rouge_l": "Rouge-L", "reranker": "Reranker", "laaj": "LAAJ", "format": "Format"}
+#: The paper's table each Avg belongs to (for the footnotes).
+_AVG_TABLES = {
+    "avg": 'the paper\'s "Performance comparison" table',
+    "avg_laaj": "the paper's per-dataset tables with LLM-as-a-Judge",
 }
 
 
@@ -80,11 +97,10 @@ def stand_in_columns(labels: Mapping[str, str]) -> set[str]:
 def scorer_notes(labels: Mapping[str, str]) -> list[str]:
     """One line per scorer: ``Reranker†: bi-encoder stand-in (...)``."""
     flagged = stand_in_columns(labels)
-    names = {"rouge_l": "Rouge-L", "reranker": "Reranker", "laaj": "LAAJ", "format": "Format"}
     notes = []
     for name, label in labels.items():
         mark = "†" if name in flagged else ""
-        notes.append(f"{names.get(name, name)}{mark}: {label}")
+        notes.append(f"{_SCORER_TITLES.get(name, name)}{mark}: {label}")
     if flagged:
         notes.append(
             "† scored with the offline bi-encoder stand-in (cosine similarity of sentence embeddings), "
@@ -93,22 +109,147 @@ def scorer_notes(labels: Mapping[str, str]) -> list[str]:
     return notes
 
 
-def reported_columns(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The metric keys to show: every column some result has a value for, then ``avg``."""
-    shown = [key for key in COLUMNS if any(r["metrics"].get(key) is not None for r in results)]
-    return [*shown, "avg"]
+def reported_columns(results: Sequence[Mapping[str, Any]], avg: str = "avg") -> list[str]:
+    """The metric keys of one table layout: the columns of ``avg`` (a key of ``AVG_COLUMNS``) that
+    some result has a value for, then ``avg`` itself (always shown, ``–`` when it could not be computed)."""
+    shown = [key for key in AVG_COLUMNS[avg] if any(r["metrics"].get(key) is not None for r in results)]
+    return [*shown, avg]
 
 
-def results_markdown(results: Mapping[str, Any]) -> str:
-    """``results.md``: one evaluation in the paper's layout, with 95% CIs and the scorers used."""
+def has_laaj(results: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a judge scored any of ``results`` (then the LAAJ layout is shown too)."""
+    return any(r["metrics"].get("laaj") is not None for r in results)
+
+
+def avg_note(avg: str, k: int | None) -> str:
+    """``Avg: mean of Rouge-L, Reranker, RL@8 and RR@8 (the paper's ... table); – when ...``."""
+    titles = [column_title(key, k) for key in AVG_COLUMNS[avg]]
+    listed = ", ".join(titles[:-1]) + " and " + titles[-1]
+    return f"Avg: mean of {listed} ({_AVG_TABLES[avg]}); – when one of them was not measured."
+
+
+_LABEL_EXTRACT = re.compile(r"answer = <([A-Za-z][A-Za-z0-9_-]*)>")
+
+
+def extract_modes(results: Mapping[str, Any]) -> dict[str, str | None]:
+    """``{scorer: extract mode}`` for the scorers of one evaluation that read part of the response.
+
+    From ``results["extract"]`` (recorded since the option was reported); for older results, read
+    from the scorer's label (``answer = <advice>`` / ``whole completion``), else ``None`` (unknown).
+    """
+    recorded = dict(results.get("extract") or {})
+    out: dict[str, str | None] = {}
+    for name, label in (results.get("labels") or {}).items():
+        if name not in ("rouge_l", "reranker", "laaj"):
+            continue
+        if name in recorded:
+            out[name] = recorded[name]
+        elif "whole completion" in label:
+            out[name] = "whole"
+        else:
+            match = _LABEL_EXTRACT.search(label)
+            out[name] = match.group(1) if match else None
+    return out
+
+
+def _part(mode: str | None) -> str:
+    if mode is None:
+        return "not recorded"
+    if mode == "whole":
+        return "the whole response (extract=whole)"
+    return f"the <{mode}> part (extract={mode})"
+
+
+def extract_note(results: Sequence[Mapping[str, Any]]) -> str | None:
+    """The footnote naming what Rouge-L / the reranker / LAAJ scored in each response (``None`` if none ran)."""
+    modes: dict[str, list[str | None]] = {}
+    for result in results:
+        for name, mode in extract_modes(result).items():
+            modes.setdefault(name, []).append(mode)
+    if not modes:
+        return None
+    parts = []
+    for name in ("rouge_l", "reranker", "laaj"):
+        if name not in modes:
+            continue
+        distinct = list(dict.fromkeys(modes[name]))
+        if len(distinct) == 1:
+            parts.append(f"{_SCORER_TITLES[name]}: {_part(distinct[0])}")
+        else:
+            counts = ", ".join(f"{_part(mode)} in {modes[name].count(mode)}" for mode in distinct)
+            parts.append(f"{_SCORER_TITLES[name]}: MIXED — {counts} evaluations (not comparable)")
+    return "Scored text: " + "; ".join(parts) + "."
+
+
+def unscored_note(results: Sequence[Mapping[str, Any]]) -> str | None:
+    """The footnote with each scorer's count of samples it could not score (``None`` if not recorded):
+    ``Rouge-L 0/320, LAAJ 3/320`` — unscored / samples of the evaluations that ran that scorer."""
+    recorded = [r for r in results if isinstance(r.get("unscored"), Mapping)]
+    if not recorded:
+        return None
+    unscored: dict[str, int] = {}
+    samples: dict[str, int] = {}
+    for result in recorded:
+        for name, count in result["unscored"].items():
+            unscored[name] = unscored.get(name, 0) + int(count)
+            samples[name] = samples.get(name, 0) + int(result.get("n_samples") or 0)
+    counts = ", ".join(
+        f"{_SCORER_TITLES.get(name, name)} {count}/{samples[name]}" for name, count in unscored.items()
+    )
+    scope = f" (over {len(recorded)} evaluations)" if len(recorded) > 1 else ""
+    return f"Samples a scorer could not score (None/NaN, left out of its means){scope}: {counts or 'none'}."
+
+
+def table_notes(results: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> list[str]:
+    """The footnotes every table prints: scorer labels (with the † note), scored text, unscored counts."""
+    notes = scorer_notes(labels)
+    for note in (extract_note(results), unscored_note(results)):
+        if note is not None:
+            notes.append(note)
+    return notes
+
+
+def upgrade_results(results: Mapping[str, Any]) -> dict[str, Any]:
+    """``results.json`` with the current Avg columns.
+
+    Results written before ``avg`` / ``avg_laaj`` had fixed column sets (``avg`` was then the mean
+    of whatever was reported) get both recomputed from their columns, with no interval (the
+    bootstrap needs the samples: rerun ``eapo eval`` on the same directory to get them back).
+    """
+    metrics = results.get("metrics") or {}
+    if isinstance(results.get("avg_of"), Mapping) and "avg_laaj" in metrics:
+        return dict(results)
+    upgraded = dict(results)
+    upgraded["metrics"] = {**metrics, **average_columns(metrics)}
+    ci95 = dict(results.get("ci95") or {})
+    # An old avg over exactly today's four columns keeps its interval; any other is dropped.
+    old_avg_of = results.get("avg_of")
+    keep = isinstance(old_avg_of, Sequence) and list(old_avg_of) == list(AVG_COLUMNS["avg"])
+    upgraded["ci95"] = {**ci95, "avg": ci95.get("avg") if keep else None, "avg_laaj": None}
+    upgraded["avg_of"] = {key: list(columns) for key, columns in AVG_COLUMNS.items()}
+    return upgraded
+
+
+def _results_table(results: Mapping[str, Any], avg: str) -> str:
     k = results["k"]
-    columns = reported_columns([results])
+    columns = reported_columns([results], avg)
     flagged = stand_in_columns(results.get("labels", {}))
     header = ["Model"] + [column_title(key, k) + ("†" if key in flagged else "") for key in columns]
     row = [str(results.get("display_name") or results["model"])]
-    row += [format_cell(results["metrics"][key], results["ci95"][key]) for key in columns]
+    row += [format_cell(results["metrics"].get(key), results["ci95"].get(key)) for key in columns]
+    return markdown_table(header, [row])
+
+
+def results_markdown(results: Mapping[str, Any]) -> str:
+    """``results.md``: one evaluation in the paper's layouts, with 95% CIs and the scorers used.
+
+    The "Performance comparison" table (Avg = ``avg``), then, when a judge ran, the LLM-as-a-Judge
+    table (Avg = ``avg_laaj``).
+    """
+    results = upgrade_results(results)
+    k = results["k"]
     settings = results.get("settings", {})
-    avg_of = ", ".join(column_title(key, k) for key in results.get("avg_of", []))
+    judged = has_laaj([results])
     lines = [
         f"# Evaluation of {results['model']} on {results['data']}",
         "",
@@ -116,12 +257,21 @@ def results_markdown(results: Mapping[str, Any]) -> str:
         f"top_p {settings.get('top_p')}, max_new_tokens {settings.get('max_new_tokens')}. "
         "Cells: value [95% bootstrap CI over prompts].",
         "",
-        markdown_table(header, [row]),
-        f"Rouge-L / Reranker / LAAJ: mean over the k samples; RL@{k} / RR@{k}: best of the k samples; "
-        f"Avg: mean of {avg_of or 'no column'}.",
-        "",
     ]
-    lines += [f"- {note}" for note in scorer_notes(results.get("labels", {}))]
+    if judged:
+        lines += ["## Performance comparison", ""]
+    lines += [_results_table(results, "avg")]
+    if judged:
+        lines += ["## With LLM-as-a-Judge", "", _results_table(results, "avg_laaj")]
+    lines += [
+        f"Rouge-L / Reranker / LAAJ: mean over the k samples; RL@{k} / RR@{k}: best of the k samples.",
+        "",
+        ("Performance comparison: " if judged else "") + avg_note("avg", k),
+    ]
+    if judged:
+        lines += ["", "With LLM-as-a-Judge: " + avg_note("avg_laaj", k)]
+    lines += [""]
+    lines += [f"- {note}" for note in table_notes([results], results.get("labels", {}))]
     extra = results.get("extra", {})
     if extra:
         lines += [
@@ -141,11 +291,16 @@ def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def results_csv(results: Mapping[str, Any]) -> str:
-    """``results.csv``: one row — model, data, k, n_prompts, then each metric with its CI bounds."""
+    """``results.csv``: one row — model, data, k, n_prompts, each metric with its CI bounds, then
+    each scorer's count of unscored samples (``unscored_<scorer>``)."""
+    results = upgrade_results(results)
     header: list[str] = ["model", "data", "k", "n_prompts"]
     row: list[Any] = [results["model"], results["data"], results["k"], results["n_prompts"]]
     for key in METRIC_KEYS:
-        ci = results["ci95"][key]
+        ci = results["ci95"].get(key)
         header += [key, f"{key}_ci_low", f"{key}_ci_high"]
-        row += [results["metrics"][key], ci[0] if ci else None, ci[1] if ci else None]
+        row += [results["metrics"].get(key), ci[0] if ci else None, ci[1] if ci else None]
+    for name, count in (results.get("unscored") or {}).items():
+        header.append(f"unscored_{name}")
+        row.append(count)
     return csv_text(header, [row])

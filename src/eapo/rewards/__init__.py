@@ -16,9 +16,12 @@ trainer, the evaluation harness, TRL and verl all build them through this regist
 
 Components (all in [0, 1]):
 
-* ``format`` — {0, 1}: ``<think>…</think>`` then ``<advice>…</advice>`` (:mod:`eapo.rewards.format`);
-* ``rouge_l`` — Rouge-L F1, char / word / auto level (:mod:`eapo.rewards.rouge`);
-* ``reranker`` — cross-encoder relevance, or the labelled bi-encoder stand-in (:mod:`eapo.rewards.reranker`);
+* ``format`` — {0, 1}: ``<think>…</think>`` then ``<advice>…</advice>`` present, in order, non-empty
+  (the paper's check; ``strict=True``: each once and nothing outside) (:mod:`eapo.rewards.format`);
+* ``rouge_l`` — Rouge-L F1, char / word / auto level, of the ``<advice>`` answer or
+  (``extract="whole"``) the whole completion (:mod:`eapo.rewards.rouge`);
+* ``reranker`` — cross-encoder relevance, or the labelled bi-encoder stand-in; ``extract`` as for
+  Rouge-L (:mod:`eapo.rewards.reranker`);
 * ``llm_judge`` — the appendix LLM-as-a-Judge prompts (:mod:`eapo.rewards.judge`).
 
 Metric keys of :meth:`CompositeReward.score`: ``reward/<component>/{mean,std,none_frac}``,

@@ -4,13 +4,18 @@ The paper's prompts (appendix "Prompt") ask for clinical reasoning in ``<think>â
 by the diagnosis and advice in ``<advice>â€¦</advice>``. Rouge-L and the reranker score the answer
 part, the LLM judge scores the reasoning (training) or the answer (evaluation); the evaluation
 harness uses the same two helpers, so training and evaluation read completions identically.
+
+Which part Rouge-L and the reranker score is their ``extract`` option: ``"advice"`` (the default)
+or ``"whole"`` (the whole completion, tags included). The paper says they score "the response"
+without saying which part; ``advice`` is our reading (the answer, not the reasoning, is compared
+with the reference answer). Every table prints the choice (:func:`extract_label`).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["extract_think", "extract_answer", "ANSWER_MODES"]
+__all__ = ["extract_think", "extract_answer", "extract_label", "check_extract", "ANSWER_MODES"]
 
 #: ``extract_answer`` modes: ``"advice"`` (the paper's answer tag), ``"whole"``, or any other tag name.
 ANSWER_MODES = ("advice", "whole")
@@ -41,11 +46,18 @@ def extract_think(text: str) -> str | None:
     return content or None
 
 
-def _check_mode(mode: str) -> None:
-    if mode != "whole" and not _TAG_NAME.match(mode):
+def check_extract(mode: str) -> None:
+    """Raise a ValueError unless ``mode`` is ``"advice"``, ``"whole"`` or a plain tag name."""
+    if not isinstance(mode, str) or (mode != "whole" and not _TAG_NAME.match(mode)):
         raise ValueError(
             f"unknown extract mode {mode!r}; use 'advice' (the default), 'whole', or a tag name like 'answer'"
         )
+
+
+def extract_label(mode: str) -> str:
+    """How a scorer's label names its ``extract`` mode: ``"answer = <advice>"`` or ``"whole completion"``."""
+    check_extract(mode)
+    return "whole completion" if mode == "whole" else f"answer = <{mode}>"
 
 
 def extract_answer(text: str, mode: str = "advice") -> str:
@@ -59,7 +71,7 @@ def extract_answer(text: str, mode: str = "advice") -> str:
     3. no ``<T>``: the text after the last ``</think>``;
     4. no ``</think>`` either: the whole completion.
     """
-    _check_mode(mode)
+    check_extract(mode)
     if mode == "whole":
         return text.strip()
     think_end = text.rfind(_THINK_CLOSE)

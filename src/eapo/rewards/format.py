@@ -1,12 +1,23 @@
 """The format reward ``r_fmt(y) ∈ {0, 1}`` of Section 2.3 ("Reward Design") of the EAPO paper.
 
-The paper only says the reward "checks whether the response contains all required structural
-tags". Here a completion scores 1 when the configured tags (by default the paper's prompt order,
-``<think>`` then ``<advice>``) each occur exactly once as an open/close pair, in order, not nested,
-each with non-blank content, and — unless ``allow_text_outside=True`` — nothing but whitespace
-outside the blocks. Anything else (an unclosed, duplicated, nested or out-of-order tag, an empty
-block) scores 0. ``prefix`` is prepended before checking, for chat templates that already open
-``<think>`` in the prompt (pass ``prefix="<think>"``).
+The paper says the reward "checks whether the response contains all required structural tags".
+Two checks, chosen with ``strict`` (the tags are by default the paper's prompt order, ``<think>``
+then ``<advice>``; tag names are case-sensitive):
+
+* ``strict=False`` (the default; the paper's check): each tag's block is *present, in order and
+  non-empty*. Scanning left to right, the first ``<t1>`` is followed by a ``</t1>`` with non-blank
+  text between them; after that ``</t1>``, the first ``<t2>`` is followed by a ``</t2>`` with
+  non-blank text between them; and so on. Text before, between or after the blocks and a repeated
+  tag later in the text are accepted. A tag missing or unclosed, a block that is empty (e.g. the
+  first ``<think></think>``), ``<advice>`` only inside ``<think>`` (nested) or before it (out of
+  order) score 0.
+* ``strict=True`` (ours, stricter than the paper): each tag occurs *exactly once* as an
+  open/close pair, in order, not nested, with non-blank content, and — unless
+  ``allow_text_outside=True`` — nothing but whitespace outside the blocks. A duplicated tag or a
+  word outside the tags scores 0.
+
+``prefix`` is prepended before checking, for chat templates that already open ``<think>`` in the
+prompt (pass ``prefix="<think>"``).
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ from typing import Any
 
 from eapo.rewards.base import as_text, check_batch
 
-__all__ = ["FormatReward", "format_ok"]
+__all__ = ["FormatReward", "format_ok", "tags_present"]
 
 _TAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
@@ -26,10 +37,30 @@ def _tag_pattern(tags: Sequence[str]) -> re.Pattern[str]:
     return re.compile(r"<(/?)(" + "|".join(re.escape(tag) for tag in tags) + r")>")
 
 
+def tags_present(text: str, tags: Sequence[str] = ("think", "advice")) -> bool:
+    """True when ``tags``' blocks are present in ``text``, in order, each non-empty (``strict=False``).
+
+    See the module docstring: the first ``<t>`` after the previous block, and the first ``</t>`` after
+    it, must enclose non-blank text.
+    """
+    position = 0
+    for tag in tags:
+        open_tag, close_tag = f"<{tag}>", f"</{tag}>"
+        open_at = text.find(open_tag, position)
+        if open_at == -1:
+            return False
+        start = open_at + len(open_tag)
+        close_at = text.find(close_tag, start)
+        if close_at == -1 or not text[start:close_at].strip():
+            return False
+        position = close_at + len(close_tag)
+    return True
+
+
 def format_ok(
     text: str, tags: Sequence[str] = ("think", "advice"), *, allow_text_outside: bool = False
 ) -> bool:
-    """True when ``text`` is exactly ``<t1>…</t1> <t2>…</t2> …`` for ``tags`` (see the module docstring)."""
+    """True when ``text`` is exactly ``<t1>…</t1> <t2>…</t2> …`` for ``tags`` (``strict=True``; see the module docstring)."""
     pattern = _tag_pattern(tags)
     expected = [(closing, tag) for tag in tags for closing in ("", "/")]  # open t1, close t1, open t2, …
     found = list(pattern.finditer(text))
@@ -50,7 +81,11 @@ class FormatReward:
 
     Args:
         tags: the required tags, in order (default the paper's ``("think", "advice")``).
-        allow_text_outside: accept non-blank text before, between or after the tag blocks.
+        strict: ``False`` (default, the paper's check): the tags' blocks are present, in order and
+            non-empty, whatever else the text holds. ``True``: each tag exactly once, in order, and
+            nothing outside the blocks (see the module docstring).
+        allow_text_outside: with ``strict=True``, accept non-blank text before, between or after
+            the tag blocks (duplicates are still refused). Has no effect with ``strict=False``.
         prefix: text prepended to every completion before checking (e.g. ``"<think>"`` when the
             chat template ends the prompt with it).
     """
@@ -61,6 +96,7 @@ class FormatReward:
         self,
         tags: Sequence[str] = ("think", "advice"),
         *,
+        strict: bool = False,
         allow_text_outside: bool = False,
         prefix: str = "",
     ) -> None:
@@ -74,11 +110,31 @@ class FormatReward:
             )
         if len(set(tags)) != len(tags):
             raise ValueError(f"format reward: tags must be distinct, got {list(tags)}")
+        if not isinstance(strict, bool):
+            raise ValueError(
+                f"format reward: strict must be true or false, got {strict!r} "
+                "(false: tags present in order and non-empty, the paper's check; true: nothing else allowed)"
+            )
         self.tags = tags
+        self.strict = strict
         self.allow_text_outside = bool(allow_text_outside)
         self.prefix = prefix
-        self.label = "format (" + " then ".join(f"<{tag}>" for tag in tags) + ")"
+        order = " then ".join(f"<{tag}>" for tag in tags)
+        if not strict:
+            check = "present in order, non-empty"
+        elif self.allow_text_outside:
+            check = "strict: each once, in order"
+        else:
+            check = "strict: each once, in order, nothing outside"
+        self.label = f"format ({order}; {check})"
         self.__name__ = self.name  # TRL names reward functions by __name__
+
+    def check(self, text: str) -> bool:
+        """Whether one completion's text (``prefix`` not yet added) has the required structure."""
+        text = self.prefix + text
+        if self.strict:
+            return format_ok(text, self.tags, allow_text_outside=self.allow_text_outside)
+        return tags_present(text, self.tags)
 
     def __call__(
         self,
@@ -88,14 +144,10 @@ class FormatReward:
         **kwargs: Any,
     ) -> list[float | None]:
         check_batch(self.name, prompts, completions, references, needs_references=False)
-        return [
-            1.0
-            if format_ok(
-                self.prefix + as_text(completion), self.tags, allow_text_outside=self.allow_text_outside
-            )
-            else 0.0
-            for completion in completions
-        ]
+        return [1.0 if self.check(as_text(completion)) else 0.0 for completion in completions]
 
     def __repr__(self) -> str:
-        return f"FormatReward(tags={list(self.tags)}, allow_text_outside={self.allow_text_outside}, prefix={self.prefix!r})"
+        return (
+            f"FormatReward(tags={list(self.tags)}, strict={self.strict}, "
+            f"allow_text_outside={self.allow_text_outside}, prefix={self.prefix!r})"
+        )

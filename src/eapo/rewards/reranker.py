@@ -1,6 +1,9 @@
 """The reranker reward ``r_rerank(y, d̂) ∈ [0, 1]`` of Section 2.3 ("Reward Design") of the EAPO paper.
 
 As in the paper, the ground truth ``d̂`` is the *query* and the completion's answer the *document*.
+Which part of the completion is the document is the ``extract`` option: ``"advice"`` (default, the
+``<advice>`` answer) or ``"whole"`` (the whole completion; the paper says "the response"); the
+label names it, so every table does.
 The paper does not name its reranker; the default is the multilingual cross-encoder
 ``BAAI/bge-reranker-v2-m3`` through sentence-transformers' ``CrossEncoder``, its logit passed
 through a sigmoid — batched, on the GPU when there is one, loaded once per process.
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eapo.rewards.base import as_text, check_batch
-from eapo.rewards.extract import extract_answer
+from eapo.rewards.extract import check_extract, extract_answer, extract_label
 
 __all__ = ["Reranker", "DEFAULT_CROSS_ENCODER", "BI_ENCODER_NAME", "bi_encoder_path", "BACKENDS"]
 
@@ -104,7 +107,9 @@ class Reranker:
             when it cannot be loaded).
         model: cross-encoder name or path (default :data:`DEFAULT_CROSS_ENCODER`); with
             ``backend="bi-encoder"``, a sentence-transformers model (default: the bundled MiniLM).
-        extract: which part of the completion is the document (see :func:`eapo.rewards.extract_answer`).
+        extract: which part of the completion is the document: ``"advice"`` (default, the
+            ``<advice>`` answer; see :func:`eapo.rewards.extract_answer`) or ``"whole"`` (the whole
+            completion, tags included).
         batch_size: pairs (or texts) per forward pass.
         max_length: cross-encoder truncation in tokens (default 512).
         device: ``"cuda"``, ``"cpu"``, …; default the GPU when there is one.
@@ -132,7 +137,7 @@ class Reranker:
             raise ValueError(f"reranker: unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"reranker: batch_size must be an integer >= 1, got {batch_size!r}")
-        extract_answer("", extract)  # validates the mode
+        check_extract(extract)
         self.extract = extract
         self.batch_size = batch_size
         self.device = device or _default_device()
@@ -174,10 +179,11 @@ class Reranker:
                 ) from error
             self.backend, self.model_name = "bi-encoder", (model or BI_ENCODER_NAME)
 
+        part = extract_label(extract)
         if self.backend == "cross-encoder":
-            self.label = f"cross-encoder reranker ({self.model_name}, sigmoid)"
+            self.label = f"cross-encoder reranker ({self.model_name}, sigmoid, {part})"
         else:
-            self.label = f"bi-encoder stand-in ({self.model_name} cosine, clamped to [0, 1])"
+            self.label = f"bi-encoder stand-in ({self.model_name} cosine, clamped to [0, 1], {part})"
         self.__name__ = self.name  # TRL names reward functions by __name__
 
     # -- scoring ---------------------------------------------------------------------------------
@@ -245,4 +251,7 @@ class Reranker:
         return scores
 
     def __repr__(self) -> str:
-        return f"Reranker(backend={self.backend!r}, model={self.model_name!r}, device={self.device!r})"
+        return (
+            f"Reranker(backend={self.backend!r}, model={self.model_name!r}, extract={self.extract!r}, "
+            f"device={self.device!r})"
+        )

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from rapidfuzz.distance import LCSseq
 
 from eapo.rewards.base import as_text, check_batch
-from eapo.rewards.extract import extract_answer
+from eapo.rewards.extract import check_extract, extract_answer, extract_label
 
 __all__ = ["RougeL", "rouge_l_f1", "rouge_l_scores", "lcs_length", "tokenize", "is_mostly_cjk", "LEVELS"]
 
@@ -129,8 +129,9 @@ class RougeL:
 
     Args:
         level: ``"char"`` (the paper), ``"word"`` or ``"auto"``.
-        extract: which part of the completion is scored — ``"advice"`` (default; see
-            :func:`eapo.rewards.extract_answer`), ``"whole"`` or another tag name.
+        extract: which part of the completion is scored — ``"advice"`` (default: the ``<advice>``
+            answer, see :func:`eapo.rewards.extract_answer`), ``"whole"`` (the whole completion,
+            tags included) or another tag name. The label, and so every table, names the choice.
         lowercase: case-fold both sides first.
 
     A ``None`` reference scores ``None``; an empty answer or reference scores 0.0.
@@ -141,12 +142,11 @@ class RougeL:
     def __init__(self, level: Level = "char", *, extract: str = "advice", lowercase: bool = True) -> None:
         if level not in LEVELS:
             raise ValueError(f"rouge_l: unknown level {level!r}; known: {', '.join(LEVELS)}")
-        extract_answer("", extract)  # validates the mode
+        check_extract(extract)
         self.level = level
         self.extract = extract
         self.lowercase = bool(lowercase)
-        part = "whole completion" if extract == "whole" else f"answer = <{extract}>"
-        self.label = f"Rouge-L F1 ({level} level, {part})"
+        self.label = f"Rouge-L F1 ({level} level, {extract_label(extract)})"
         self.__name__ = self.name  # TRL names reward functions by __name__
 
     def __call__(
