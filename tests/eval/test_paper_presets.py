@@ -60,3 +60,39 @@ def test_paper_presets_use_the_papers_format_check_and_name_the_scored_text(name
     # tags present, in order, non-empty: a polite sentence around them does not zero the reward
     assert fmt(None, ["Sure. <think>reason</think> Answer: <advice>rest</advice> Hope this helps."]) == [1.0]
     assert fmt(None, ["<advice>rest</advice><think>reason</think>"]) == [0.0]
+
+
+# Options that change the loss or the advantages: a reader of a paper preset must see the paper's
+# objective in the file itself, not inherit a library default (TRL's KL and vLLM defaults differ).
+LOSS_AFFECTING = {
+    "algorithm": {
+        "beta": 0.001,
+        "epsilon": 0.2,
+        "loss_type": "grpo",
+        "kl_bias_correction": False,
+        "entropy_agg": "token-mean",
+        "scale_rewards": "group",
+        "split_by": "mean",
+        "num_iterations": 1,
+    },
+    "rollout": {"vllm_importance_correction": "token_truncate", "num_generations": 4, "temperature": 1.0},
+    "reward": {"missing": "unscorable"},
+}
+
+
+@pytest.mark.parametrize("name", PAPER_PRESETS)
+def test_paper_presets_spell_out_every_loss_affecting_option(name):
+    tree = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
+    for section, expected in LOSS_AFFECTING.items():
+        for key, value in expected.items():
+            assert key in tree[section], f"{name}.yaml does not set {section}.{key}"
+            assert tree[section][key] == value, f"{name}.yaml: {section}.{key}={tree[section][key]!r}"
+
+
+def test_the_paper_presets_objective_reaches_trl_as_written(tmp_path):
+    from eapo.train import grpo_args
+
+    config = load_config(ROOT / "configs" / "paper_rjua.yaml", ["rollout.use_vllm=false"])
+    args = grpo_args(config, tmp_path)
+    assert args.use_bias_correction_kl is False and args.loss_type == "grpo"
+    assert (args.beta, args.epsilon, args.scale_rewards, args.num_iterations) == (0.001, 0.2, "group", 1)
