@@ -262,7 +262,6 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
         vllm_server_base_url=r.vllm_server_base_url,
         vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
         model_init_kwargs={"dtype": dtype},
-        use_cpu=use_cpu(),
         dataloader_pin_memory=cuda,
         bf16=cuda and dtype == "bfloat16",
         fp16=cuda and dtype == "float16",
@@ -275,16 +274,7 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
         disable_tqdm=True,
         remove_unused_columns=False,
         log_completions=False,
-    )
-
-
-def use_cpu() -> bool:
-    """Train on CPU: no CUDA/XPU/MPS device, or ``accelerate launch --cpu`` (``ACCELERATE_USE_CPU``)."""
-    import torch
-    from accelerate.utils import str_to_bool
-
-    return not torch.accelerator.is_available() or bool(
-        str_to_bool(os.environ.get("ACCELERATE_USE_CPU", "0"))
+        use_cpu=use_cpu(),  # several CPU processes then train as one (gloo), see run()
     )
 
 
@@ -300,6 +290,16 @@ def lora_config(config: EAPOConfig):
         lora_dropout=lora.dropout,
         target_modules=lora.target_modules,
         task_type="CAUSAL_LM",
+    )
+
+
+def use_cpu() -> bool:
+    """Train on CPU: no CUDA/XPU/MPS device, or ``accelerate launch --cpu`` (``ACCELERATE_USE_CPU``)."""
+    import torch
+    from accelerate.utils import str_to_bool
+
+    return not torch.accelerator.is_available() or bool(
+        str_to_bool(os.environ.get("ACCELERATE_USE_CPU", "0"))
     )
 
 

@@ -1,10 +1,10 @@
-"""One process of a multi-process training run, launched by tests/train/test_distributed.py.
+"""One process of a multi-process ``eapo train``, launched by tests/train/test_distributed.py.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 dist_worker.py \\
-        CONFIG RUN_DIR DUMP_DIR [--resume] [--kill-after-save N] [key=value ...]
+        DUMP_DIR [--kill-after-save N] -- ARGS OF eapo train ...
 
-Trains with :func:`eapo.train.run` (the recipe ``eapo train`` runs) and writes what *this* process
-computed to ``DUMP_DIR/rank<R>.json``, so the test can compare the processes with each other, with
+Runs the ``eapo train`` command (``eapo.cli``) with ARGS and writes what *this* process computed to
+``DUMP_DIR/rank<R>.json``, so the test can compare the processes with each other, with
 ``metrics.jsonl`` and with the single-process maths of :mod:`eapo.core`. Test-only instrumentation:
 the trainer's hooks are wrapped here, in this process, and nothing in the package knows about it.
 
@@ -13,9 +13,12 @@ positive mask of this process's slice (before TRL shuffles the rows), the entrop
 contributed to ``H_t``, and ``H_t``, ``w+``, ``w-``, ``H_0`` and the advantages it trained on. It
 also records which run-directory writers it called and, after ``run`` returned, what it read back.
 
+Process 1 is made a slow process, deterministically: its clock reads 2 s later (for the default
+run-directory name), and it looks at the run directory 1 s after process 0 (which would by then
+have written config.yaml if it did not wait for the others).
 ``--kill-after-save N`` ends every process with ``os._exit(137)`` right after checkpoint N (a hard
 kill: no cleanup, no atexit); process 1 first waits 2 s inside its RNG-state save of that checkpoint,
-so process 0 finishes first, as a slower rank would let it.
+so process 0 finishes first.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ import torch
 from transformers import Trainer, TrainerCallback
 from trl import GRPOTrainer
 
+import eapo.commands.train
 import eapo.train
 import eapo.trainer
-from eapo.config import load_config
 from eapo.run_dir import SUMMARY_FILE, read_metrics
 from eapo.trainer import EAPOTrainer
 
@@ -65,13 +68,14 @@ def _eapo_generate(original, self, inputs):
     if self.model.training:
         step = steps[-1]
         step["step"] = self.state.global_step + 1
-        step["rewards"] = _list(self._total_rewards())  # [B_all], gathered over processes
+        per_func = self._gathered_rewards  # [B_all, F]: every process's rows, gathered by TRL
+        step["rewards"] = _list((per_func * self.reward_weights.unsqueeze(0)).nansum(dim=1))  # [B_all]
         if "eapo_positive" in output:  # weighted later, in the loss pass (after TRL shuffles the rows)
             step["positive"] = _list(output["eapo_positive"])
     return output
 
 
-def _masked_global_mean(original, self, values, mask):
+def _entropy(original, self, values, mask):
     step = steps[-1]
     step["local_entropy_sum"] = float((values.detach() * mask).sum())
     step["local_tokens"] = float(mask.sum())
@@ -128,31 +132,61 @@ def _slow_rng_save(step: int):
     return around
 
 
+def _late_on_rank_1(original, *args, **kwargs):
+    if RANK == 1:
+        time.sleep(1.0)
+    return original(*args, **kwargs)
+
+
+class _LaterClock:
+    """``time`` as ``eapo.commands.train`` sees it on process 1: 2 s later than process 0's."""
+
+    def strftime(self, fmt: str) -> str:
+        return time.strftime(fmt, time.localtime(time.time() + 2.0))
+
+
 def main(argv: list[str]) -> None:
-    config_path, run_dir, dump_dir, *rest = argv
-    dump_dir = Path(dump_dir)
-    resume = "--resume" in rest
-    kill_at = int(rest[rest.index("--kill-after-save") + 1]) if "--kill-after-save" in rest else None
-    overrides = [arg for arg in rest if "=" in arg]
+    split = argv.index("--")
+    options, train_args = argv[:split], argv[split + 1 :]
+    dump_dir = Path(options[0])
+    kill_at = int(options[options.index("--kill-after-save") + 1]) if "--kill-after-save" in options else None
 
     _wrap(GRPOTrainer, "_generate_and_score_completions", _trl_generate)
     _wrap(EAPOTrainer, "_generate_and_score_completions", _eapo_generate)
-    _wrap(EAPOTrainer, "_masked_global_mean", _masked_global_mean)
+    # H_t from (per-token entropies, mask); the hook is named _rollout_entropy from issue 12 on
+    entropy_hook = "_rollout_entropy" if hasattr(EAPOTrainer, "_rollout_entropy") else "_masked_global_mean"
+    _wrap(EAPOTrainer, entropy_hook, _entropy)
     _wrap(EAPOTrainer, "_weight", _weight)
     _wrap(eapo.train, "atomic_write_text", _counting)
     _wrap(eapo.trainer, "atomic_write_text", _counting)
     _wrap(eapo.train, "_save_final", _save_final)
+    _wrap(eapo.train, "_prepare_run_dir", _late_on_rank_1)
+    if RANK == 1:
+        eapo.commands.train.time = _LaterClock()
     callbacks: list[Any] = []
     if kill_at is not None:
         _wrap(Trainer, "_save_rng_state", _slow_rng_save(kill_at))
         callbacks.append(KillAfterSave(kill_at, dump_dir))
+    returned: list[Path] = []
 
-    out = eapo.train.run(load_config(config_path, overrides), run_dir, resume=resume, callbacks=callbacks)
+    def run(original, config, output_dir, **kwargs):
+        returned.append(original(config, output_dir, **{**kwargs, "callbacks": callbacks}))
+        return returned[-1]
+
+    _wrap(eapo.train, "run", run)  # the command imports it when called
+
+    from eapo.cli import app
+
+    code = app(["train", *train_args], standalone_mode=False)
+    if code:
+        sys.exit(code)
 
     # Every process reads what the main process wrote: run() returns only once it is all in place.
+    (out,) = returned
     summary = json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
     _dump(
         dump_dir,
+        run_dir=str(out),
         summary_global_step=summary["global_step"],
         metric_steps=[row["step"] for row in read_metrics(out)],
         final_weights=(out / "final" / "model.safetensors").is_file(),

@@ -1,6 +1,6 @@
 """Training on 2 processes (torchrun, gloo on CPU) on configs/tiny.yaml: the multi-process path.
 
-Each process runs tests/train/dist_worker.py, which trains with ``eapo.train.run`` and dumps what
+Each process runs tests/train/dist_worker.py, which runs ``eapo train`` (the CLI) and dumps what
 it computed (see there). Three launches of ~20 s each on a 2-core CPU: an uninterrupted 3-step run
 (shared by the first tests), and a run killed after checkpoint 2 then resumed.
 """
@@ -41,8 +41,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def launch(run_dir: Path, dump_dir: Path, cache_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    """Run the worker on NPROC processes; ``--standalone`` lets torchrun pick a free port itself."""
+def launch(cwd: Path, dump_dir: Path, *args: str, worker_options: tuple[str, ...] = ()) -> tuple[int, str]:
+    """``eapo train --config configs/tiny.yaml ARGS`` on NPROC processes (in ``cwd``); returns the output.
+
+    ``--standalone`` lets torchrun pick a free port itself; a hung collective ends at TIMEOUT_S.
+    """
     command = [
         sys.executable,
         "-m",
@@ -50,21 +53,23 @@ def launch(run_dir: Path, dump_dir: Path, cache_dir: Path, *args: str) -> subpro
         "--standalone",
         f"--nproc_per_node={NPROC}",
         str(WORKER),
-        str(TINY),
-        str(run_dir),
         str(dump_dir),
+        *worker_options,
+        "--",
+        "--config",
+        str(TINY),
         *args,
         *OVERRIDES,
     ]
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
-        "EAPO_CACHE_DIR": str(cache_dir),  # a fresh cache: process 0 must build the tiny model first
+        "EAPO_CACHE_DIR": str(cwd / "cache"),  # a fresh cache: process 0 must build the tiny model first
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
     proc = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
     try:
         output, _ = proc.communicate(timeout=TIMEOUT_S)
@@ -72,7 +77,7 @@ def launch(run_dir: Path, dump_dir: Path, cache_dir: Path, *args: str) -> subpro
         os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers
         output, _ = proc.communicate()
         pytest.fail(f"2-process run exceeded {TIMEOUT_S} s:\n{output.decode(errors='replace')[-3000:]}")
-    return subprocess.CompletedProcess(command, proc.returncode, output.decode(errors="replace"), "")
+    return proc.returncode, output.decode(errors="replace")
 
 
 def dumps(dump_dir: Path) -> list[dict]:
@@ -83,10 +88,14 @@ def dumps(dump_dir: Path) -> list[dict]:
 def straight(tmp_path_factory):
     """An uninterrupted 3-step run on 2 processes: (run_dir, per-rank dumps)."""
     base = tmp_path_factory.mktemp("dist")
-    run_dir = base / "straight"
-    proc = launch(run_dir, base / "dump", base / "cache")
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    return run_dir, dumps(base / "dump")
+    code, output = launch(base, base / "dump")  # no --output-dir: runs/eapo-<start time>
+    assert code == 0, output[-4000:]
+    # one directory, although process 1's clock reads 2 s later than process 0's
+    (run_dir,) = (base / "runs").iterdir()
+    assert run_dir.name.startswith("eapo-")
+    ranks = dumps(base / "dump")
+    assert [(base / dump["run_dir"]).resolve() for dump in ranks] == [run_dir.resolve()] * NPROC
+    return run_dir, ranks
 
 
 def test_one_metrics_line_per_step_with_the_values_every_rank_computed(straight):
@@ -187,8 +196,14 @@ def test_checkpoints_and_final_written_once_by_the_main_process(straight):
 def test_kill_after_step_2_and_resume_on_two_processes(straight, tmp_path):
     reference_dir, (reference, _) = straight
     killed = tmp_path / "killed"
-    proc = launch(killed, tmp_path / "dump-killed", tmp_path / "cache", "--kill-after-save", "2")
-    assert proc.returncode != 0, proc.stdout[-4000:]
+    code, output = launch(
+        tmp_path,
+        tmp_path / "dump-killed",
+        "--output-dir",
+        str(killed),
+        worker_options=("--kill-after-save", "2"),
+    )
+    assert code != 0, output[-4000:]
     assert [row["step"] for row in read_metrics(killed)] == [1, 2]
     assert not (killed / "final").exists()
     # a checkpoint counted complete (eapo_state.json, written last) holds every process's files,
@@ -197,8 +212,8 @@ def test_kill_after_step_2_and_resume_on_two_processes(straight, tmp_path):
     for checkpoint in complete_checkpoints(killed):
         assert sorted(p.name for p in checkpoint.glob("rng_state*")) == ["rng_state_0.pth", "rng_state_1.pth"]
 
-    proc = launch(killed, tmp_path / "dump-resumed", tmp_path / "cache", "--resume")
-    assert proc.returncode == 0, proc.stdout[-4000:]
+    code, output = launch(tmp_path, tmp_path / "dump-resumed", "--output-dir", str(killed), "--resume")
+    assert code == 0, output[-4000:]
     rows = read_metrics(killed)
     assert [row["step"] for row in rows] == [1, 2, 3]
     expected = read_metrics(reference_dir)[2]
