@@ -64,6 +64,7 @@ def launch(cwd: Path, dump_dir: Path, *args: str, worker_options: tuple[str, ...
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",  # the CPU path (gloo) also on a machine with GPUs
         "EAPO_CACHE_DIR": str(cwd / "cache"),  # a fresh cache: process 0 must build the tiny model first
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
