@@ -48,7 +48,10 @@ def run(
     """
     from accelerate import PartialState
 
-    state = PartialState()
+    # cpu=True where there is no accelerator: the only way accelerate (and TrainingArguments, which
+    # must agree) forms a gloo process group under torchrun / accelerate launch on CPU; otherwise
+    # every process would train alone on the whole batch.
+    state = PartialState(cpu=use_cpu())
     config.validate()
 
     # 1. The run directory: refuse to overwrite another run; on resume, find the last full checkpoint.
@@ -59,7 +62,11 @@ def run(
     from eapo.models import load_tokenizer, resolve_model
 
     try:
-        model_path = resolve_model(config.model.name_or_path, seed=config.train.seed)
+        # The main process builds a model cached on first use (tiny, the embedded SmolLM2) before the
+        # others look: under a process group save_pretrained writes weights only on rank 0, so a copy
+        # built by another rank would have none.
+        with state.main_process_first():
+            model_path = resolve_model(config.model.name_or_path, seed=config.train.seed)
         tokenizer = load_tokenizer(model_path)
     except Exception as error:
         raise RunError(
@@ -130,6 +137,8 @@ def run(
     close = getattr(reward, "close", None)
     if close is not None:
         close()
+    # The other processes return once final/ and summary.json exist, so a caller may read them on any rank.
+    state.wait_for_everyone()
     return run_dir
 
 
@@ -308,6 +317,7 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
         disable_tqdm=True,
         remove_unused_columns=False,
         log_completions=False,
+        use_cpu=use_cpu(),  # several CPU processes then train as one (gloo), see run()
     )
 
 
@@ -334,6 +344,16 @@ def lora_config(config: EAPOConfig):
         lora_dropout=lora.dropout,
         target_modules=lora.target_modules,
         task_type="CAUSAL_LM",
+    )
+
+
+def use_cpu() -> bool:
+    """Train on CPU: no CUDA/XPU/MPS device, or ``accelerate launch --cpu`` (``ACCELERATE_USE_CPU``)."""
+    import torch
+    from accelerate.utils import str_to_bool
+
+    return not torch.accelerator.is_available() or bool(
+        str_to_bool(os.environ.get("ACCELERATE_USE_CPU", "0"))
     )
 
 
@@ -365,6 +385,11 @@ def _prepare_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool, is_main
         checkpoint = checkpoints[-1] if checkpoints else None
         if checkpoint is None and (run_dir / FINAL_DIR).exists():
             raise RunError(f"{run_dir} has already finished (final/ exists) and has no checkpoint to resume")
+    # Every process has looked at the directory before the main one writes into it (else another
+    # process would take the fresh config.yaml for an earlier run's and refuse to start).
+    from accelerate import PartialState
+
+    PartialState().wait_for_everyone()
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / CONFIG_FILE, dump_config(config))

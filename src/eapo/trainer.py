@@ -290,6 +290,8 @@ class EAPOTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
+        # Every process has written its part (e.g. rng_state_<rank>.pth) before the marker goes in.
+        self.accelerator.wait_for_everyone()
         if self.args.should_save:
             folder = os.path.join(
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"

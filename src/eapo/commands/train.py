@@ -30,6 +30,20 @@ def quiet_third_party() -> None:
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
 
 
+def start_time() -> str:
+    """``YYYYmmdd-HHMMSS`` as the main process read it: under torchrun or accelerate launch every
+    process must name the same default run directory, and they read their clocks seconds apart."""
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    from eapo.train import use_cpu
+
+    stamp = [time.strftime("%Y%m%d-%H%M%S")]
+    if PartialState(cpu=use_cpu()).num_processes > 1:
+        broadcast_object_list(stamp, from_process=0)
+    return stamp[0]
+
+
 def train(
     overrides: list[str] = typer.Argument(
         None, help="key=value overrides, e.g. algorithm.method=psr train.max_steps=3"
@@ -59,7 +73,7 @@ def train(
         if resume:
             typer.echo("error: --resume needs --output-dir (the run to continue)", err=True)
             raise typer.Exit(2)
-        output_dir = Path("runs") / f"{cfg.algorithm.method}-{time.strftime('%Y%m%d-%H%M%S')}"
+        output_dir = Path("runs") / f"{cfg.algorithm.method}-{start_time()}"
     try:
         run_dir = run(cfg, output_dir, resume=resume)
     except (ConfigError, RunError, FileNotFoundError) as error:
