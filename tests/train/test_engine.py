@@ -211,3 +211,57 @@ def test_fast_engines_train_on_a_gpu(tmp_path, overrides, engine, compiled):
     )
     assert [row["step"] for row in rows] == [1, 2]
     assert all(0 < row["completion/mean_length"] <= 24 for row in rows)
+
+
+# --------------------------------------------------------------------------------------------
+# `eapo eval` generation: the same choice, and the paged backend against plain generate
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "facts", "chosen"),
+    [
+        ("auto", CPU, "transformers"),
+        ("auto", GPU, "paged"),
+        ("auto", GPU_VLLM, "vllm"),
+        ("generate", GPU, "transformers"),
+        ("paged", CPU, "paged"),
+    ],
+)
+def test_eval_backend_follows_the_engine_choice(backend, facts, chosen):
+    from eapo.evaluation.generate import choose_backend
+
+    assert choose_backend(backend, facts) == chosen
+
+
+def test_eval_backend_errors_name_the_flag():
+    from eapo.evaluation.generate import choose_backend
+
+    with pytest.raises(ImportError, match="--backend vllm needs the vllm package"):
+        choose_backend("vllm", GPU)
+    with pytest.raises(RuntimeError, match="--backend vllm needs a CUDA GPU"):
+        choose_backend("vllm", CPU_WITH_VLLM)
+    with pytest.raises(ValueError, match="unknown generation backend 'tgi'"):
+        choose_backend("tgi", CPU)
+
+
+@pytest.mark.slow
+def test_paged_eval_backend_matches_generate_greedily_and_repeats_with_a_seed():
+    from eapo.evaluation.generate import PagedGenerator, TransformersGenerator
+    from eapo.models import resolve_model
+
+    path = resolve_model("tiny")
+    prompts = [
+        "<|im_start|>user\nWhat is a fever?<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    ]
+    greedy = dict(k=1, temperature=0.0, top_p=1.0, max_new_tokens=12, seed=0)
+    paged = PagedGenerator(path, dtype="float32")
+    assert paged.generate(prompts, **greedy) == TransformersGenerator(path, dtype="float32").generate(
+        prompts, **greedy
+    )
+    sampled = dict(k=3, temperature=1.0, top_p=1.0, max_new_tokens=12, seed=7)
+    first = paged.generate(prompts, **sampled)
+    assert [len(group) for group in first] == [3, 3]
+    assert all(c.num_tokens == 12 and not c.finished for group in first for c in group)
+    assert paged.generate(prompts, **sampled) == first
