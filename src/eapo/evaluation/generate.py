@@ -149,6 +149,8 @@ class TransformersGenerator:
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch_dtype = _torch_dtype(dtype)
+        if self.device == "cuda" and torch_dtype == torch.float32:
+            torch.backends.cuda.matmul.allow_tf32 = True  # as training (TrainingArguments.tf32)
         facts = device_facts() if self.device == "cuda" else DeviceFacts(cuda=False, vllm=False, paged=False)
         attention = resolve_attention(attn_implementation, str(torch_dtype).removeprefix("torch."), facts)
         load = {"dtype": torch_dtype} | ({"attn_implementation": attention} if attention else {})
