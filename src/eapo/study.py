@@ -15,7 +15,8 @@ whether it *held*, *did not hold*, or is *within noise* in this run, with the nu
 (:data:`VERDICT_RULES`, written into ``claims.md``):
 
 * **start / end** of a run: the mean of a metric over its first / last ``window`` fraction of
-  optimisation steps (at least :data:`MIN_WINDOW_STEPS` steps), with a 95% interval
+  optimisation steps (at least :data:`MIN_WINDOW_STEPS` steps, at most half the run, so the two never
+  overlap; a run shorter than twice that is *not measured*), with a 95% interval
   ``mean ± 1.96·SE``. Consecutive steps are correlated, so ``SE² = s² / n_eff`` with the AR(1)
   effective sample size ``n_eff = n·(1−ρ)/(1+ρ)`` (ρ: the window's lag-1 autocorrelation, clipped to
   [0, 0.9]). With several seeds the start and end of each seed are paired (the same runs), so the
@@ -109,7 +110,7 @@ H0_KEY = "eapo/H0"
 
 VERDICT_RULES = (
     "- **start / end**: mean of the metric over the first / last {window:.0%} of optimisation steps (at least "
-    f"{MIN_WINDOW_STEPS} steps), with a 95% interval mean ± 1.96·SE, SE² = s²/n_eff, n_eff = n·(1−ρ)/(1+ρ) "
+    f"{MIN_WINDOW_STEPS} steps, at most half the run; shorter runs: not measured), with a 95% interval mean ± 1.96·SE, SE² = s²/n_eff, n_eff = n·(1−ρ)/(1+ρ) "
     "(ρ: lag-1 autocorrelation of the window, clipped to [0, 0.9]). Several seeds: mean over seeds, "
     "SE² = Σ SE_s²/S² (start and end of a seed are paired).\n"
     "- **lowers / raises / shortens**: held if the end interval lies entirely below (above) the start interval; "
@@ -206,7 +207,8 @@ class Interval:
 
 
 def _window_size(num_steps: int, fraction: float) -> int:
-    return min(num_steps, max(MIN_WINDOW_STEPS, math.ceil(fraction * num_steps)))
+    """``max(MIN_WINDOW_STEPS, ceil(fraction·T))``, at most ``T // 2`` (start and end never overlap)."""
+    return min(num_steps // 2, max(MIN_WINDOW_STEPS, math.ceil(fraction * num_steps)))
 
 
 def _mean_and_se(values: np.ndarray) -> tuple[float, float]:
@@ -232,12 +234,13 @@ def window_interval(
     Args:
         series: one list per seed of the metric's per-step values (``None``/NaN: not logged that step).
         fraction: the window as a fraction of each seed's steps.
-    Returns ``None`` when no seed has a value.
+    Returns ``None`` when no seed logged ``2·MIN_WINDOW_STEPS`` values (too short for a start and an
+    end window that do not overlap).
     """
     means, errors, count = [], [], 0
     for values in series:
         clean = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-        if clean.size == 0:
+        if clean.size < 2 * MIN_WINDOW_STEPS:
             continue
         size = _window_size(clean.size, fraction)
         window = clean[-size:] if end else clean[:size]
@@ -370,9 +373,9 @@ def assess_claims(
         verdict = change_verdict(start, end, expect)
         unit = "nats/token" if what == "entropy" else "tokens"
         if start is None or end is None:
-            evidence = f"no {what} logged by the {method} run(s)"
+            evidence = _missing(data.get(method), what, table[method]["steps"])
         else:
-            evidence = f"{method.upper()} {what}: start {start.text()} → end {end.text()} {unit}"
+            evidence = f"{_SHORT[method]} {what}: start {start.text()} → end {end.text()} {unit}"
         return Claim(key, statement, verdict, evidence, {"start": start, "end": end})
 
     claims = [
@@ -388,7 +391,7 @@ def assess_claims(
     h0_values = [h for h in eapo.h0 if h is not None]
     verdict = band_verdict(ratio, 1 - entropy_band, 1 + entropy_band)
     if ratio is None:
-        evidence = "no entropy or H_0 logged by the EAPO run(s)"
+        evidence = _missing(data.get("eapo"), "entropy and H_0", table["eapo"]["steps"])
     else:
         h0_text = ", ".join(f"{h:.3f}" for h in h0_values)
         evidence = (
@@ -411,7 +414,7 @@ def assess_claims(
         missing = [m for m in STUDY_METHODS if table[m]["avg"] is None]
         evidence = f"no evaluation for {', '.join(missing)}"
     else:
-        evidence = "Avg: " + "; ".join(f"{m.upper()} {table[m]['avg'].text()}" for m in STUDY_METHODS)
+        evidence = "Avg: " + "; ".join(f"{_SHORT[m]} {table[m]['avg'].text()}" for m in STUDY_METHODS)
     claims.append(
         Claim(
             "eapo_best_avg",
@@ -424,6 +427,15 @@ def assess_claims(
     return claims, table
 
 
+def _missing(data: MethodData | None, what: str, steps: int) -> str:
+    if data is None or not data.runs:
+        return "no finished run"
+    if steps < 2 * MIN_WINDOW_STEPS:
+        return f"{steps} logged steps of {what}: too few for start and end windows of {MIN_WINDOW_STEPS} steps each"
+    return f"{what} not logged"
+
+
+_SHORT = {"grpo": "GRPO", "psr": "PSR", "nsr": "NSR", "w_reinforce": "W-REINFORCE", "eapo": "EAPO"}
 _LABELS = {
     "grpo": "GRPO",
     "psr": "PSR",

@@ -291,7 +291,9 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, fact
         dataloader_pin_memory=cuda,
         bf16=cuda and dtype == "bfloat16",
         fp16=cuda and dtype == "float16",
-        tf32=True if cuda and dtype == "float32" else None,  # fp32 weights, TF32 matmuls on a GPU
+        tf32=True
+        if cuda and dtype == "float32" and _tf32_available()
+        else None,  # fp32 weights, TF32 matmuls
         gradient_checkpointing=config.model.gradient_checkpointing,
         save_strategy="steps" if t.save_steps > 0 else "no",
         save_steps=t.save_steps if t.save_steps > 0 else 500,
@@ -302,6 +304,12 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, fact
         remove_unused_columns=False,
         log_completions=False,
     )
+
+
+def _tf32_available() -> bool:
+    from transformers.utils import is_torch_tf32_available
+
+    return is_torch_tf32_available()
 
 
 def lora_config(config: EAPOConfig):
