@@ -72,7 +72,7 @@ def _peak_gib() -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30
 
 
-def load_prompts(model_path: str, count: int) -> tuple[list[str], str]:
+def load_prompts(model_path: str, count: int, max_prompt_tokens: int) -> tuple[list[str], str]:
     """``count`` rendered prompts: MedQuAD train questions when present, else the bundled demo set."""
     from eapo.data import default_prompt_for, load, render_prompts
     from eapo.models import load_tokenizer
@@ -83,7 +83,9 @@ def load_prompts(model_path: str, count: int) -> tuple[list[str], str]:
     except Exception:  # noqa: BLE001 - no MedQuAD here: the bundled demo set
         records, name = load("demo", split="all"), "demo"
     records = (records * (count // max(len(records), 1) + 1))[:count]
-    prompts = render_prompts(records, tokenizer, prompt=default_prompt_for(name), max_prompt_tokens=256)
+    prompts = render_prompts(
+        records, tokenizer, prompt=default_prompt_for(name), max_prompt_tokens=max_prompt_tokens
+    )
     return list(prompts), name
 
 
@@ -173,14 +175,23 @@ def bench_steps(engine: str, args, data_name: str, out: Path) -> dict[str, Any]:
         "paged": ["rollout.engine=paged", "rollout.paged_options={max_memory_percent: 0.5}"],
         "vllm": ["rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3"],
     }[engine]
+    import yaml
+
+    from eapo.study import read_study_config
+
+    _, tree = read_study_config(args.config or ROOT / "configs" / "study.yaml")  # without its study: section
+    base = out / f"{engine}-base.yaml"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    base.write_text(yaml.safe_dump(tree), encoding="utf-8")
     config = load_config(
-        ROOT / "configs" / "study.yaml" if not args.config else args.config,
+        base,
         [
             f"model.name_or_path={args.model}",
             f"model.dtype={args.dtype}",
             f"data.name={data_name}",
             f"data.split={'train' if data_name == 'medquad' else 'all'}",
             f"data.limit={args.prompts * max(args.steps, 1)}",
+            f"data.max_prompt_tokens={args.max_prompt_tokens}",
             f"rollout.num_generations={args.generations}",
             f"rollout.max_completion_tokens={args.new_tokens}",
             f"train.prompts_per_step={args.prompts}",
@@ -240,6 +251,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=48)
     parser.add_argument("--generations", type=int, default=4, help="Samples per prompt (N).")
     parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--max-prompt-tokens", type=int, default=256, help="Longer questions are truncated.")
     parser.add_argument(
         "--repeats", type=int, default=3, help="Timed rollout calls per engine (after 1 warm-up)."
     )
@@ -275,7 +287,7 @@ def main() -> int:
 
     facts = device_facts()
     model_path = resolve_model(args.model)
-    prompts, data_name = load_prompts(model_path, args.prompts)
+    prompts, data_name = load_prompts(model_path, args.prompts, args.max_prompt_tokens)
     report: dict[str, Any] = {
         "environment": _environment(),
         "settings": {
@@ -366,8 +378,8 @@ def main() -> int:
     base_step = report["steps"].get("generate", {}).get("median_step_s")
     print("\nsummary (ratios against plain generate in this run):")
     best_engine, best_rate = None, 0.0
-    for engine in engines:
-        rollout = report["rollout"].get(engine, {})
+    for engine in dict.fromkeys(engines + step_engines):
+        rollout = report["rollout"].setdefault(engine, {})
         rate = rollout.get("tokens_per_s")
         step = report["steps"].get(engine, {}).get("median_step_s")
         ratio = rate / base if rate and base else None

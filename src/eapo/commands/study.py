@@ -64,7 +64,11 @@ def study_command(
                 raise SweepError(f"--seeds {seeds!r} must be comma-separated integers") from None
         settings = dataclasses.replace(settings, **{key: v for key, v in changes.items() if v is not None})
         report = run_study(
-            config, output_dir, settings=settings.validate("--"), overrides=overrides or [], echo=typer.echo
+            config,
+            output_dir,
+            settings=settings.validate("study (with the command-line flags)"),
+            overrides=overrides or [],
+            echo=typer.echo,
         )
     except SweepError as error:
         typer.echo(f"error: {error}", err=True)
