@@ -256,6 +256,7 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, fact
     model_init_kwargs: dict[str, Any] = {"dtype": dtype}
     if rollout.attn_implementation is not None:
         model_init_kwargs["attn_implementation"] = rollout.attn_implementation
+    tf32 = True if cuda and dtype == "float32" and _tf32_available() else None  # fp32 weights, TF32 matmuls
     return GRPOConfig(
         output_dir=str(run_dir),
         per_device_train_batch_size=t.micro_batch_size,
@@ -291,9 +292,7 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, fact
         dataloader_pin_memory=cuda,
         bf16=cuda and dtype == "bfloat16",
         fp16=cuda and dtype == "float16",
-        tf32=True
-        if cuda and dtype == "float32" and _tf32_available()
-        else None,  # fp32 weights, TF32 matmuls
+        tf32=tf32,
         gradient_checkpointing=config.model.gradient_checkpointing,
         save_strategy="steps" if t.save_steps > 0 else "no",
         save_steps=t.save_steps if t.save_steps > 0 else 500,
