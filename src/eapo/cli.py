@@ -19,7 +19,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root() -> None:
-    """EAPO command line: train, eval, plot, sweep and data tools."""
+    """EAPO command line: train, eval, plot, sweep, study and data tools."""
 
 
 # Modules that expose ``register(app)``; one line per subcommand family.
@@ -30,6 +30,7 @@ _COMMAND_MODULES = [
     "eapo.commands.eval",
     "eapo.commands.plot",
     "eapo.commands.sweep",
+    "eapo.commands.study",
     "eapo.commands.verl_export",
 ]
 

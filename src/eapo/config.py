@@ -44,7 +44,16 @@ class ModelConfig:
         "'tiny' (random 2-layer Llama), 'smollm2-135m-instruct' (embedded, offline), a local directory or a hub id.",
         "smollm2-135m-instruct",
     )
-    dtype: str = _help("Weights dtype: float32, bfloat16 or float16 (fp32 is fastest on CPU).", "float32")
+    dtype: str = _help(
+        "Weights and compute dtype: auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16, float16. "
+        "bf16 weights round away Adam updates below ~2^-9 of a weight: prefer float32 with a tiny learning rate.",
+        "auto",
+    )
+    attn_implementation: str = _help(
+        "Attention kernel: auto (flash_attention_2 if installed with a half dtype, else sdpa, on a GPU; "
+        "transformers' default on CPU), eager, sdpa, flash_attention_2.",
+        "auto",
+    )
     gradient_checkpointing: bool = _help("Trade compute for activation memory.", False)
     lora: LoraSettings = _help("LoRA settings.", factory=LoraSettings)
 
@@ -68,7 +77,25 @@ class RolloutConfig:
     max_completion_tokens: int = _help("Maximum response length in tokens (the paper: 2048).", 2048)
     temperature: float = _help("Sampling temperature.", 1.0)
     top_p: float = _help("Nucleus sampling.", 1.0)
-    use_vllm: bool = _help("Generate with vLLM (needs a GPU and the vllm extra).", False)
+    engine: str = _help(
+        "Rollout engine: auto (vllm if installed on a GPU, else paged on a GPU, else generate), vllm, "
+        "paged (transformers continuous batching), generate (model.generate).",
+        "auto",
+    )
+    cache_implementation: str | None = _help(
+        "engine=generate: KV cache, e.g. 'static' (fixed-size; with compile=true a compiled decode step).",
+        None,
+    )
+    compile: bool = _help(
+        "engine=generate with cache_implementation=static: compile the decoding step (CUDA; prompts padded "
+        "to a multiple of 64 to bound recompilations).",
+        False,
+    )
+    paged_options: dict[str, Any] = _help(
+        "engine=paged: transformers ContinuousBatchingConfig fields, e.g. {max_memory_percent: 0.3}.",
+        factory=dict,
+    )
+    use_vllm: bool = _help("Same as engine=vllm (kept for older configs).", False)
     vllm_mode: str = _help("'colocate' (same GPUs) or 'server' (trl vllm-serve).", "colocate")
     vllm_server_base_url: str | None = _help("URL of a trl vllm-serve server (server mode).", None)
     vllm_gpu_memory_utilization: float = _help("GPU memory fraction for vLLM in colocate mode.", 0.3)
@@ -82,6 +109,10 @@ class RolloutConfig:
     vllm_importance_cap: float = _help(
         "Upper bound C_max of the vLLM importance ratio (TRL's vllm_importance_sampling_clip_max).", 3.0
     )
+
+    def requested_engine(self) -> str:
+        """``engine``, with the older ``use_vllm: true`` meaning ``vllm``."""
+        return "vllm" if self.use_vllm else self.engine
 
 
 @dataclass
@@ -209,7 +240,16 @@ class EAPOConfig:
         _choice("algorithm.split_by", a.split_by, ("mean", "median"))
         _choice("algorithm.scale_rewards", a.scale_rewards, ("group", "batch", "none"))
         _choice("rollout.vllm_mode", r.vllm_mode, ("colocate", "server"))
-        _choice("model.dtype", self.model.dtype, ("float32", "bfloat16", "float16"))
+        _choice("model.dtype", self.model.dtype, ("auto", "float32", "bfloat16", "float16"))
+        _choice("rollout.engine", r.engine, ("auto", "vllm", "paged", "generate"))
+        if r.use_vllm and r.engine not in ("auto", "vllm"):
+            raise ConfigError(
+                f"rollout.use_vllm=true contradicts rollout.engine={r.engine!r}; set only rollout.engine"
+            )
+        if r.compile and r.cache_implementation != "static":
+            raise ConfigError(
+                "rollout.compile=true needs rollout.cache_implementation=static (a fixed-size cache)"
+            )
         _choice("reward.judge.target", self.reward.judge.target, ("think", "response", "both"))
         _choice("reward.missing", self.reward.missing, ("unscorable", "renormalize"))
         _choice("algorithm.entropy_agg", a.entropy_agg, ENTROPY_AGGREGATIONS)

@@ -44,7 +44,9 @@ sweep before anything starts (naming the differing keys).
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as _dt
+import functools
 import itertools
 import json
 import math
@@ -52,6 +54,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +92,7 @@ __all__ = [
     "parse_grid",
     "plan_runs",
     "run_sweep",
+    "update_manifest",
     "comparison_table",
     "sensitivity_table",
     "Entry",
@@ -397,6 +401,32 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def update_manifest(
+    path: Path, header: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Merge ``header`` (top-level keys) and ``runs`` (per-run fields) into the manifest at ``path``.
+
+    Read, merge and the atomic write happen under an exclusive lock on ``path.lock``, so concurrent
+    writers (the threads of ``--jobs``, or two ``eapo sweep`` processes on one directory) never lose
+    each other's records. Returns the manifest as written.
+    """
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a", encoding="utf-8") as lock_file:
+        fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+        try:
+            manifest = _read_json(path) or {"runs": {}}
+            manifest.setdefault("runs", {})
+            manifest.update(header)
+            for name, fields in runs.items():
+                manifest["runs"].setdefault(name, {}).update(fields)
+            atomic_write_text(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        finally:
+            fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+    return manifest
+
+
 def _config_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
@@ -419,6 +449,7 @@ def run_sweep(
     runner: Runner | None = None,
     echo: Callable[[str], None] = print,
     side_by_side: Sequence[str | os.PathLike] = (),
+    jobs: int = 1,
 ) -> SweepReport:
     """Train and evaluate every planned configuration, then write the tables and the figure.
 
@@ -433,6 +464,9 @@ def run_sweep(
         echo: progress messages.
         side_by_side: other sweep directories (the same grid on another dataset) shown next to
             this one in the sensitivity table.
+        jobs: configurations run at the same time (each its own subprocesses; on one GPU they share
+            it, which pays off when a small model leaves it idle between kernel launches). The base
+            model's evaluation counts as one job.
     """
     from eapo.config import ConfigError, dump_config, load_config, parse_overrides
 
@@ -446,6 +480,8 @@ def run_sweep(
             raise SweepError(
                 f"--side-by-side {other}: no {MANIFEST} there; pass a directory written by `eapo sweep`"
             )
+    if jobs < 1:
+        raise SweepError(f"--jobs must be >= 1, got {jobs}")
 
     # 1. Every configuration is built and validated before anything runs.
     try:
@@ -493,18 +529,38 @@ def run_sweep(
 
     output_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = output_dir / MANIFEST
-    manifest = _read_json(manifest_path) or {"runs": {}}
-    manifest.update(
+    header = {
+        "base_config": str(base_config),
+        "overrides": list(overrides),
+        "eval": eval_options.cli_args(),
+        "updated": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    # Every planned run is registered up front, in plan order (the tables list seeds in this order).
+    manifest = update_manifest(
+        manifest_path,
+        header,
         {
-            "base_config": str(base_config),
-            "overrides": list(overrides),
-            "eval": eval_options.cli_args(),
-            "updated": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        }
+            name: {
+                "method": run.method,
+                "weights": dict(run.weights),
+                "seed": run.seed,
+                "label": run.label,
+                "run_dir": f"runs/{name}",
+                "overrides": run_overrides,
+            }
+            for name, (run, run_overrides, _) in planned.items()
+        },
     )
+    lock = threading.Lock()  # guards statuses, failures, echo and this process's manifest writes
 
-    def save_manifest() -> None:
-        atomic_write_text(manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    def record_run(name: str, fields: dict[str, Any]) -> None:
+        nonlocal manifest
+        with lock:
+            manifest = update_manifest(manifest_path, {}, {name: fields})
+
+    def say(message: str) -> None:
+        with lock:
+            echo(message)
 
     statuses: dict[str, str] = {}
     failures: dict[str, str] = {}
@@ -520,58 +576,61 @@ def run_sweep(
         return True
 
     # 2. The base model's evaluation: every table starts from it.
-    if include_base:
+    def base_job() -> None:
         base_yaml = output_dir / "base.yaml"
         atomic_write_text(base_yaml, dump_config(base))
         try:
             ran = evaluate("base", ["--config", str(base_yaml)], output_dir / "base")
-            statuses["base"] = "evaluated" if ran else "skipped"
-            echo(f"[base] {base.model.name_or_path}: {'evaluated' if ran else 'skipped (finished)'}")
+            with lock:
+                statuses["base"] = "evaluated" if ran else "skipped"
+            say(f"[base] {base.model.name_or_path}: {'evaluated' if ran else 'skipped (finished)'}")
         except RunFailed as error:
-            failures["base"] = f"evaluation failed: {error}"
-            statuses["base"] = "failed"
-            echo(f"[base] FAILED (evaluation); see {logs / 'base.eval.log'}")
+            with lock:
+                failures["base"] = f"evaluation failed: {error}"
+                statuses["base"] = "failed"
+            say(f"[base] FAILED (evaluation); see {logs / 'base.eval.log'}")
 
     # 3. Each configuration: train (or resume, or skip), then evaluate (or skip).
-    for index, (name, (run, run_overrides, _)) in enumerate(planned.items(), start=1):
+    def run_job(index: int, name: str, run: SweepRun, run_overrides: list[str]) -> None:
         run_dir = output_dir / "runs" / name
-        record = manifest["runs"].setdefault(name, {})
-        record.update(
-            {
-                "method": run.method,
-                "weights": dict(run.weights),
-                "seed": run.seed,
-                "label": run.label,
-                "run_dir": f"runs/{name}",
-                "overrides": run_overrides,
-            }
-        )
         prefix = f"[{index}/{len(planned)}] {name}"
         actions = []
         try:
             if not (run_dir / "final").exists():
                 resume = (run_dir / "config.yaml").exists() or (run_dir / "metrics.jsonl").exists()
-                echo(f"{prefix}: {'resuming' if resume else 'training'} {run.label}")
+                say(f"{prefix}: {'resuming' if resume else 'training'} {run.label}")
                 train_log = logs / f"{name}.train.log"
                 runner.train(base_config, run_overrides, run_dir, resume=resume, log=train_log)
                 actions.append("resumed" if resume else "trained")
             if evaluate(name, ["--model", str(run_dir)], run_dir / "eval"):
                 actions.append("evaluated")
-            statuses[name] = ", ".join(actions) or "skipped (finished)"
-            echo(f"{prefix}: {statuses[name]}")
-            record.update({"status": "done", "error": None})
+            with lock:
+                statuses[name] = ", ".join(actions) or "skipped (finished)"
+            say(f"{prefix}: {statuses[name]}")
+            record_run(name, {"status": "done", "error": None})
         except RunFailed as error:
             stage = "training" if not (run_dir / "final").exists() else "evaluation"
-            failures[name] = f"{stage} failed: {error}"
-            statuses[name] = "failed"
-            record.update({"status": "failed", "error": failures[name]})
-            echo(
+            with lock:
+                failures[name] = f"{stage} failed: {error}"
+                statuses[name] = "failed"
+            record_run(name, {"status": "failed", "error": failures[name]})
+            say(
                 f"{prefix}: FAILED ({stage}); see {logs / (name + ('.train.log' if stage == 'training' else '.eval.log'))}"
             )
-        save_manifest()
-    save_manifest()
 
-    # 4. Tables and figure over every run recorded in this directory.
+    tasks: list[Callable[[], None]] = [base_job] if include_base else []
+    for index, (name, (run, run_overrides, _)) in enumerate(planned.items(), start=1):
+        tasks.append(functools.partial(run_job, index, name, run, run_overrides))
+    if jobs == 1:
+        for task in tasks:
+            task()
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="eapo-sweep") as pool:
+            for future in [pool.submit(task) for task in tasks]:
+                future.result()  # anything but RunFailed (a bug, Ctrl-C) propagates
+
+    # 4. Tables and figure over every run recorded in this directory (by any process).
+    manifest = update_manifest(manifest_path, {}, {})
     reported_failures = {
         name: record["error"] for name, record in manifest["runs"].items() if record.get("status") == "failed"
     }

@@ -3,11 +3,13 @@
 It reads top to bottom; the maths is in :mod:`eapo.core`, the TRL hooks in :mod:`eapo.trainer`
 and the run-directory contract in :mod:`eapo.run_dir`. Scale-out needs no code change:
 ``accelerate launch [--config_file deepspeed_zero3.yaml] -m eapo.cli train ...`` runs the same
-recipe under DDP or DeepSpeed, and ``rollout.use_vllm=true`` switches TRL to vLLM rollouts.
+recipe under DDP or DeepSpeed. ``rollout.engine`` picks the rollout engine (``auto``: vLLM, else
+transformers' continuous batching on a GPU, plain ``generate`` on CPU; see :mod:`eapo.engines`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -53,6 +55,7 @@ def run(
     # every process would train alone on the whole batch.
     state = PartialState(cpu=use_cpu())
     config.validate()
+    rollout = rollout_plan(config)  # an engine this machine cannot run fails here, before any loading
 
     # 1. The run directory: refuse to overwrite another run; on resume, find the last full checkpoint.
     run_dir = Path(output_dir)
@@ -114,6 +117,10 @@ def run(
         validation=validation,
     )
     trainer.remove_callback(PrinterCallback)  # our progress bar and metrics.jsonl replace its raw dict prints
+    if rollout.compile:
+        # TRL builds its GenerationConfig with disable_compile=True; a static cache on CUDA compiles when allowed.
+        trainer.generation_config.disable_compile = False
+    logger.info("rollout engine: %s", rollout.describe())
 
     # 7. Train (TRL restores model, optimizer, scheduler, RNG and data position; EAPOTrainer the scheme).
     started = time.time()
@@ -129,6 +136,8 @@ def run(
             "method": config.algorithm.method,
             "weighting": repr(weighting),
             "model_path": model_path,
+            "rollout/engine": rollout.engine,
+            "rollout": dataclasses.asdict(rollout),
             "final_metrics": metrics_callback.last,
         }
         atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
@@ -260,7 +269,25 @@ def reward_function(composite):
     return eapo_reward
 
 
-def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
+def rollout_plan(config: EAPOConfig, facts=None):
+    """The engine, dtype and attention kernel this run uses on this device (see :mod:`eapo.engines`)."""
+    from eapo.engines import EngineError, device_facts, plan_rollout
+
+    m, r = config.model, config.rollout
+    try:
+        return plan_rollout(
+            facts if facts is not None else device_facts(),
+            engine=r.requested_engine(),
+            dtype=m.dtype,
+            attn_implementation=m.attn_implementation,
+            cache_implementation=r.cache_implementation,
+            compile=r.compile,
+        )
+    except EngineError as error:
+        raise ConfigError(str(error)) from None
+
+
+def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, facts=None):
     """Translate the typed config into TRL's ``GRPOConfig`` (the paper's defaults live in the config)."""
     import torch
     from trl import GRPOConfig
@@ -273,8 +300,13 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
             f"{completions_per_step} completions per step cannot be split into {num_processes} processes × "
             f"micro-batches of train.micro_batch_size={t.micro_batch_size}"
         )
-    dtype = config.model.dtype
-    cuda = torch.cuda.is_available()
+    rollout = rollout_plan(config, facts)
+    dtype = rollout.dtype
+    cuda = torch.cuda.is_available() if facts is None else facts.cuda
+    model_init_kwargs: dict[str, Any] = {"dtype": dtype}
+    if rollout.attn_implementation is not None:
+        model_init_kwargs["attn_implementation"] = rollout.attn_implementation
+    tf32 = True if cuda and dtype == "float32" and _tf32_available() else None  # fp32 weights, TF32 matmuls
     return GRPOConfig(
         output_dir=str(run_dir),
         per_device_train_batch_size=t.micro_batch_size,
@@ -300,14 +332,19 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
         scale_rewards=a.scale_rewards,
         use_bias_correction_kl=a.kl_bias_correction,
         **vllm_importance_args(r),
-        use_vllm=r.use_vllm,
+        use_vllm=rollout.engine == "vllm",
         vllm_mode=r.vllm_mode,
         vllm_server_base_url=r.vllm_server_base_url,
         vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-        model_init_kwargs={"dtype": dtype},
+        use_transformers_continuous_batching=rollout.engine == "paged",
+        transformers_continuous_batching_config=dict(r.paged_options) or None,
+        cache_implementation=rollout.cache_implementation,
+        pad_to_multiple_of=64 if rollout.compile else None,  # few prompt shapes -> few recompilations
+        model_init_kwargs=model_init_kwargs,
         dataloader_pin_memory=cuda,
         bf16=cuda and dtype == "bfloat16",
         fp16=cuda and dtype == "float16",
+        tf32=tf32,
         gradient_checkpointing=config.model.gradient_checkpointing,
         save_strategy="steps" if t.save_steps > 0 else "no",
         save_steps=t.save_steps if t.save_steps > 0 else 500,
@@ -330,6 +367,12 @@ def vllm_importance_args(rollout) -> dict[str, Any]:
         "vllm_importance_sampling_clip_min": None,
         "vllm_importance_sampling_clip_max": rollout.vllm_importance_cap,
     }
+
+
+def _tf32_available() -> bool:
+    from transformers.utils import is_torch_tf32_available
+
+    return is_torch_tf32_available()
 
 
 def lora_config(config: EAPOConfig):

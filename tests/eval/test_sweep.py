@@ -599,3 +599,112 @@ def test_results_from_before_the_explicit_avgs_are_evaluated_again(tmp_path):
     runner = FakeRunner()
     sweep(tmp_path, runner, methods=["grpo"], grids=[])
     assert runner.trained == [] and runner.evaluated == ["grpo"]
+
+
+# --jobs: configurations run concurrently; the manifest stays whole
+# --------------------------------------------------------------------------------------------
+
+
+class ConcurrentFakeRunner(FakeRunner):
+    """A FakeRunner whose train/evaluate take a while and count how many are in flight at once."""
+
+    def __init__(self, fail=frozenset(), delay: float = 0.15) -> None:
+        import threading
+
+        super().__init__(fail)
+        self.delay = delay
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self._lock = threading.Lock()
+
+    def _enter(self):
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+
+    def _leave(self):
+        with self._lock:
+            self.in_flight -= 1
+
+    def train(self, *args, **kwargs):
+        import time
+
+        self._enter()
+        try:
+            time.sleep(self.delay)
+            return super().train(*args, **kwargs)
+        finally:
+            self._leave()
+
+    def evaluate(self, args, log):
+        import time
+
+        self._enter()
+        try:
+            time.sleep(self.delay)
+            return super().evaluate(args, log)
+        finally:
+            self._leave()
+
+
+def test_jobs_2_runs_two_configurations_at_once_with_the_same_results(tmp_path):
+    sequential = ConcurrentFakeRunner(delay=0.0)
+    sweep(tmp_path / "one", sequential, methods=["grpo", "psr", "nsr"], grids=[], seeds=[0, 1], jobs=1)
+    runner = ConcurrentFakeRunner(fail={"nsr-seed1"})
+    report = sweep(tmp_path / "two", runner, methods=["grpo", "psr", "nsr"], grids=[], seeds=[0, 1], jobs=2)
+    assert runner.most_in_flight == 2 and sequential.most_in_flight == 1
+    assert sorted(runner.trained) == sorted(sequential.trained) and len(runner.trained) == 6
+    assert report.failures.keys() == {"nsr-seed1"} and "CUDA out of memory" in report.failures["nsr-seed1"]
+    manifest = json.loads((tmp_path / "two" / "sweep" / "sweep.json").read_text())
+    assert list(manifest["runs"]) == [  # plan order, whatever order the jobs finished in
+        "grpo-seed0",
+        "grpo-seed1",
+        "psr-seed0",
+        "psr-seed1",
+        "nsr-seed0",
+        "nsr-seed1",
+    ]
+    assert {name: r["status"] for name, r in manifest["runs"].items()} == {
+        "grpo-seed0": "done",
+        "grpo-seed1": "done",
+        "psr-seed0": "done",
+        "psr-seed1": "done",
+        "nsr-seed0": "done",
+        "nsr-seed1": "failed",
+    }
+    assert all(r["method"] and r["run_dir"] == f"runs/{n}" for n, r in manifest["runs"].items())
+    one = read_csv(tmp_path / "one" / "sweep" / "comparison.csv")
+    two = read_csv(tmp_path / "two" / "sweep" / "comparison.csv")
+    assert [r["runs"] for r in two] == ["base", "grpo-seed0;grpo-seed1", "psr-seed0;psr-seed1", "nsr-seed0"]
+    assert [r["rouge_l"] for r in two] == [r["rouge_l"] for r in one]
+
+    # A rerun with --jobs 2 skips what finished and retries only the failure.
+    again = ConcurrentFakeRunner()
+    report = sweep(tmp_path / "two", again, methods=["grpo", "psr", "nsr"], grids=[], seeds=[0, 1], jobs=2)
+    assert again.trained == ["nsr-seed1"] and not report.failures
+    assert report.statuses["grpo-seed0"] == "skipped (finished)"
+
+
+def test_concurrent_manifest_writers_lose_nothing(tmp_path):
+    import threading
+
+    from eapo.sweep import update_manifest
+
+    path = tmp_path / "sweep.json"
+
+    def writer(index: int) -> None:
+        for step in range(20):
+            update_manifest(path, {"updated": index}, {f"run{index}": {"step": step, "status": "done"}})
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    manifest = json.loads(path.read_text())
+    assert manifest["runs"] == {f"run{i}": {"step": 19, "status": "done"} for i in range(6)}
+
+
+def test_jobs_must_be_positive(tmp_path):
+    with pytest.raises(SweepError, match="--jobs must be >= 1"):
+        sweep(tmp_path, FakeRunner(), methods=["grpo"], grids=[], jobs=0)

@@ -300,7 +300,11 @@ def test_resume_path_and_mismatched_settings(verl_config, in_memory_tq, tmp_path
     explicit.trainer.resume_from_path = str(tmp_path / "run" / "global_step_7")
     resumed = attach_checkpoint_io(EAPOVerlTrainer(explicit), tmp_path / "elsewhere")
     resumed._load_checkpoint()
-    assert (resumed.global_steps, resumed.weighting.h0, resumed.first_entropy) == (7, pytest.approx(0.9), pytest.approx(0.9))
+    assert (resumed.global_steps, resumed.weighting.h0, resumed.first_entropy) == (
+        7,
+        pytest.approx(0.9),
+        pytest.approx(0.9),
+    )
 
     changed = explicit.copy()
     changed.algorithm.eapo = {"w0": 0.3}

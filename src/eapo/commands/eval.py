@@ -50,7 +50,9 @@ def eval_command(
         None, "--batch-size", help="Prompts per generation call (default 8; vLLM 64)."
     ),
     backend: str = typer.Option(
-        "auto", "--backend", help="auto (vLLM with a GPU when installed), transformers, vllm."
+        "auto",
+        "--backend",
+        help="auto (vLLM on a GPU when installed, else paged on a GPU, else transformers), transformers, paged, vllm.",
     ),
     dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16, float16."),
     scorers: str = typer.Option(

@@ -48,7 +48,7 @@ def sweep_command(
     ),
     eval_batch_size: int = typer.Option(None, "--eval-batch-size", help="Prompts per generation call."),
     backend: str = typer.Option(
-        "auto", "--backend", help="Generation backend for eval: auto, transformers, vllm."
+        "auto", "--backend", help="Generation backend for eval: auto, transformers, paged, vllm."
     ),
     scorers: str = typer.Option(None, "--scorers", help="Eval scorers (default rouge_l,reranker,format)."),
     reranker_backend: str = typer.Option(None, "--reranker-backend", help="auto, cross-encoder, bi-encoder."),
@@ -64,6 +64,14 @@ def sweep_command(
         None,
         "--launcher",
         help="Run training with this launcher, e.g. 'accelerate launch --num_processes 4'.",
+    ),
+    jobs: int = typer.Option(
+        1,
+        "--jobs",
+        "-j",
+        min=1,
+        help="Configurations trained/evaluated at the same time (on one GPU they share it; a small model "
+        "leaves it mostly idle, so 3-5 jobs finish sooner).",
     ),
 ) -> None:
     """Train every configuration, evaluate each, write comparison/sensitivity tables and dynamics figure.
@@ -108,6 +116,7 @@ def sweep_command(
             runner=runner,
             echo=typer.echo,
             side_by_side=side_by_side or [],
+            jobs=jobs,
         )
     except SweepError as error:
         typer.echo(f"error: {error}", err=True)

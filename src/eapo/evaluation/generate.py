@@ -1,7 +1,12 @@
-"""Sampling ``k`` responses per prompt: vLLM when it is installed and a GPU is present, else transformers.
+"""Sampling ``k`` responses per prompt, with the engine :mod:`eapo.engines` chooses for the device.
 
-Both backends take rendered prompt *texts* (the chat template already applied), tokenise them
-without adding special tokens (the template holds them), and return, per prompt, ``k``
+Backends (``--backend``): ``vllm``; ``paged`` — transformers' continuous batching
+(``generate_batch``: paged KV cache, CUDA graphs); ``transformers`` — ``model.generate``, optionally
+over a static KV cache with a compiled decoding step. ``auto`` is vllm when installed on a GPU, else
+paged on a GPU, else transformers (the same order as ``rollout.engine`` in training).
+
+Every backend takes rendered prompt *texts* (the chat template already applied), tokenises them
+without adding special tokens (the template holds them), and returns, per prompt, ``k``
 :class:`Completion`\\ s. A directory holding ``adapter_config.json`` (a LoRA run's ``final/``) is
 loaded through peft on top of the base model it names (merged for speed with transformers, served as
 a LoRA request with vLLM).
@@ -13,7 +18,6 @@ way on the same hardware and batch size.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 from collections.abc import Sequence
@@ -28,13 +32,22 @@ __all__ = [
     "Generator",
     "TransformersGenerator",
     "VLLMGenerator",
+    "PagedGenerator",
     "make_generator",
     "choose_backend",
     "adapter_base",
     "BACKENDS",
 ]
 
-BACKENDS = ("auto", "transformers", "vllm")
+BACKENDS = ("auto", "transformers", "vllm", "paged")
+#: eval backend name -> rollout engine name (eapo.engines); ``generate`` is accepted for ``transformers``.
+_ENGINE_OF = {
+    "auto": "auto",
+    "transformers": "generate",
+    "generate": "generate",
+    "vllm": "vllm",
+    "paged": "paged",
+}
 
 
 @dataclass(frozen=True)
@@ -81,28 +94,19 @@ def adapter_base(path: str | Path) -> str | None:
     return str(base)
 
 
-def _cuda_available() -> bool:
-    import torch
+def choose_backend(backend: str = "auto", facts=None) -> str:
+    """``auto``: ``"vllm"`` when vllm is importable and CUDA is present, else ``"paged"`` on CUDA, else
+    ``"transformers"``; an explicit backend is checked against the device (see :func:`eapo.engines.choose_engine`)."""
+    from eapo.engines import EngineError, choose_engine, device_facts
 
-    return torch.cuda.is_available()
-
-
-def choose_backend(backend: str = "auto") -> str:
-    """``"vllm"`` when asked for or (``auto``) when vllm is importable and CUDA is present, else ``"transformers"``."""
-    if backend not in BACKENDS:
+    if backend not in _ENGINE_OF:
         raise ValueError(f"unknown generation backend {backend!r}; valid: {', '.join(BACKENDS)}")
-    if backend == "auto":
-        return (
-            "vllm" if importlib.util.find_spec("vllm") is not None and _cuda_available() else "transformers"
-        )
-    if backend == "vllm":
-        if importlib.util.find_spec("vllm") is None:
-            raise ImportError(
-                "--backend vllm needs the vllm package: pip install 'eapo[vllm]' (and a CUDA GPU)"
-            )
-        if not _cuda_available():
-            raise RuntimeError("--backend vllm needs a CUDA GPU; use --backend transformers on this machine")
-    return backend
+    try:
+        engine = choose_engine(_ENGINE_OF[backend], facts if facts is not None else device_facts())
+    except EngineError as error:
+        message = str(error).replace("rollout.engine=", "--backend ")
+        raise (ImportError if "package" in message else RuntimeError)(message) from None
+    return "transformers" if engine == "generate" else engine
 
 
 def _torch_dtype(dtype: str):
@@ -127,24 +131,43 @@ class TransformersGenerator:
 
     backend = "transformers"
 
-    def __init__(self, model_path: str, *, dtype: str = "auto", device: str | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str = "auto",
+        device: str | None = None,
+        attn_implementation: str = "auto",
+        cache_implementation: str | None = None,
+        compile: bool = False,
+    ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
+        from eapo.engines import DeviceFacts, device_facts, resolve_attention
         from eapo.models import load_tokenizer
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch_dtype = _torch_dtype(dtype)
+        if self.device == "cuda" and torch_dtype == torch.float32:
+            torch.backends.cuda.matmul.allow_tf32 = True  # as training (TrainingArguments.tf32)
+        facts = device_facts() if self.device == "cuda" else DeviceFacts(cuda=False, vllm=False, paged=False)
+        attention = resolve_attention(attn_implementation, str(torch_dtype).removeprefix("torch."), facts)
+        load = {"dtype": torch_dtype} | ({"attn_implementation": attention} if attention else {})
         base = adapter_base(model_path)
         if base is not None:
             from peft import PeftModel
 
             from eapo.models import resolve_model
 
-            model = AutoModelForCausalLM.from_pretrained(resolve_model(base), dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(resolve_model(base), **load)
             model = PeftModel.from_pretrained(model, model_path).merge_and_unload()
         else:
-            model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(model_path, **load)
+        # A static cache holds one fixed-size buffer; on CUDA, transformers then compiles the decode step
+        # unless compilation is disabled (plain generate is left as it was).
+        self.cache_implementation = cache_implementation
+        self.compile = bool(compile and cache_implementation == "static")
         self.model = model.to(self.device).eval()
         self.tokenizer = load_tokenizer(model_path)
         self.tokenizer.padding_side = "left"
@@ -199,18 +222,88 @@ class TransformersGenerator:
                 num_return_sequences=k,
                 pad_token_id=self.tokenizer.pad_token_id,
                 eos_token_id=self.eos_token_ids or None,
+                cache_implementation=self.cache_implementation,
+                disable_compile=not self.compile,
             )  # [len(prompts) * k, prompt_length + new]
-        new_tokens = output[:, prompt_length:].tolist()
+        return self._group(output[:, prompt_length:].tolist(), len(prompts), k)
+
+    def _group(self, rows: list[list[int]], n_prompts: int, k: int) -> list[list[Completion]]:
+        """Rows of new token ids (prompt-major, ``k`` per prompt) -> completions, cut at the first EOS."""
         completions: list[list[Completion]] = []
-        for prompt_index in range(len(prompts)):
+        for prompt_index in range(n_prompts):
             group = []
-            for row in new_tokens[prompt_index * k : (prompt_index + 1) * k]:
+            for row in rows[prompt_index * k : (prompt_index + 1) * k]:
                 end = next((i for i, token in enumerate(row) if token in self.eos_token_ids), None)
                 tokens = row if end is None else row[: end + 1]
                 text = self.tokenizer.decode(row if end is None else row[:end], skip_special_tokens=True)
                 group.append(Completion(text=text, num_tokens=len(tokens), finished=end is not None))
             completions.append(group)
         return completions
+
+
+class PagedGenerator(TransformersGenerator):
+    """Sampling with transformers' continuous batching (``model.generate_batch``): each prompt is
+    submitted ``k`` times and the scheduler packs requests into a paged KV cache as others finish.
+
+    ``options`` are ``ContinuousBatchingConfig`` fields (e.g. ``max_memory_percent``). On CUDA the
+    engine is warmed up (CUDA graphs captured) on the first call and kept for the next ones; on CPU
+    there is nothing to warm up.
+    """
+
+    backend = "paged"
+
+    def __init__(
+        self, model_path: str, *, dtype: str = "auto", options: dict | None = None, **kwargs
+    ) -> None:
+        super().__init__(model_path, dtype=dtype, **kwargs)
+        self.options = dict(options or {})
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        k: int,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int,
+    ) -> list[list[Completion]]:
+        import torch
+        from transformers import GenerationConfig
+        from transformers.generation import ContinuousBatchingConfig
+
+        ids = [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in prompts]
+        requests = [prompt_ids for prompt_ids in ids for _ in range(k)]  # prompt-major, as generate's rows
+        sampling = temperature > 0
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=sampling,
+            temperature=temperature if sampling else None,
+            top_p=top_p if sampling else None,
+            top_k=0 if sampling else None,
+            repetition_penalty=1.0,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.eos_token_ids or None,
+        )
+        torch.manual_seed(seed)
+        outputs = self.model.generate_batch(
+            requests,
+            generation_config=config,
+            continuous_batching_config=ContinuousBatchingConfig(**{"seed": seed, **self.options}),
+            progress_bar=False,
+            warmup=self.device == "cuda",
+        )
+        results = list(outputs.values())  # in request order (generate_batch re-orders them)
+        failed = [r for r in results if r.error is not None]
+        if len(results) != len(requests) or failed:
+            reason = (
+                failed[0].error if failed else f"{len(requests) - len(results)} requests returned nothing"
+            )
+            raise RuntimeError(
+                f"continuous batching failed on {len(failed) or len(requests) - len(results)} of {len(requests)} "
+                f"requests ({reason}); rerun with --backend transformers"
+            )
+        return self._group([list(r.generated_tokens) for r in results], len(prompts), k)
 
 
 class VLLMGenerator:
@@ -278,10 +371,23 @@ class VLLMGenerator:
         ]
 
 
-def make_generator(model_path: str, *, backend: str = "auto", dtype: str = "auto") -> Generator:
-    """Load ``model_path`` with the chosen backend (see :func:`choose_backend`)."""
+def make_generator(
+    model_path: str,
+    *,
+    backend: str = "auto",
+    dtype: str = "auto",
+    cache_implementation: str | None = None,
+    compile: bool = False,
+    paged_options: dict | None = None,
+) -> Generator:
+    """Load ``model_path`` with the chosen backend (see :func:`choose_backend`). ``cache_implementation``
+    and ``compile`` apply to ``transformers``, ``paged_options`` to ``paged``."""
     chosen = choose_backend(backend)
     logger.info("generating with %s from %s", chosen, model_path)
     if chosen == "vllm":
         return VLLMGenerator(model_path, dtype=dtype)
-    return TransformersGenerator(model_path, dtype=dtype)
+    if chosen == "paged":
+        return PagedGenerator(model_path, dtype=dtype, options=paged_options)
+    return TransformersGenerator(
+        model_path, dtype=dtype, cache_implementation=cache_implementation, compile=compile
+    )

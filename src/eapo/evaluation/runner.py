@@ -251,7 +251,7 @@ def run_eval(
         if max_new_tokens is not None
         else (rollout.max_completion_tokens if rollout else 512),
         seed=seed,
-        batch_size=batch_size or (64 if chosen_backend == "vllm" else 8),
+        batch_size=batch_size or (64 if chosen_backend in ("vllm", "paged") else 8),
         n_resamples=n_resamples,
     )
     # Refuse to mix samples before loading any model (a mismatch is a clear error, not a slow one).
@@ -276,7 +276,14 @@ def run_eval(
         output_dir,
         model=target["model"],
         data=_data_label(data, data_path, split, limit),
-        generator=lambda: make_generator(target["model_path"], backend=chosen_backend, dtype=model_dtype),
+        generator=lambda: make_generator(
+            target["model_path"],
+            backend=chosen_backend,
+            dtype=model_dtype,
+            cache_implementation=rollout.cache_implementation if rollout else None,
+            compile=rollout.compile if rollout else False,
+            paged_options=dict(rollout.paged_options) if rollout else None,
+        ),
         settings=settings,
         display_name=target["display_name"],
         details={

@@ -1,0 +1,425 @@
+"""Rollout throughput, full step time and peak memory of each rollout engine on one GPU.
+
+SmolLM2-135M-Instruct (the embedded weights), 48 MedQuAD prompts x N = 4 samples, 256 new tokens
+(the demo prompts when $EAPO_DATA_DIR has no MedQuAD). For every engine available:
+
+* rollout tokens/s: generated tokens (up to and including EOS) / wall time of one batched call, the
+  median over ``--repeats`` calls after one untimed warm-up call (whose time is printed too: the
+  paged engine, as TRL calls it, warms up on *every* call, so its timed calls include that);
+* full step time: ``--steps`` optimisation steps of the real recipe (``eapo.train.run``: generate +
+  score + entropy + update, EAPO), the first one untimed; the median of the rest;
+* peak GPU memory (``torch.cuda.max_memory_allocated``) of each measurement.
+
+Ratios are against plain ``generate`` measured in the same run. Targets: >= 20,000 rollout tokens/s
+and >= 10x plain generate.
+
+Engines: ``generate`` (model.generate), ``static`` (generate + static KV cache + compiled decoding),
+``paged`` (transformers continuous batching), ``vllm`` (when installed).
+
+    python bench/gpu.py [--engines generate,static,paged,vllm] [--prompts 48] [--generations 4]
+                        [--new-tokens 256] [--repeats 3] [--steps 4] [--step-engines generate,paged]
+                        [--dtype auto] [--json OUT.json]
+
+Without CUDA it prints why and exits 0 (``--allow-cpu`` runs it anyway, e.g. with ``--model tiny``,
+to check the script itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINES = ("generate", "static", "paged", "vllm")
+TARGET_TOKENS_PER_S = 20_000
+TARGET_SPEEDUP = 10.0
+
+
+def _cuda():
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _reset_peak() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_gib() -> float | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() / 2**30
+
+
+def load_prompts(model_path: str, count: int, max_prompt_tokens: int) -> tuple[list[str], str]:
+    """``count`` rendered prompts: MedQuAD train questions when present, else the bundled demo set."""
+    from eapo.data import default_prompt_for, load, render_prompts
+    from eapo.models import load_tokenizer
+
+    tokenizer = load_tokenizer(model_path)
+    try:
+        records, name = load("medquad", split="train", limit=count), "medquad"
+    except Exception:  # noqa: BLE001 - no MedQuAD here: the bundled demo set
+        records, name = load("demo", split="all"), "demo"
+    records = (records * (count // max(len(records), 1) + 1))[:count]
+    prompts = render_prompts(
+        records, tokenizer, prompt=default_prompt_for(name), max_prompt_tokens=max_prompt_tokens
+    )
+    return list(prompts), name
+
+
+def make_engine(engine: str, model_path: str, dtype: str):
+    from eapo.evaluation.generate import PagedGenerator, TransformersGenerator, VLLMGenerator
+
+    if engine == "generate":
+        return TransformersGenerator(model_path, dtype=dtype)
+    if engine == "static":
+        return TransformersGenerator(model_path, dtype=dtype, cache_implementation="static", compile=True)
+    if engine == "paged":
+        return PagedGenerator(model_path, dtype=dtype, options={"max_memory_percent": 0.5})
+    if engine == "vllm":
+        return VLLMGenerator(model_path, dtype=dtype, gpu_memory_utilization=0.5)
+    raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+
+
+def bench_rollout(engine: str, model_path: str, prompts: list[str], args) -> dict[str, Any]:
+    """Tokens/s of one batched call (all prompts x N), median over repeats after a warm-up call."""
+    _reset_peak()
+    started = time.perf_counter()
+    generator = make_engine(engine, model_path, args.dtype)
+    load_s = time.perf_counter() - started
+    kwargs = dict(k=args.generations, temperature=1.0, top_p=1.0, max_new_tokens=args.new_tokens)
+
+    def call(seed: int) -> tuple[float, int]:
+        begin = time.perf_counter()
+        groups = generator.generate(prompts, seed=seed, **kwargs)
+        if _cuda():
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter() - begin, sum(c.num_tokens for group in groups for c in group)
+
+    warmup_s, _ = call(0)
+    timed = [call(seed) for seed in range(1, args.repeats + 1)]
+    rates = [tokens / seconds for seconds, tokens in timed]
+    result = {
+        "tokens_per_s": statistics.median(rates),
+        "tokens_per_call": statistics.median(tokens for _, tokens in timed),
+        "seconds_per_call": statistics.median(seconds for seconds, _ in timed),
+        "warmup_call_s": warmup_s,
+        "load_s": load_s,
+        "mean_length": statistics.mean(tokens for _, tokens in timed) / (len(prompts) * args.generations),
+        "peak_gib": _peak_gib(),
+        "calls_timed": len(timed),
+    }
+    generator = None  # free the engine before the next one loads
+    import gc
+
+    gc.collect()
+    return result
+
+
+class StepTimer:
+    """A TrainerCallback (built lazily) that records each optimisation step's wall time."""
+
+    def __new__(cls):
+        from transformers import TrainerCallback
+
+        class _Timer(TrainerCallback):
+            def __init__(self) -> None:
+                self.times: list[float] = []
+                self._start = 0.0
+
+            def on_step_begin(self, args, state, control, **kwargs):
+                self._start = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                if _cuda():
+                    import torch
+
+                    torch.cuda.synchronize()
+                self.times.append(time.perf_counter() - self._start)
+
+        return _Timer()
+
+
+def bench_steps(engine: str, args, data_name: str, out: Path) -> dict[str, Any]:
+    """``--steps`` steps of the real recipe (EAPO) with this engine; the first step is a warm-up."""
+    from eapo.config import load_config
+    from eapo.train import run
+
+    engine_overrides = {
+        "generate": ["rollout.engine=generate"],
+        "static": ["rollout.engine=generate", "rollout.cache_implementation=static", "rollout.compile=true"],
+        "paged": ["rollout.engine=paged", "rollout.paged_options={max_memory_percent: 0.5}"],
+        "vllm": ["rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3"],
+    }[engine]
+    import yaml
+
+    from eapo.study import read_study_config
+
+    _, tree = read_study_config(args.config or ROOT / "configs" / "study.yaml")  # without its study: section
+    base = out / f"{engine}-base.yaml"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    base.write_text(yaml.safe_dump(tree), encoding="utf-8")
+    config = load_config(
+        base,
+        [
+            f"model.name_or_path={args.model}",
+            f"model.dtype={args.dtype}",
+            f"data.name={data_name}",
+            f"data.split={'train' if data_name == 'medquad' else 'all'}",
+            f"data.limit={args.prompts * max(args.steps, 1)}",
+            f"data.max_prompt_tokens={args.max_prompt_tokens}",
+            f"rollout.num_generations={args.generations}",
+            f"rollout.max_completion_tokens={args.new_tokens}",
+            f"train.prompts_per_step={args.prompts}",
+            f"train.micro_batch_size={args.micro_batch_size}",
+            f"train.max_steps={args.steps}",
+            "train.save_steps=0",
+            "algorithm.method=eapo",
+            "logging.plot=false",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+            *engine_overrides,
+            *args.overrides,
+        ],
+    )
+    _reset_peak()
+    timer = StepTimer()
+    started = time.perf_counter()
+    run_dir = run(config, out / engine, callbacks=[timer])
+    total = time.perf_counter() - started
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    timed = timer.times[1:] or timer.times
+    return {
+        "median_step_s": statistics.median(timed),
+        "first_step_s": timer.times[0] if timer.times else None,
+        "steps_timed": len(timed),
+        "total_s": total,
+        "peak_gib": _peak_gib(),
+        "engine_ran": summary.get("rollout/engine"),
+        "rollout": summary.get("rollout"),
+        "completion_mean_length": (summary.get("final_metrics") or {}).get("completion/mean_length"),
+    }
+
+
+def _environment() -> dict[str, Any]:
+    import torch
+    import transformers
+    import trl
+
+    return {
+        "device": torch.cuda.get_device_name(0)
+        if torch.cuda.is_available()
+        else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default=",".join(ENGINES), help="Comma-separated: " + ", ".join(ENGINES))
+    parser.add_argument(
+        "--step-engines", default=None, help="Engines for the full-step timing (default: --engines)."
+    )
+    parser.add_argument("--prompts", type=int, default=48)
+    parser.add_argument("--generations", type=int, default=4, help="Samples per prompt (N).")
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--max-prompt-tokens", type=int, default=256, help="Longer questions are truncated.")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="Timed rollout calls per engine (after 1 warm-up)."
+    )
+    parser.add_argument(
+        "--steps", type=int, default=4, help="Optimisation steps per engine (first untimed; 0: skip)."
+    )
+    parser.add_argument("--micro-batch-size", type=int, default=32)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on a GPU), float32, bfloat16, float16.")
+    parser.add_argument(
+        "--config", default=None, help="Base training config for the steps (default: study.yaml)."
+    )
+    parser.add_argument(
+        "--json", dest="json_out", default=None, help="Write the results here (updated per engine)."
+    )
+    parser.add_argument("--allow-cpu", action="store_true", help="Run without CUDA (to check the script).")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides for the step runs.")
+    args = parser.parse_args()
+
+    if not _cuda() and not args.allow_cpu:
+        print(
+            "bench/gpu.py: no CUDA device here; nothing measured (run it on a GPU machine, or pass --allow-cpu)."
+        )
+        return 0
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    step_engines = [e.strip() for e in (args.step_engines or args.engines).split(",") if e.strip()]
+    unknown = sorted(set(engines + step_engines) - set(ENGINES))
+    if unknown:
+        parser.error(f"unknown engine(s) {unknown}; valid: {', '.join(ENGINES)}")
+
+    from eapo.engines import device_facts
+    from eapo.models import resolve_model
+
+    facts = device_facts()
+    model_path = resolve_model(args.model)
+    prompts, data_name = load_prompts(model_path, args.prompts, args.max_prompt_tokens)
+    report: dict[str, Any] = {
+        "environment": _environment(),
+        "settings": {
+            "model": args.model,
+            "dtype": args.dtype,
+            "prompts": args.prompts,
+            "generations": args.generations,
+            "new_tokens": args.new_tokens,
+            "data": data_name,
+            "repeats": args.repeats,
+            "steps": args.steps,
+            "micro_batch_size": args.micro_batch_size,
+        },
+        "rollout": {},
+        "steps": {},
+        "targets": {"tokens_per_s": TARGET_TOKENS_PER_S, "speedup_vs_generate": TARGET_SPEEDUP},
+    }
+
+    def save() -> None:
+        if args.json_out:
+            Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+    def skip_reason(engine: str) -> str | None:
+        if engine == "vllm" and not (facts.vllm and facts.cuda):
+            return "vllm not installed" if not facts.vllm else "vllm needs CUDA"
+        if engine == "paged" and not facts.paged:
+            return "transformers has no continuous batching"
+        return None
+
+    env = report["environment"]
+    print(
+        f"device: {env['device']}; torch {env['torch']}, transformers {env['transformers']}, trl {env['trl']}"
+    )
+    print(
+        f"workload: {args.model} ({args.dtype}), {args.prompts} {data_name} prompts x N={args.generations}, "
+        f"{args.new_tokens} new tokens"
+    )
+    for engine in engines:
+        reason = skip_reason(engine)
+        if reason:
+            report["rollout"][engine] = {"skipped": reason}
+            print(f"[rollout] {engine:9s} skipped: {reason}")
+            continue
+        try:
+            result = bench_rollout(engine, model_path, prompts, args)
+        except Exception as error:  # noqa: BLE001 - one engine failing must not hide the others
+            result = {
+                "error": f"{type(error).__name__}: {error}",
+                "traceback": traceback.format_exc()[-2000:],
+            }
+            print(f"[rollout] {engine:9s} FAILED: {result['error']}")
+        else:
+            print(
+                f"[rollout] {engine:9s} {result['tokens_per_s']:10,.0f} tokens/s  ({result['tokens_per_call']:,.0f} "
+                f"tokens in {result['seconds_per_call']:.2f} s; warm-up call {result['warmup_call_s']:.1f} s; "
+                f"mean length {result['mean_length']:.0f}; peak {result['peak_gib'] or 0:.2f} GiB)"
+            )
+        report["rollout"][engine] = result
+        save()
+
+    if args.steps > 0:
+        with tempfile.TemporaryDirectory(prefix="eapo-bench-") as tmp:
+            for engine in step_engines:
+                reason = skip_reason(engine)
+                if reason:
+                    report["steps"][engine] = {"skipped": reason}
+                    continue
+                try:
+                    result = bench_steps(engine, args, data_name, Path(tmp))
+                except Exception as error:  # noqa: BLE001
+                    result = {
+                        "error": f"{type(error).__name__}: {error}",
+                        "traceback": traceback.format_exc()[-2000:],
+                    }
+                    print(f"[step]    {engine:9s} FAILED: {result['error']}")
+                else:
+                    print(
+                        f"[step]    {engine:9s} {result['median_step_s']:8.2f} s/step (median of {result['steps_timed']}; "
+                        f"first {result['first_step_s'] or 0:.1f} s; engine ran: {result['engine_ran']}; "
+                        f"peak {result['peak_gib'] or 0:.2f} GiB)"
+                    )
+                report["steps"][engine] = result
+                save()
+
+    # Ratios against plain generate, measured in this run.
+    base = report["rollout"].get("generate", {}).get("tokens_per_s")
+    base_step = report["steps"].get("generate", {}).get("median_step_s")
+    print("\nsummary (ratios against plain generate in this run):")
+    best_engine, best_rate = None, 0.0
+    for engine in dict.fromkeys(engines + step_engines):
+        rollout = report["rollout"].setdefault(engine, {})
+        rate = rollout.get("tokens_per_s")
+        step = report["steps"].get(engine, {}).get("median_step_s")
+        ratio = rate / base if rate and base else None
+        step_ratio = base_step / step if step and base_step else None
+        rollout["speedup_vs_generate"] = ratio
+        if engine in report["steps"] and step:
+            report["steps"][engine]["speedup_vs_generate"] = step_ratio
+        if rate and rate > best_rate:
+            best_engine, best_rate = engine, rate
+        cells = [
+            f"{engine:9s}",
+            f"{rate:10,.0f} tok/s" if rate else f"{'–':>16s}",
+            f"x{ratio:6.1f}" if ratio else f"{'–':>7s}",
+            f"step {step:7.2f} s" if step else "step       –",
+            f"x{step_ratio:5.1f}" if step_ratio else "",
+        ]
+        print("  " + "  ".join(cells))
+    best_ratio = best_rate / base if base and best_rate else None
+    report["best"] = {
+        "engine": best_engine,
+        "tokens_per_s": best_rate or None,
+        "speedup_vs_generate": best_ratio,
+    }
+    met_rate = best_rate >= TARGET_TOKENS_PER_S
+    met_ratio = best_ratio is not None and best_ratio >= TARGET_SPEEDUP
+    report["targets"].update({"tokens_per_s_met": met_rate, "speedup_met": met_ratio})
+    print(
+        f"target >= {TARGET_TOKENS_PER_S:,} rollout tokens/s: {'met' if met_rate else 'NOT met'} "
+        f"(best: {best_engine or '–'}, {best_rate:,.0f} tokens/s)"
+    )
+    ratio_text = f"x{best_ratio:.1f}" if best_ratio is not None else "not measured (no plain generate)"
+    print(
+        f"target >= {TARGET_SPEEDUP:.0f}x plain generate: {'met' if met_ratio else 'NOT met'} ({ratio_text})"
+    )
+    save()
+    if args.json_out:
+        print(f"results: {args.json_out}")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""``eapo study``: train the paper's five methods, evaluate them, and judge the paper's claims."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import typer
+
+
+def study_command(
+    overrides: list[str] = typer.Argument(
+        None, help="key=value overrides applied to every run, e.g. train.max_steps=200"
+    ),
+    config: Path = typer.Option(
+        None, "--config", "-c", help="Study config (default: the packaged configs/study.yaml)."
+    ),
+    output_dir: Path = typer.Option(
+        ..., "--output-dir", "-o", help="Study directory (runs/, tables, claims.md)."
+    ),
+    seeds: str = typer.Option(None, "--seeds", help="Comma-separated training seeds (default: study.seeds)."),
+    jobs: int = typer.Option(
+        None, "--jobs", "-j", min=1, help="Runs at once on the GPU (default: study.jobs)."
+    ),
+    k: int = typer.Option(None, "--k", min=1, help="Samples per prompt in evaluation (default: study.k)."),
+    eval_limit: int = typer.Option(
+        None, "--eval-limit", min=1, help="Prompts evaluated (default: study.eval_limit)."
+    ),
+    eval_split: str = typer.Option(None, "--eval-split", help="Held-out split (default: study.eval_split)."),
+    eval_max_new_tokens: int = typer.Option(
+        None, "--eval-max-new-tokens", help="Response cap in evaluation (default: the run's)."
+    ),
+    eval_batch_size: int = typer.Option(None, "--eval-batch-size", help="Prompts per generation call."),
+    backend: str = typer.Option(None, "--backend", help="Eval generation: auto, transformers, paged, vllm."),
+) -> None:
+    """GRPO, PSR, NSR, W-REINFORCE (w+=0.1) and EAPO (w0=0.2) from the same base and seed(s): the comparison
+    table, the dynamics figure and claims.md (each paper claim: held / did not hold / within noise).
+
+    Built on `eapo sweep`: finished runs are skipped on rerun, a failed run is reported and the others go on.
+    """
+    import logging
+
+    from eapo.commands.train import packaged_config
+    from eapo.study import read_study_config, run_study
+    from eapo.sweep import SweepError
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    config = config if config is not None else packaged_config("study")
+    try:
+        settings, _ = read_study_config(config)
+        changes = {
+            "jobs": jobs,
+            "k": k,
+            "eval_limit": eval_limit,
+            "eval_split": eval_split,
+            "eval_max_new_tokens": eval_max_new_tokens,
+            "eval_batch_size": eval_batch_size,
+            "backend": backend,
+        }
+        if seeds is not None:
+            try:
+                changes["seeds"] = [int(s) for s in seeds.split(",") if s.strip()]
+            except ValueError:
+                raise SweepError(f"--seeds {seeds!r} must be comma-separated integers") from None
+        settings = dataclasses.replace(settings, **{key: v for key, v in changes.items() if v is not None})
+        report = run_study(
+            config,
+            output_dir,
+            settings=settings.validate("study (with the command-line flags)"),
+            overrides=overrides or [],
+            echo=typer.echo,
+        )
+    except SweepError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo("")
+    typer.echo((report.output_dir / "comparison.md").read_text(encoding="utf-8"))
+    typer.echo((report.output_dir / "claims.md").read_text(encoding="utf-8"))
+    if report.sweep.failures:
+        typer.echo(
+            f"{len(report.sweep.failures)} run(s) failed: {', '.join(report.sweep.failures)}", err=True
+        )
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("study")(study_command)

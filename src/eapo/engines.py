@@ -1,0 +1,176 @@
+"""Which rollout engine, dtype and attention kernel a run uses on this device (training and ``eapo eval``).
+
+On a GPU a 135M-parameter policy is launch-bound under plain ``model.generate`` (one Python-driven
+forward per token), so the engine matters more than the model. The engines, in order of preference:
+
+* ``vllm`` — vLLM (TRL's ``use_vllm``, colocate or server), when it is installed and CUDA is present;
+* ``paged`` — transformers' continuous batching (``generate_batch``: a paged KV cache, CUDA graphs;
+  TRL's ``use_transformers_continuous_batching``, formerly ``use_transformers_paged``);
+* ``generate`` — ``model.generate``; with ``cache_implementation="static"`` and ``compile=True``
+  its decoding step is a compiled graph over a fixed-size cache.
+
+``auto`` picks the first that the device supports: vllm, then paged on CUDA, else generate (CPU
+behaviour is unchanged: plain ``generate``). Everything here is a pure function of the facts
+:func:`device_facts` gathers, so the choice is testable without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+__all__ = [
+    "ENGINES",
+    "DTYPES",
+    "ATTENTION",
+    "EngineError",
+    "DeviceFacts",
+    "device_facts",
+    "choose_engine",
+    "resolve_dtype",
+    "resolve_attention",
+    "RolloutPlan",
+    "plan_rollout",
+]
+
+#: ``rollout.engine`` values.
+ENGINES = ("auto", "vllm", "paged", "generate")
+#: ``model.dtype`` values.
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+#: ``model.attn_implementation`` values (besides any name transformers accepts).
+ATTENTION = ("auto", "eager", "sdpa", "flash_attention_2")
+#: transformers' continuous batching as TRL 1.16 uses it (``generate_batch`` + ``ContinuousBatchingConfig``).
+PAGED_MIN_TRANSFORMERS = "5.8.0"
+
+
+class EngineError(ValueError):
+    """The requested engine cannot run on this machine; the message says what to install or choose."""
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What the engine choice depends on."""
+
+    cuda: bool  # a CUDA device is visible
+    vllm: bool  # the vllm package is importable
+    paged: bool  # transformers has continuous batching (generate_batch) in the version TRL needs
+    flash_attn: bool = False  # the flash_attn package is importable
+
+
+def device_facts() -> DeviceFacts:
+    """Probe this process's device and packages (no model is loaded)."""
+    import torch
+    import transformers
+    from packaging.version import Version
+
+    paged = Version(transformers.__version__) >= Version(PAGED_MIN_TRANSFORMERS)
+    if paged:
+        from transformers import GenerationMixin
+
+        paged = hasattr(GenerationMixin, "generate_batch")
+    return DeviceFacts(
+        cuda=torch.cuda.is_available(),
+        vllm=importlib.util.find_spec("vllm") is not None,
+        paged=paged,
+        flash_attn=importlib.util.find_spec("flash_attn") is not None,
+    )
+
+
+def choose_engine(requested: str, facts: DeviceFacts) -> str:
+    """``auto`` -> ``vllm`` (CUDA and vllm installed), else ``paged`` (CUDA and continuous batching
+    available), else ``generate``. An explicit engine is checked against the facts.
+
+    ``paged`` may be asked for on a CPU (transformers runs it there, slowly: useful for tests); vLLM
+    needs CUDA.
+    """
+    if requested not in ENGINES:
+        raise EngineError(f"rollout.engine={requested!r} is unknown; valid: {', '.join(ENGINES)}")
+    if requested == "auto":
+        if facts.cuda and facts.vllm:
+            return "vllm"
+        if facts.cuda and facts.paged:
+            return "paged"
+        return "generate"
+    if requested == "vllm":
+        if not facts.vllm:
+            raise EngineError(
+                "rollout.engine=vllm needs the vllm package: pip install 'eapo[vllm]' (or use engine=paged / auto)"
+            )
+        if not facts.cuda:
+            raise EngineError("rollout.engine=vllm needs a CUDA GPU; use rollout.engine=auto on this machine")
+    if requested == "paged" and not facts.paged:
+        raise EngineError(
+            f"rollout.engine=paged needs transformers>={PAGED_MIN_TRANSFORMERS} (continuous batching, "
+            "generate_batch); upgrade transformers or use rollout.engine=generate"
+        )
+    return requested
+
+
+def resolve_dtype(requested: str, facts: DeviceFacts) -> str:
+    """``auto`` -> ``bfloat16`` on CUDA, ``float32`` on CPU (bf16 is slower than fp32 on most CPUs).
+
+    The result is the dtype of the policy's weights *and* of its compute: the paged and static KV
+    caches hold the weights' dtype, so fp32 weights under bf16 autocast cannot feed them.
+    """
+    if requested not in DTYPES:
+        raise EngineError(f"model.dtype={requested!r} is unknown; valid: {', '.join(DTYPES)}")
+    if requested == "auto":
+        return "bfloat16" if facts.cuda else "float32"
+    return requested
+
+
+def resolve_attention(requested: str, dtype: str, facts: DeviceFacts) -> str | None:
+    """``auto`` -> ``flash_attention_2`` on CUDA in a half dtype when flash_attn is installed, else
+    ``sdpa`` on CUDA, else ``None`` (transformers' own default, unchanged on CPU). Any other value is
+    passed to ``from_pretrained(attn_implementation=...)`` as given."""
+    if requested != "auto":
+        return requested
+    if not facts.cuda:
+        return None
+    if facts.flash_attn and dtype in ("bfloat16", "float16"):
+        return "flash_attention_2"
+    return "sdpa"
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """The resolved rollout settings of one process: what runs, logged in summary.json and results.json."""
+
+    engine: str  # vllm, paged or generate
+    dtype: str  # float32, bfloat16 or float16
+    attn_implementation: str | None  # None: transformers' default
+    cache_implementation: str | None  # generate only (e.g. "static")
+    compile: bool  # generate + static cache on CUDA: compiled decoding
+
+    def describe(self) -> str:
+        parts = [self.engine, self.dtype, self.attn_implementation or "default attention"]
+        if self.cache_implementation:
+            parts.append(f"{self.cache_implementation} cache")
+        if self.compile:
+            parts.append("compiled decoding")
+        return ", ".join(parts)
+
+
+def plan_rollout(
+    facts: DeviceFacts,
+    *,
+    engine: str = "auto",
+    dtype: str = "auto",
+    attn_implementation: str = "auto",
+    cache_implementation: str | None = None,
+    compile: bool = False,
+) -> RolloutPlan:
+    """Resolve every ``auto`` against ``facts``. The cache and compile options only apply to
+    ``generate`` (vLLM and continuous batching manage their own caches and graphs); compilation only
+    happens on CUDA (transformers compiles the decode step only there)."""
+    chosen = choose_engine(engine, facts)
+    resolved_dtype = resolve_dtype(dtype, facts)
+    generate = chosen == "generate"
+    cache = cache_implementation if generate else None
+    return RolloutPlan(
+        engine=chosen,
+        dtype=resolved_dtype,
+        attn_implementation=resolve_attention(attn_implementation, resolved_dtype, facts),
+        cache_implementation=cache,
+        compile=bool(compile and generate and cache == "static" and facts.cuda),
+    )

@@ -1,0 +1,635 @@
+"""``eapo study``: the EAPO paper's comparison in one command, and a verdict on each of its claims.
+
+The study trains GRPO, PSR, NSR, W-REINFORCE (w+ = 0.1) and EAPO (w0 = 0.2) from the same base model
+and seed(s), evaluates each on a held-out split with k samples per prompt, and writes — besides the
+sweep's ``comparison.md`` table and ``dynamics.png`` figure (it *is* an ``eapo sweep``: same runner,
+tables and skip-if-finished) — ``claims.md`` and ``claims.json``: for each claim of the paper,
+
+1. PSR lowers entropy;
+2. PSR shortens answers;
+3. NSR raises entropy;
+4. EAPO holds entropy near H_0;
+5. EAPO scores best on Avg,
+
+whether it *held*, *did not hold*, or is *within noise* in this run, with the numbers. The rules
+(:data:`VERDICT_RULES`, written into ``claims.md``):
+
+* **start / end** of a run: the mean of a metric over its first / last ``window`` fraction of
+  optimisation steps (at least :data:`MIN_WINDOW_STEPS` steps, at most half the run, so the two never
+  overlap; a run shorter than twice that is *not measured*), with a 95% interval
+  ``mean ± 1.96·SE``. Consecutive steps are correlated, so ``SE² = s² / n_eff`` with the AR(1)
+  effective sample size ``n_eff = n·(1−ρ)/(1+ρ)`` (ρ: the window's lag-1 autocorrelation, clipped to
+  [0, 0.9]). With several seeds the start and end of each seed are paired (the same runs), so the
+  pooled mean is the mean over seeds and ``SE² = Σ SE_s² / S²``.
+* **lowers / raises / shortens** (claims 1–3): *held* when the end interval lies entirely below
+  (above) the start interval; *did not hold* when it lies entirely on the other side; otherwise
+  *within noise* (the intervals overlap).
+* **near H_0** (claim 4): the end-window entropy of each seed divided by that run's ``H_0`` (the
+  ``eapo/H0`` it logged); *held* when the interval of that ratio lies inside ``1 ± band``
+  (:data:`ENTROPY_BAND`, 10%); *did not hold* when it lies entirely outside; otherwise *within noise*.
+* **best on Avg** (claim 5): each method's Avg with its 95% bootstrap interval over prompts (from
+  ``eapo eval``); with several seeds the mean over seeds and ``SE² = Σ SE_i²/S² + s²_seeds/S``
+  (conservative: the evaluation noise is counted twice). *held* when EAPO's interval lies entirely
+  above every other method's; *did not hold* when some method's interval lies entirely above
+  EAPO's; otherwise *within noise*.
+
+A claim whose runs are missing (failed, not finished, a metric not logged) is *not measured*, with
+the reason. Nothing else decides a verdict: the wording in ``claims.md`` is generated from these rules.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from eapo.run_dir import SUMMARY_FILE, atomic_write_text, read_metrics
+from eapo.sweep import (
+    MANIFEST,
+    EvalOptions,
+    SweepError,
+    SweepReport,
+    SweepRun,
+    _read_json,
+    plan_runs,
+    run_sweep,
+)
+
+__all__ = [
+    "STUDY_METHODS",
+    "STUDY_GRIDS",
+    "HELD",
+    "NOT_HELD",
+    "WITHIN_NOISE",
+    "NOT_MEASURED",
+    "ENTROPY_BAND",
+    "MIN_WINDOW_STEPS",
+    "StudySettings",
+    "Interval",
+    "Claim",
+    "StudyReport",
+    "read_study_config",
+    "plan_study",
+    "window_interval",
+    "avg_interval",
+    "change_verdict",
+    "band_verdict",
+    "best_verdict",
+    "assess_claims",
+    "claims_markdown",
+    "run_study",
+]
+
+#: The five methods of the paper's comparison, in its table order.
+STUDY_METHODS = ("grpo", "psr", "nsr", "w_reinforce", "eapo")
+#: Their weights, set explicitly (not left to defaults): W-REINFORCE w+ = 0.1, EAPO w0 = 0.2.
+STUDY_GRIDS = ("w_reinforce.w_pos=0.1", "eapo.w0=0.2")
+
+HELD = "held"
+NOT_HELD = "did not hold"
+WITHIN_NOISE = "within noise"
+NOT_MEASURED = "not measured"
+
+#: Claim 4: "near H_0" means within ±10% of H_0.
+ENTROPY_BAND = 0.10
+#: A start/end window has at least this many steps (when the run has them).
+MIN_WINDOW_STEPS = 3
+_Z95 = 1.959963984540054
+
+ENTROPY_KEY = "entropy/rollout"
+LENGTH_KEY = "completion/mean_length"
+H0_KEY = "eapo/H0"
+
+VERDICT_RULES = (
+    "- **start / end**: mean of the metric over the first / last {window:.0%} of optimisation steps (at least "
+    f"{MIN_WINDOW_STEPS} steps, at most half the run; shorter runs: not measured), with a 95% interval mean ± 1.96·SE, SE² = s²/n_eff, n_eff = n·(1−ρ)/(1+ρ) "
+    "(ρ: lag-1 autocorrelation of the window, clipped to [0, 0.9]). Several seeds: mean over seeds, "
+    "SE² = Σ SE_s²/S² (start and end of a seed are paired).\n"
+    "- **lowers / raises / shortens**: held if the end interval lies entirely below (above) the start interval; "
+    "did not hold if it lies entirely on the other side; within noise if the intervals overlap.\n"
+    "- **near H_0**: end-window entropy ÷ the run's logged H_0 (eapo/H0); held if its interval lies inside "
+    "1 ± {band:.0%}; did not hold if entirely outside; within noise otherwise.\n"
+    "- **best on Avg**: Avg with its 95% bootstrap interval over prompts (eapo eval); several seeds: mean over "
+    "seeds, SE² = Σ SE_i²/S² + s²_seeds/S (conservative). Held if EAPO's interval lies entirely above every "
+    "other method's; did not hold if another method's lies entirely above EAPO's; within noise otherwise.\n"
+    "- **not measured**: a run the claim needs is missing, failed, or did not log the metric."
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Settings and plan
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StudySettings:
+    """The ``study:`` section of a study config (every field can also be given on the command line)."""
+
+    seeds: list[int] = field(default_factory=lambda: [0])  # training seeds; results are pooled per method
+    jobs: int = 5  # configurations trained/evaluated at once (they share one GPU)
+    k: int = 8  # samples per prompt in evaluation (RL@k, RR@k)
+    eval_split: str = "dev"  # the held-out split
+    eval_limit: int | None = 100  # prompts evaluated (None: the whole split)
+    eval_max_new_tokens: int | None = None  # response cap in evaluation (None: the run's)
+    eval_batch_size: int | None = None  # prompts per generation call (None: eapo eval's default)
+    backend: str = "auto"  # eval generation backend
+    window: float = 0.1  # fraction of steps in the start / end windows
+    entropy_band: float = ENTROPY_BAND  # claim 4's tolerance around H_0
+
+    def validate(self, where: str = "study") -> StudySettings:
+        if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+            raise SweepError(f"{where}.seeds must be a non-empty list of integers, got {self.seeds!r}")
+        if self.jobs < 1 or self.k < 1:
+            raise SweepError(f"{where}.jobs and {where}.k must be >= 1 (got {self.jobs}, {self.k})")
+        if self.eval_limit is not None and self.eval_limit < 1:
+            raise SweepError(f"{where}.eval_limit must be >= 1 or null, got {self.eval_limit}")
+        if not 0 < self.window <= 0.5:
+            raise SweepError(f"{where}.window must be in (0, 0.5], got {self.window}")
+        if not 0 < self.entropy_band < 1:
+            raise SweepError(f"{where}.entropy_band must be in (0, 1), got {self.entropy_band}")
+        return self
+
+
+def read_study_config(path: str | os.PathLike) -> tuple[StudySettings, dict[str, Any]]:
+    """Split a study config into its ``study:`` settings and the training config every run starts from."""
+    from eapo.config import ConfigError, read_config_tree
+
+    path = Path(path)
+    if not path.exists():
+        raise SweepError(f"study config {path} does not exist (the preset is configs/study.yaml)")
+    try:
+        tree = read_config_tree(path)
+    except ConfigError as error:
+        raise SweepError(str(error)) from None
+    section = tree.pop("study", None) or {}
+    if not isinstance(section, dict):
+        raise SweepError(
+            f"{path}: 'study' must be a mapping of {', '.join(f.name for f in fields(StudySettings))}"
+        )
+    known = {f.name for f in fields(StudySettings)}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise SweepError(f"{path}: unknown key study.{unknown[0]}; valid keys: {', '.join(sorted(known))}")
+    if isinstance(section.get("seeds"), int):
+        section["seeds"] = [section["seeds"]]
+    return StudySettings(**section).validate(f"{path}: study"), tree
+
+
+def plan_study(seeds: Sequence[int]) -> list[SweepRun]:
+    """The study's runs: the five methods × ``seeds``, every method from the same base and seed."""
+    return plan_runs(STUDY_METHODS, STUDY_GRIDS, list(seeds))
+
+
+# --------------------------------------------------------------------------------------------
+# Intervals and verdicts (pure functions)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its 95% interval; ``n``: the values (steps × seeds, or seeds) behind it."""
+
+    mean: float
+    low: float
+    high: float
+    n: int = 1
+
+    def text(self, digits: int = 3) -> str:
+        return f"{self.mean:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+
+
+def _window_size(num_steps: int, fraction: float) -> int:
+    """``max(MIN_WINDOW_STEPS, ceil(fraction·T))``, at most ``T // 2`` (start and end never overlap)."""
+    return min(num_steps // 2, max(MIN_WINDOW_STEPS, math.ceil(fraction * num_steps)))
+
+
+def _mean_and_se(values: np.ndarray) -> tuple[float, float]:
+    """Mean and AR(1)-corrected standard error of one seed's window."""
+    n = len(values)
+    mean = float(values.mean())
+    if n < 2:
+        return mean, 0.0
+    variance = float(values.var(ddof=1))
+    centred = values - mean
+    denominator = float((centred**2).sum())
+    rho = float((centred[1:] * centred[:-1]).sum() / denominator) if denominator > 0 else 0.0
+    rho = min(max(rho, 0.0), 0.9)
+    n_eff = max(1.0, n * (1 - rho) / (1 + rho))
+    return mean, math.sqrt(variance / n_eff)
+
+
+def window_interval(
+    series: Sequence[Sequence[float | None]], *, fraction: float, end: bool
+) -> Interval | None:
+    """The start (``end=False``) or end window of a metric, pooled over seeds (see the module docstring).
+
+    Args:
+        series: one list per seed of the metric's per-step values (``None``/NaN: not logged that step).
+        fraction: the window as a fraction of each seed's steps.
+    Returns ``None`` when no seed logged ``2·MIN_WINDOW_STEPS`` values (too short for a start and an
+    end window that do not overlap).
+    """
+    means, errors, count = [], [], 0
+    for values in series:
+        clean = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+        if clean.size < 2 * MIN_WINDOW_STEPS:
+            continue
+        size = _window_size(clean.size, fraction)
+        window = clean[-size:] if end else clean[:size]
+        mean, se = _mean_and_se(window)
+        means.append(mean)
+        errors.append(se)
+        count += size
+    if not means:
+        return None
+    mean = float(np.mean(means))
+    se = math.sqrt(sum(e * e for e in errors)) / len(means)
+    return Interval(mean, mean - _Z95 * se, mean + _Z95 * se, count)
+
+
+def avg_interval(results: Sequence[Mapping[str, Any]], key: str = "avg") -> Interval | None:
+    """A method's ``key`` (default Avg) over its evaluations: one seed -> its bootstrap interval; several
+    -> the mean over seeds with ``SE² = Σ SE_i²/S² + s²_seeds/S`` (SE_i from each bootstrap interval)."""
+    pairs = []
+    for result in results:
+        value = (result.get("metrics") or {}).get(key)
+        if value is not None:
+            pairs.append((float(value), (result.get("ci95") or {}).get(key)))
+    if not pairs:
+        return None
+    if len(pairs) == 1:
+        value, ci = pairs[0]
+        return Interval(value, float(ci[0]) if ci else value, float(ci[1]) if ci else value, 1)
+    values = [value for value, _ in pairs]
+    errors = [(ci[1] - ci[0]) / (2 * _Z95) if ci else 0.0 for _, ci in pairs]
+    count = len(values)
+    mean = sum(values) / count
+    between = sum((v - mean) ** 2 for v in values) / (count - 1)
+    se = math.sqrt(sum(e * e for e in errors) / count**2 + between / count)
+    return Interval(mean, mean - _Z95 * se, mean + _Z95 * se, count)
+
+
+def change_verdict(start: Interval | None, end: Interval | None, expect: str) -> str:
+    """``expect="decrease"``: held if ``end`` lies entirely below ``start``; did not hold if entirely
+    above; within noise if they overlap (``"increase"``: the mirror image)."""
+    if expect not in ("decrease", "increase"):
+        raise ValueError(f"expect must be 'decrease' or 'increase', got {expect!r}")
+    if start is None or end is None:
+        return NOT_MEASURED
+    below, above = end.high < start.low, end.low > start.high
+    if expect == "decrease":
+        return HELD if below else NOT_HELD if above else WITHIN_NOISE
+    return HELD if above else NOT_HELD if below else WITHIN_NOISE
+
+
+def band_verdict(interval: Interval | None, low: float, high: float) -> str:
+    """Held if ``interval`` lies inside ``[low, high]``; did not hold if it lies entirely outside."""
+    if interval is None:
+        return NOT_MEASURED
+    if low <= interval.low and interval.high <= high:
+        return HELD
+    if interval.high < low or interval.low > high:
+        return NOT_HELD
+    return WITHIN_NOISE
+
+
+def best_verdict(target: Interval | None, others: Mapping[str, Interval | None]) -> str:
+    """Held if ``target`` lies entirely above every other interval; did not hold if another lies
+    entirely above it; within noise otherwise. Any missing interval: not measured."""
+    if target is None or not others or any(other is None for other in others.values()):
+        return NOT_MEASURED
+    if any(other.low > target.high for other in others.values()):  # type: ignore[union-attr]
+        return NOT_HELD
+    if all(target.low > other.high for other in others.values()):  # type: ignore[union-attr]
+        return HELD
+    return WITHIN_NOISE
+
+
+# --------------------------------------------------------------------------------------------
+# Claims
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Claim:
+    """One claim of the paper and what this study's numbers say about it."""
+
+    key: str
+    statement: str
+    verdict: str
+    evidence: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MethodData:
+    """What the claims read for one method: per seed, the metric series and the evaluation results."""
+
+    series: dict[str, list[list[float | None]]] = field(default_factory=dict)  # key -> per seed
+    h0: list[float | None] = field(default_factory=list)  # per seed: the logged H_0
+    results: list[dict[str, Any]] = field(default_factory=list)  # per seed: results.json
+    runs: list[str] = field(default_factory=list)
+
+
+def _ratio_series(entropy: list[list[float | None]], h0: list[float | None]) -> list[list[float | None]]:
+    out = []
+    for values, anchor in zip(entropy, h0, strict=True):
+        if anchor is None or not anchor > 0:
+            continue
+        out.append([None if v is None else v / anchor for v in values])
+    return out
+
+
+def assess_claims(
+    data: Mapping[str, MethodData], *, window: float = 0.1, entropy_band: float = ENTROPY_BAND
+) -> tuple[list[Claim], dict[str, dict[str, Any]]]:
+    """The five verdicts from each method's dynamics and evaluations. Returns ``(claims, per-method numbers)``."""
+    empty = MethodData()
+    table: dict[str, dict[str, Any]] = {}
+    for method in STUDY_METHODS:
+        d = data.get(method, empty)
+        entropy, length = d.series.get(ENTROPY_KEY, []), d.series.get(LENGTH_KEY, [])
+        table[method] = {
+            "runs": list(d.runs),
+            "seeds": len(d.runs),
+            "entropy_start": window_interval(entropy, fraction=window, end=False),
+            "entropy_end": window_interval(entropy, fraction=window, end=True),
+            "length_start": window_interval(length, fraction=window, end=False),
+            "length_end": window_interval(length, fraction=window, end=True),
+            "avg": avg_interval(d.results),
+            "steps": max((len(s) for s in entropy), default=0),
+        }
+
+    def change(method: str, what: str, expect: str, statement: str, key: str) -> Claim:
+        start, end = table[method][f"{what}_start"], table[method][f"{what}_end"]
+        verdict = change_verdict(start, end, expect)
+        unit = "nats/token" if what == "entropy" else "tokens"
+        if start is None or end is None:
+            evidence = _missing(data.get(method), what, table[method]["steps"])
+        else:
+            evidence = f"{_SHORT[method]} {what}: start {start.text()} → end {end.text()} {unit}"
+        return Claim(key, statement, verdict, evidence, {"start": start, "end": end})
+
+    claims = [
+        change("psr", "entropy", "decrease", "PSR lowers entropy", "psr_lowers_entropy"),
+        change("psr", "length", "decrease", "PSR shortens answers", "psr_shortens_answers"),
+        change("nsr", "entropy", "increase", "NSR raises entropy", "nsr_raises_entropy"),
+    ]
+
+    eapo = data.get("eapo", empty)
+    ratio = window_interval(
+        _ratio_series(eapo.series.get(ENTROPY_KEY, []), eapo.h0), fraction=window, end=True
+    )
+    h0_values = [h for h in eapo.h0 if h is not None]
+    verdict = band_verdict(ratio, 1 - entropy_band, 1 + entropy_band)
+    if ratio is None:
+        evidence = _missing(data.get("eapo"), "entropy and H_0", table["eapo"]["steps"])
+    else:
+        h0_text = ", ".join(f"{h:.3f}" for h in h0_values)
+        evidence = (
+            f"EAPO end entropy {table['eapo']['entropy_end'].text()} nats/token vs H_0 = {h0_text}: "
+            f"end/H_0 = {ratio.text()} (band 1 ± {entropy_band:.0%})"
+        )
+    claims.append(
+        Claim(
+            "eapo_holds_entropy",
+            "EAPO holds entropy near H_0",
+            verdict,
+            evidence,
+            {"ratio": ratio, "h0": h0_values},
+        )
+    )
+
+    others = {m: table[m]["avg"] for m in STUDY_METHODS if m != "eapo"}
+    verdict = best_verdict(table["eapo"]["avg"], others)
+    if table["eapo"]["avg"] is None or any(v is None for v in others.values()):
+        missing = [m for m in STUDY_METHODS if table[m]["avg"] is None]
+        evidence = f"no evaluation for {', '.join(missing)}"
+    else:
+        evidence = "Avg: " + "; ".join(f"{_SHORT[m]} {table[m]['avg'].text()}" for m in STUDY_METHODS)
+    claims.append(
+        Claim(
+            "eapo_best_avg",
+            "EAPO scores best on Avg",
+            verdict,
+            evidence,
+            {m: table[m]["avg"] for m in STUDY_METHODS},
+        )
+    )
+    return claims, table
+
+
+def _missing(data: MethodData | None, what: str, steps: int) -> str:
+    if data is None or not data.runs:
+        return "no finished run"
+    if steps < 2 * MIN_WINDOW_STEPS:
+        return f"{steps} logged steps of {what}: too few for start and end windows of {MIN_WINDOW_STEPS} steps each"
+    return f"{what} not logged"
+
+
+_SHORT = {"grpo": "GRPO", "psr": "PSR", "nsr": "NSR", "w_reinforce": "W-REINFORCE", "eapo": "EAPO"}
+_LABELS = {
+    "grpo": "GRPO",
+    "psr": "PSR",
+    "nsr": "NSR",
+    "w_reinforce": "W-REINFORCE (w+=0.1)",
+    "eapo": "EAPO (w0=0.2)",
+}
+
+
+def _cell(interval: Interval | None) -> str:
+    return "–" if interval is None else interval.text()
+
+
+def claims_markdown(
+    claims: Sequence[Claim],
+    table: Mapping[str, Mapping[str, Any]],
+    *,
+    window: float,
+    entropy_band: float,
+    context: Sequence[str] = (),
+) -> str:
+    """``claims.md``: the verdicts, the numbers behind them, and the rules that decided them."""
+    lines = ["# Does EAPO do what the paper says? Verdicts of this study", ""]
+    lines += [f"{line}" for line in context]
+    if context:
+        lines.append("")
+    lines += ["| Claim | Verdict | Numbers |", "|---|---|---|"]
+    for claim in claims:
+        lines.append(f"| {claim.statement} | **{claim.verdict}** | {claim.evidence} |")
+    lines += [
+        "",
+        "## Per method",
+        "",
+        "Entropy in nats/token, length in tokens: start / end = first / last window of steps with a 95% "
+        "interval; Avg with its 95% interval.",
+        "",
+        "| Method | Seeds | Steps | Entropy start | Entropy end | Length start | Length end | Avg |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method in STUDY_METHODS:
+        row = table[method]
+        lines.append(
+            f"| {_LABELS[method]} | {row['seeds']} | {row['steps']} | {_cell(row['entropy_start'])} | "
+            f"{_cell(row['entropy_end'])} | {_cell(row['length_start'])} | {_cell(row['length_end'])} | "
+            f"{_cell(row['avg'])} |"
+        )
+    lines += [
+        "",
+        "## How each verdict is decided",
+        "",
+        VERDICT_RULES.format(window=window, band=entropy_band),
+        "",
+        "The verdicts say what these runs show at this scale (model, data, steps, seeds); they are not a "
+        "statement about the paper's setting.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Interval):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StudyReport:
+    output_dir: Path
+    sweep: SweepReport
+    claims: list[Claim]
+    files: list[Path]
+    wall_time_s: float
+
+
+def collect_method_data(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str, MethodData]:
+    """Read each planned run's metrics.jsonl and eval/results.json, grouped by method (seeds pooled)."""
+    data: dict[str, MethodData] = {}
+    for run in runs:
+        run_dir = output_dir / "runs" / run.name
+        rows = read_metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
+        results = _read_json(run_dir / "eval" / "results.json")
+        if not rows and results is None:
+            continue
+        d = data.setdefault(run.method, MethodData())
+        d.runs.append(run.name)
+        if rows:
+            for key in (ENTROPY_KEY, LENGTH_KEY, "reward/mean", "eapo/w_pos"):
+                d.series.setdefault(key, []).append([row.get(key) for row in rows])
+            d.h0.append(next((row[H0_KEY] for row in rows if row.get(H0_KEY) is not None), None))
+        if results is not None and (run_dir / "final").exists():
+            d.results.append(results)
+    return data
+
+
+def _engines(output_dir: Path, runs: Sequence[SweepRun]) -> list[str]:
+    engines = []
+    for run in runs:
+        summary = _read_json(output_dir / "runs" / run.name / SUMMARY_FILE) or {}
+        if summary.get("rollout/engine"):
+            engines.append(str(summary["rollout/engine"]))
+    return engines
+
+
+def run_study(
+    config: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    settings: StudySettings | None = None,
+    overrides: Sequence[str] = (),
+    runner: Any = None,
+    echo: Callable[[str], None] = print,
+) -> StudyReport:
+    """Run (or finish) the study and write the sweep's tables and figure plus ``claims.md`` / ``claims.json``.
+
+    Args:
+        config: a study config: a training config with an optional ``study:`` section.
+        settings: replaces the config's ``study:`` section (the CLI merges its flags into it).
+        overrides: ``key=value`` applied to every run's training config.
+        runner: how train/eval are executed (default: subprocesses, as ``eapo sweep``).
+    """
+    started = time.time()
+    output_dir = Path(output_dir)
+    from_file, tree = read_study_config(config)
+    settings = (settings or from_file).validate()
+    runs = plan_study(settings.seeds)
+
+    # The training config every run starts from: the study config without its study section.
+    output_dir.mkdir(parents=True, exist_ok=True)
+    base = output_dir / "study-base.yaml"
+    text = f"# The training part of {config} (written by eapo study)\n" + yaml.safe_dump(
+        tree, sort_keys=False, allow_unicode=True
+    )
+    if not base.exists() or base.read_text(encoding="utf-8") != text:
+        atomic_write_text(base, text)
+
+    eval_options = EvalOptions(
+        k=settings.k,
+        limit=settings.eval_limit,
+        split=settings.eval_split,
+        max_new_tokens=settings.eval_max_new_tokens,
+        batch_size=settings.eval_batch_size,
+        backend=settings.backend,
+        scorers="rouge_l,reranker,format",
+    )
+    sweep = run_sweep(
+        base,
+        output_dir,
+        methods=STUDY_METHODS,
+        grids=STUDY_GRIDS,
+        seeds=settings.seeds,
+        overrides=list(overrides),
+        eval_options=eval_options,
+        include_base=True,
+        runner=runner,
+        echo=echo,
+        jobs=settings.jobs,
+    )
+
+    data = collect_method_data(output_dir, runs)
+    claims, table = assess_claims(data, window=settings.window, entropy_band=settings.entropy_band)
+    wall = time.time() - started
+    engines = _engines(output_dir, runs)
+    context = [
+        f"Study config: `{config}`; seeds: {', '.join(map(str, settings.seeds))}; evaluation: split "
+        f"`{settings.eval_split}`, {settings.eval_limit or 'all'} prompts, k = {settings.k}. "
+        f"Runs: {output_dir / 'runs'}; tables: comparison.md; figure: dynamics.png.",
+        f"Rollout engine(s): {', '.join(sorted(set(engines))) or 'unknown'}. "
+        f"This invocation of eapo study took {wall:.0f} s (finished runs are skipped, not retimed).",
+    ]
+    if sweep.failures:
+        context.append(f"Failed runs (their claims are not measured): {', '.join(sorted(sweep.failures))}.")
+    markdown = claims_markdown(
+        claims, table, window=settings.window, entropy_band=settings.entropy_band, context=context
+    )
+    atomic_write_text(output_dir / "claims.md", markdown)
+    payload = {
+        "config": str(config),
+        "settings": asdict(settings),
+        "wall_time_s": wall,
+        "engines": engines,
+        "claims": [_jsonable(asdict(claim)) for claim in claims],
+        "methods": _jsonable(table),
+        "manifest": MANIFEST,
+    }
+    atomic_write_text(output_dir / "claims.json", json.dumps(payload, indent=2, default=str) + "\n")
+    files = [*sweep.files, output_dir / "claims.md", output_dir / "claims.json"]
+    echo(f"wrote {output_dir / 'claims.md'}")
+    return StudyReport(output_dir, sweep, claims, files, wall)

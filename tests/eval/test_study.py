@@ -1,0 +1,388 @@
+"""``eapo study``: the plan (five methods, one base, one seed, the paper's weights), the verdict rules on
+synthetic metrics (held / did not hold / within noise, hand-derived intervals), the study on a fake
+runner with scripted dynamics, and one tiny end-to-end study on CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from eapo.config import dump_config, load_config
+from eapo.study import (
+    HELD,
+    NOT_HELD,
+    NOT_MEASURED,
+    WITHIN_NOISE,
+    Interval,
+    MethodData,
+    StudySettings,
+    assess_claims,
+    avg_interval,
+    band_verdict,
+    best_verdict,
+    change_verdict,
+    plan_study,
+    read_study_config,
+    run_study,
+    window_interval,
+)
+from eapo.sweep import SweepError
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "configs" / "tiny.yaml"
+STUDY = ROOT / "configs" / "study.yaml"
+Z = 1.959963984540054
+
+# --------------------------------------------------------------------------------------------
+# The plan and the config
+# --------------------------------------------------------------------------------------------
+
+
+def test_plan_is_the_five_methods_with_the_papers_weights_and_one_seed():
+    runs = plan_study([0])
+    assert [run.name for run in runs] == [
+        "grpo-seed0",
+        "psr-seed0",
+        "nsr-seed0",
+        "w_reinforce-w_pos0.1-seed0",
+        "eapo-w00.2-seed0",
+    ]
+    assert [run.label for run in runs] == [
+        "GRPO",
+        "PSR",
+        "NSR",
+        "W-REINFORCE (w+=0.1, w−=1)",
+        "EAPO (w0=0.2)",
+    ]
+    assert runs[3].overrides == ["algorithm.method=w_reinforce", "algorithm.w_pos=0.1", "train.seed=0"]
+    assert runs[4].overrides == ["algorithm.method=eapo", "algorithm.w0=0.2", "train.seed=0"]
+    assert [run.name for run in plan_study([0, 1, 2])][:3] == ["grpo-seed0", "grpo-seed1", "grpo-seed2"]
+
+
+def test_the_study_config_meets_the_issue(tmp_path):
+    settings, tree = read_study_config(STUDY)
+    assert (settings.k, settings.eval_split, settings.seeds) == (8, "dev", [0])
+    assert settings.eval_limit is not None and settings.jobs >= 1
+    path = tmp_path / "training.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    config = load_config(path)
+    assert config.model.name_or_path == "smollm2-135m-instruct"
+    assert (config.data.name, config.data.split) == ("medquad", "train")
+    assert config.train.max_steps >= 150 and config.rollout.engine == "auto"
+    assert {k for k, v in config.reward.weights.items() if v} == {"format", "rouge_l", "reranker"}
+    assert config.reward.options["reranker"]["backend"] == "bi-encoder"
+    assert (config.algorithm.beta, config.algorithm.epsilon, config.algorithm.loss_type) == (
+        0.001,
+        0.2,
+        "grpo",
+    )
+
+
+def test_bad_study_sections_are_refused(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY.read_text() + "study:\n  ks: 8\n")
+    with pytest.raises(SweepError, match=r"unknown key study.ks; valid keys: backend, entropy_band"):
+        read_study_config(bad)
+    bad.write_text(TINY.read_text() + "study:\n  window: 0.8\n")
+    with pytest.raises(SweepError, match=r"study.window must be in \(0, 0.5\]"):
+        read_study_config(bad)
+    with pytest.raises(SweepError, match="does not exist"):
+        read_study_config(tmp_path / "missing.yaml")
+
+
+# --------------------------------------------------------------------------------------------
+# Intervals: hand-derived
+# --------------------------------------------------------------------------------------------
+
+
+def test_window_interval_by_hand():
+    steps = [float(v) for v in range(1, 11)]  # 10 steps: the window is 3 (the minimum)
+    start = window_interval([steps], fraction=0.1, end=False)
+    end = window_interval([steps], fraction=0.1, end=True)
+    se = math.sqrt(1.0 / 3.0)  # var([1, 2, 3]) = 1; lag-1 autocorrelation 0 -> n_eff = 3
+    assert (start.mean, start.low, start.high, start.n) == pytest.approx((2.0, 2 - Z * se, 2 + Z * se, 3))
+    assert (end.mean, end.low, end.high) == pytest.approx((9.0, 9 - Z * se, 9 + Z * se))
+
+
+def test_window_interval_corrects_for_autocorrelation_and_pools_seeds():
+    series = [1.0, 1.0, 2.0, 2.0] + [5.0] * 36  # 40 steps: the window is 4
+    start = window_interval([series], fraction=0.1, end=False)
+    # centred [-.5, -.5, .5, .5]: rho = 0.25 / 1 = 0.25 -> n_eff = 4 * 0.75 / 1.25 = 2.4; var = 1/3
+    assert start.mean == pytest.approx(1.5)
+    assert start.high - start.mean == pytest.approx(Z * math.sqrt((1 / 3) / 2.4))
+    pooled = window_interval(
+        [[1.0, 2.0, 3.0, 9.0, 9.0, 9.0], [3.0, 4.0, 5.0, None, 9.0, 9.0, 9.0]], fraction=0.1, end=False
+    )  # two seeds, windows [1,2,3] and [3,4,5]
+    assert pooled.mean == pytest.approx(3.0) and pooled.n == 6
+    assert pooled.high - pooled.mean == pytest.approx(Z * math.sqrt(1 / 3 + 1 / 3) / 2)
+    assert window_interval([[None, float("nan")]], fraction=0.1, end=True) is None
+    # fewer than 2 x 3 steps: no start and end windows that do not overlap
+    assert window_interval([[1.0, 2.0, 3.0, 4.0, 5.0]], fraction=0.1, end=True) is None
+    assert window_interval([[float(v) for v in range(7)]], fraction=0.5, end=False).n == 3  # at most half
+
+
+def test_avg_interval_one_seed_keeps_the_bootstrap_interval_several_pool_conservatively():
+    one = {"metrics": {"avg": 0.5}, "ci95": {"avg": [0.45, 0.56]}}
+    assert avg_interval([one]) == Interval(0.5, 0.45, 0.56, 1)
+    two = [
+        {"metrics": {"avg": 0.5}, "ci95": {"avg": [0.4, 0.6]}},
+        {"metrics": {"avg": 0.7}, "ci95": {"avg": [0.6, 0.8]}},
+    ]
+    pooled = avg_interval(two)
+    se = math.sqrt(2 * (0.1 / Z) ** 2 / 4 + 0.02 / 2)
+    assert (pooled.mean, pooled.low, pooled.high, pooled.n) == pytest.approx(
+        (0.6, 0.6 - Z * se, 0.6 + Z * se, 2)
+    )
+    assert avg_interval([{"metrics": {"avg": None}, "ci95": {}}]) is None
+
+
+# --------------------------------------------------------------------------------------------
+# Verdicts: held / did not hold / within noise
+# --------------------------------------------------------------------------------------------
+
+HIGH, MID, LOW = Interval(2.0, 1.9, 2.1), Interval(1.5, 1.45, 1.55), Interval(1.0, 0.9, 1.1)
+OVERLAPS_HIGH = Interval(1.85, 1.7, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "expect", "verdict"),
+    [
+        (HIGH, LOW, "decrease", HELD),
+        (LOW, HIGH, "decrease", NOT_HELD),
+        (HIGH, OVERLAPS_HIGH, "decrease", WITHIN_NOISE),
+        (LOW, HIGH, "increase", HELD),
+        (HIGH, LOW, "increase", NOT_HELD),
+        (OVERLAPS_HIGH, HIGH, "increase", WITHIN_NOISE),
+        (None, LOW, "decrease", NOT_MEASURED),
+    ],
+)
+def test_change_verdict(start, end, expect, verdict):
+    assert change_verdict(start, end, expect) == verdict
+
+
+def test_band_and_best_verdicts():
+    assert band_verdict(Interval(1.02, 0.97, 1.07), 0.9, 1.1) == HELD
+    assert band_verdict(Interval(0.7, 0.6, 0.8), 0.9, 1.1) == NOT_HELD
+    assert band_verdict(Interval(1.1, 1.05, 1.15), 0.9, 1.1) == WITHIN_NOISE
+    assert band_verdict(None, 0.9, 1.1) == NOT_MEASURED
+    assert best_verdict(HIGH, {"grpo": MID, "psr": LOW}) == HELD
+    assert best_verdict(MID, {"grpo": HIGH, "psr": LOW}) == NOT_HELD
+    assert best_verdict(HIGH, {"grpo": OVERLAPS_HIGH, "psr": LOW}) == WITHIN_NOISE
+    assert best_verdict(HIGH, {"grpo": None}) == NOT_MEASURED
+
+
+def _data(entropy, length=None, h0=None, avg=None, ci=0.02):
+    d = MethodData(runs=["r"])
+    d.series["entropy/rollout"] = [entropy]
+    d.series["completion/mean_length"] = [length or [100.0] * len(entropy)]
+    d.h0 = [h0 if h0 is not None else entropy[0]]
+    if avg is not None:
+        d.results = [{"metrics": {"avg": avg}, "ci95": {"avg": [avg - ci, avg + ci]}}]
+    return d
+
+
+def _ramp(a, b, n=40):
+    return [a + (b - a) * i / (n - 1) for i in range(n)]
+
+
+def _wiggle(level, n=40, amplitude=0.01):
+    return [level + (amplitude if i % 2 else -amplitude) for i in range(n)]
+
+
+def test_assess_claims_all_held_on_scripted_dynamics():
+    data = {
+        "grpo": _data(_wiggle(1.5), avg=0.40),
+        "psr": _data(_ramp(2.0, 0.5), length=_ramp(200, 80), avg=0.35),
+        "nsr": _data(_ramp(1.0, 2.5), avg=0.38),
+        "w_reinforce": _data(_wiggle(1.4), avg=0.42),
+        "eapo": _data(_wiggle(1.5), h0=1.5, avg=0.55),
+    }
+    claims, table = assess_claims(data)
+    assert [(c.statement, c.verdict) for c in claims] == [
+        ("PSR lowers entropy", HELD),
+        ("PSR shortens answers", HELD),
+        ("NSR raises entropy", HELD),
+        ("EAPO holds entropy near H_0", HELD),
+        ("EAPO scores best on Avg", HELD),
+    ]
+    assert table["psr"]["entropy_start"].mean == pytest.approx(sum(_ramp(2.0, 0.5)[:4]) / 4)
+    assert "PSR entropy: start 1.942" in claims[0].evidence
+    assert "end/H_0 = 1.000" in claims[3].evidence
+
+
+def test_assess_claims_not_held_and_within_noise():
+    data = {
+        "grpo": _data(_wiggle(1.5), avg=0.60),
+        "psr": _data(_ramp(0.5, 2.0), length=_wiggle(120, amplitude=30), avg=0.35),  # entropy rises
+        "nsr": _data(_wiggle(1.0, amplitude=0.3), avg=0.38),  # flat and noisy
+        "w_reinforce": _data(_wiggle(1.4), avg=0.42),
+        "eapo": _data(_ramp(1.5, 0.6), h0=1.5, avg=0.45),  # collapses; GRPO scores clearly higher
+    }
+    verdicts = [c.verdict for c in assess_claims(data)[0]]
+    assert verdicts == [NOT_HELD, WITHIN_NOISE, WITHIN_NOISE, NOT_HELD, NOT_HELD]
+    data["eapo"] = _data(_wiggle(1.62, amplitude=0.05), h0=1.5, avg=0.59, ci=0.05)  # ratio 1.08 ± noise
+    claims = assess_claims(data)[0]
+    assert (claims[3].verdict, claims[4].verdict) == (WITHIN_NOISE, WITHIN_NOISE)
+    del data["nsr"]
+    claims = assess_claims(data)[0]
+    assert claims[2].verdict == NOT_MEASURED and claims[4].verdict == NOT_MEASURED
+    assert "no evaluation for nsr" in claims[4].evidence
+
+
+# --------------------------------------------------------------------------------------------
+# The study on a fake runner (scripted dynamics and evaluations), then for real on CPU
+# --------------------------------------------------------------------------------------------
+
+SCRIPT = {  # method -> (entropy series, length series, Avg)
+    "grpo": (_wiggle(1.5, 20), _wiggle(150, 20), 0.40),
+    "psr": (_ramp(2.0, 0.5, 20), _ramp(200, 80, 20), 0.35),
+    "nsr": (_ramp(1.0, 2.5, 20), _wiggle(150, 20), 0.38),
+    "w_reinforce": (_wiggle(1.4, 20), _wiggle(150, 20), 0.42),
+    "eapo": (_wiggle(1.5, 20), _wiggle(150, 20), 0.55),
+}
+
+
+class ScriptedRunner:
+    def __init__(self):
+        self.trained, self.evaluated = [], []
+
+    def train(self, base_config, overrides, run_dir, *, resume, log):
+        config = load_config(base_config, overrides)
+        self.trained.append((run_dir.name, config.train.seed))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump_config(config))
+        entropy, length, _ = SCRIPT[config.algorithm.method]
+        rows = [
+            {
+                "step": s + 1,
+                "entropy/rollout": h,
+                "completion/mean_length": n,
+                "eapo/H0": entropy[0],
+                "kl": 0.0,
+            }
+            for s, (h, n) in enumerate(zip(entropy, length, strict=True))
+        ]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (run_dir / "summary.json").write_text(json.dumps({"rollout/engine": "paged"}))
+        (run_dir / "final").mkdir()
+
+    def evaluate(self, args, log):
+        out = Path(args[args.index("--output-dir") + 1])
+        self.evaluated.append(args)
+        if "--config" in args:
+            avg = 0.30
+        else:
+            method = yaml.safe_load((Path(args[args.index("--model") + 1]) / "config.yaml").read_text())
+            avg = SCRIPT[method["algorithm"]["method"]][2]
+        metrics = {"rouge_l": avg, "reranker": avg, "rl_at_k": avg, "rr_at_k": avg, "laaj": None, "avg": avg}
+        out.mkdir(parents=True, exist_ok=True)
+        results = {
+            "metrics": metrics,
+            "ci95": {k: (None if v is None else [v - 0.02, v + 0.02]) for k, v in metrics.items()},
+            "k": int(args[args.index("--k") + 1]),
+            "n_prompts": 100,
+            "data": "medquad:dev",
+            "labels": {"rouge_l": "Rouge-L", "reranker": "bi-encoder stand-in", "format": "format"},
+            "settings": {"split": "dev", "limit": int(args[args.index("--limit") + 1])},
+        }
+        (out / "results.json").write_text(json.dumps(results))
+
+
+def test_study_on_scripted_runs_writes_table_figure_and_claims(tmp_path):
+    runner = ScriptedRunner()
+    settings = StudySettings(seeds=[3], jobs=2, k=8, eval_limit=100)
+    report = run_study(STUDY, tmp_path / "study", settings=settings, runner=runner, echo=lambda m: None)
+    assert sorted(runner.trained) == sorted(
+        [
+            (name, 3)
+            for name in (
+                "grpo-seed3",
+                "psr-seed3",
+                "nsr-seed3",
+                "w_reinforce-w_pos0.1-seed3",
+                "eapo-w00.2-seed3",
+            )
+        ]
+    )
+    eval_args = runner.evaluated[0]
+    assert eval_args[eval_args.index("--k") + 1] == "8" and eval_args[eval_args.index("--split") + 1] == "dev"
+    assert eval_args[eval_args.index("--scorers") + 1] == "rouge_l,reranker,format"
+    out = tmp_path / "study"
+    assert [c.verdict for c in report.claims] == [HELD] * 5
+    claims = (out / "claims.md").read_text()
+    assert "| PSR lowers entropy | **held** |" in claims and "How each verdict is decided" in claims
+    assert "Rollout engine(s): paged" in claims and "seeds: 3" in claims
+    assert json.loads((out / "claims.json").read_text())["claims"][4]["verdict"] == HELD
+    comparison = (out / "comparison.md").read_text()
+    assert "| Methods | Rouge-L | Reranker† | RL@8 | RR@8† | Avg |" in comparison
+    assert "EAPO (w0=0.2)" in comparison and "Base model (before training)" in comparison
+    assert (out / "dynamics.png").stat().st_size > 10_000
+    base = yaml.safe_load((out / "study-base.yaml").read_text())
+    assert "study" not in base and base["data"]["name"] == "medquad"
+    # every run starts from the same base: configs differ only in algorithm.method and its weight
+    configs = {p.parent.name: yaml.safe_load(p.read_text()) for p in (out / "runs").glob("*/config.yaml")}
+    for config in configs.values():
+        config["algorithm"] = {
+            k: v for k, v in config["algorithm"].items() if k not in ("method", "w_pos", "w0")
+        }
+    assert len({json.dumps(c, sort_keys=True) for c in configs.values()}) == 1
+
+    again = ScriptedRunner()
+    run_study(STUDY, out, settings=settings, runner=again, echo=lambda m: None)
+    assert again.trained == [] and again.evaluated == []  # skip-if-finished, as eapo sweep
+
+
+def test_tiny_study_end_to_end_on_cpu(tmp_path, monkeypatch):
+    """`eapo study` for real: five tiny-model runs of 2 steps, 2 at a time, evaluated with k=2 on 2 prompts."""
+    for key, value in {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }.items():
+        monkeypatch.setenv(key, os.environ.get(key, value))
+    from eapo.cli import app
+
+    tree = yaml.safe_load(TINY.read_text())
+    tree["reward"] = {
+        "weights": {"format": 0.2, "rouge_l": 0.8, "reranker": 0.0},
+        "options": {"rouge_l": {"level": "char", "extract": "whole"}, "reranker": {"backend": "bi-encoder"}},
+    }
+    tree["train"].update({"max_steps": 2, "save_steps": 0})
+    tree["logging"] = {"tensorboard": False, "progress": False, "plot": False}
+    tree["study"] = {"seeds": [0], "jobs": 2, "k": 2, "eval_limit": 2, "eval_max_new_tokens": 8}
+    config = tmp_path / "tiny-study.yaml"
+    config.write_text(yaml.safe_dump(tree))
+    out = tmp_path / "study"
+    result = CliRunner().invoke(app, ["study", "--config", str(config), "--output-dir", str(out)])
+    assert result.exit_code == 0, result.output + "".join(
+        f"\n--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted((out / "logs").glob("*.log"))
+    )
+    summary = json.loads((out / "claims.json").read_text())
+    assert [c["statement"] for c in summary["claims"]] == [
+        "PSR lowers entropy",
+        "PSR shortens answers",
+        "NSR raises entropy",
+        "EAPO holds entropy near H_0",
+        "EAPO scores best on Avg",
+    ]
+    # two steps are too few for disjoint start and end windows: the dynamics claims are not measured
+    assert [c["verdict"] for c in summary["claims"][:4]] == [NOT_MEASURED] * 4
+    assert "2 logged steps of entropy: too few" in summary["claims"][0]["evidence"]
+    assert summary["claims"][4]["verdict"] in (HELD, NOT_HELD, WITHIN_NOISE)
+    assert summary["engines"] == ["generate"] * 5  # CPU: plain generate
+    for method in ("grpo", "psr", "nsr", "w_reinforce", "eapo"):
+        row = summary["methods"][method]
+        assert row["seeds"] == 1 and row["steps"] == 2
+        assert 0.0 <= row["avg"]["low"] <= row["avg"]["mean"] <= row["avg"]["high"] <= 1.0
+        assert row["entropy_start"] is None and row["entropy_end"] is None
+    results = json.loads((out / "runs" / "eapo-w00.2-seed0" / "eval" / "results.json").read_text())
+    assert results["k"] == 2 and results["n_prompts"] == 2 and "stand-in" in results["labels"]["reranker"]
+    for name in ("comparison.md", "comparison.csv", "dynamics.png", "claims.md"):
+        assert (out / name).stat().st_size > 0, name
+    assert "| EAPO scores best on Avg |" in (out / "claims.md").read_text()

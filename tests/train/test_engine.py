@@ -1,0 +1,270 @@
+"""The rollout engine, dtype and attention kernel chosen per device (pure functions over DeviceFacts),
+their translation into TRL's GRPOConfig, and a tiny CPU run through transformers' continuous batching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eapo.config import ConfigError, load_config
+from eapo.engines import (
+    DeviceFacts,
+    EngineError,
+    choose_engine,
+    plan_rollout,
+    resolve_attention,
+    resolve_dtype,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "configs" / "tiny.yaml"
+
+CPU = DeviceFacts(cuda=False, vllm=False, paged=True)
+CPU_WITH_VLLM = DeviceFacts(cuda=False, vllm=True, paged=True)
+GPU = DeviceFacts(cuda=True, vllm=False, paged=True)  # the lead's H100: transformers 5.17, no vLLM
+GPU_VLLM = DeviceFacts(cuda=True, vllm=True, paged=True)
+GPU_OLD_TRANSFORMERS = DeviceFacts(cuda=True, vllm=False, paged=False)
+GPU_FLASH = DeviceFacts(cuda=True, vllm=False, paged=True, flash_attn=True)
+
+
+@pytest.mark.parametrize(
+    ("facts", "engine"),
+    [
+        (CPU, "generate"),
+        (CPU_WITH_VLLM, "generate"),  # vLLM needs CUDA: a CPU keeps plain generate
+        (GPU, "paged"),
+        (GPU_VLLM, "vllm"),
+        (GPU_OLD_TRANSFORMERS, "generate"),
+    ],
+)
+def test_auto_picks_vllm_then_paged_on_cuda_else_generate(facts, engine):
+    assert choose_engine("auto", facts) == engine
+
+
+def test_explicit_engines_are_checked_against_the_device():
+    assert choose_engine("generate", GPU_VLLM) == "generate"
+    assert choose_engine("paged", CPU) == "paged"  # transformers runs it on a CPU too (slowly)
+    assert choose_engine("vllm", GPU_VLLM) == "vllm"
+    with pytest.raises(EngineError, match="needs the vllm package"):
+        choose_engine("vllm", GPU)
+    with pytest.raises(EngineError, match="needs a CUDA GPU"):
+        choose_engine("vllm", CPU_WITH_VLLM)
+    with pytest.raises(EngineError, match=r"transformers>=5\.8\.0"):
+        choose_engine("paged", GPU_OLD_TRANSFORMERS)
+    with pytest.raises(EngineError, match="unknown; valid: auto, vllm, paged, generate"):
+        choose_engine("sglang", GPU)
+
+
+def test_dtype_and_attention_auto():
+    assert resolve_dtype("auto", CPU) == "float32"
+    assert resolve_dtype("auto", GPU) == "bfloat16"
+    assert resolve_dtype("float16", GPU) == "float16" and resolve_dtype("bfloat16", CPU) == "bfloat16"
+    with pytest.raises(EngineError, match="model.dtype='fp8'"):
+        resolve_dtype("fp8", GPU)
+    assert resolve_attention("auto", "float32", CPU) is None  # CPU: transformers' default, unchanged
+    assert resolve_attention("auto", "bfloat16", GPU) == "sdpa"
+    assert resolve_attention("auto", "bfloat16", GPU_FLASH) == "flash_attention_2"
+    assert resolve_attention("auto", "float32", GPU_FLASH) == "sdpa"  # flash attention needs a half dtype
+    assert resolve_attention("eager", "bfloat16", GPU_FLASH) == "eager"
+
+
+def test_static_cache_and_compile_apply_to_generate_on_cuda_only():
+    plan = plan_rollout(GPU, engine="generate", cache_implementation="static", compile=True)
+    assert (plan.engine, plan.dtype, plan.cache_implementation, plan.compile) == (
+        "generate",
+        "bfloat16",
+        "static",
+        True,
+    )
+    assert plan.describe() == "generate, bfloat16, sdpa, static cache, compiled decoding"
+    on_cpu = plan_rollout(CPU, engine="generate", cache_implementation="static", compile=True)
+    assert (on_cpu.cache_implementation, on_cpu.compile) == ("static", False)
+    paged = plan_rollout(GPU, engine="auto", cache_implementation="static", compile=True)
+    assert (paged.engine, paged.cache_implementation, paged.compile) == ("paged", None, False)
+
+
+# --------------------------------------------------------------------------------------------
+# Config -> GRPOConfig
+# --------------------------------------------------------------------------------------------
+
+
+def test_use_vllm_is_kept_as_an_alias_of_engine_vllm():
+    config = load_config(TINY, ["rollout.use_vllm=true"])
+    assert config.rollout.requested_engine() == "vllm"
+    assert load_config(TINY).rollout.requested_engine() == "auto"
+    with pytest.raises(ConfigError, match="contradicts rollout.engine='paged'"):
+        load_config(TINY, ["rollout.use_vllm=true", "rollout.engine=paged"])
+    with pytest.raises(ConfigError, match="rollout.engine='tgi' is invalid"):
+        load_config(TINY, ["rollout.engine=tgi"])
+    with pytest.raises(ConfigError, match="compile=true needs rollout.cache_implementation=static"):
+        load_config(TINY, ["rollout.compile=true"])
+    assert load_config(TINY).model.dtype == "auto"
+
+
+def test_grpo_args_follow_the_chosen_engine(tmp_path):
+    from eapo.train import grpo_args
+
+    config = load_config(TINY)
+    args = grpo_args(config, tmp_path, facts=CPU)
+    assert (args.use_vllm, args.use_transformers_continuous_batching, args.cache_implementation) == (
+        False,
+        False,
+        None,
+    )
+    assert args.model_init_kwargs == {"dtype": "float32"} and not args.bf16
+    assert args.pad_to_multiple_of is None
+
+    paged = grpo_args(
+        load_config(TINY, ["rollout.engine=paged", "rollout.paged_options={max_memory_percent: 0.25}"]),
+        tmp_path,
+        facts=CPU,
+    )
+    assert paged.use_transformers_continuous_batching and not paged.use_vllm
+    assert paged.transformers_continuous_batching_config == {"max_memory_percent": 0.25}
+
+    static = grpo_args(load_config(TINY, ["rollout.cache_implementation=static"]), tmp_path, facts=CPU)
+    assert static.cache_implementation == "static" and static.pad_to_multiple_of is None
+
+    with pytest.raises(ConfigError, match="needs the vllm package"):
+        grpo_args(load_config(TINY, ["rollout.use_vllm=true"]), tmp_path, facts=GPU)
+
+
+def test_rollout_plan_on_a_gpu_without_vllm_is_paged_bf16_sdpa():
+    from eapo.train import rollout_plan
+
+    plan = rollout_plan(load_config(TINY), GPU)
+    assert (plan.engine, plan.dtype, plan.attn_implementation) == ("paged", "bfloat16", "sdpa")
+    compiled = rollout_plan(
+        load_config(
+            TINY,
+            ["rollout.engine=generate", "rollout.cache_implementation=static", "rollout.compile=true"],
+        ),
+        GPU,
+    )
+    assert (compiled.engine, compiled.cache_implementation, compiled.compile) == ("generate", "static", True)
+
+
+# --------------------------------------------------------------------------------------------
+# Real runs through TRL: continuous batching on a CPU (slow: transformers warms the engine up every
+# step), and the fast engines on a GPU
+# --------------------------------------------------------------------------------------------
+
+RUN_OVERRIDES = [
+    "train.max_steps=2",
+    "train.save_steps=0",
+    "logging.tensorboard=false",
+    "logging.progress=false",
+    "logging.plot=false",
+]
+
+
+def _run(tmp_path, overrides):
+    import json
+
+    from eapo.run_dir import read_metrics
+    from eapo.train import run
+
+    run_dir = run(load_config(TINY, RUN_OVERRIDES + overrides), tmp_path / "run")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return summary, read_metrics(run_dir)
+
+
+@pytest.mark.slow
+def test_two_tiny_steps_through_continuous_batching_on_cpu(tmp_path):
+    summary, rows = _run(tmp_path, ["rollout.engine=paged"])
+    assert summary["rollout/engine"] == "paged" and summary["rollout"]["dtype"] == "float32"
+    assert [row["step"] for row in rows] == [1, 2]
+    assert all(0 < row["completion/mean_length"] <= 24 for row in rows)
+    h0 = rows[0]["entropy/rollout"]
+    assert rows[1]["eapo/w_pos"] == pytest.approx(
+        min(max(0.2 * rows[1]["entropy/rollout"] / h0, 0), 2), rel=1e-6
+    )
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    ("overrides", "engine", "compiled"),
+    [
+        ([], "paged", False),  # auto on a GPU without vLLM
+        (
+            ["rollout.engine=generate", "rollout.cache_implementation=static", "rollout.compile=true"],
+            "generate",
+            True,
+        ),
+        (["rollout.engine=generate"], "generate", False),
+    ],
+)
+def test_fast_engines_train_on_a_gpu(tmp_path, overrides, engine, compiled):
+    summary, rows = _run(tmp_path, overrides)
+    assert summary["rollout/engine"] == engine and summary["rollout"]["compile"] is compiled
+    assert summary["rollout"]["dtype"] == "bfloat16" and summary["rollout"]["attn_implementation"] in (
+        "sdpa",
+        "flash_attention_2",
+    )
+    assert [row["step"] for row in rows] == [1, 2]
+    assert all(0 < row["completion/mean_length"] <= 24 for row in rows)
+
+
+# --------------------------------------------------------------------------------------------
+# `eapo eval` generation: the same choice, and the paged backend against plain generate
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "facts", "chosen"),
+    [
+        ("auto", CPU, "transformers"),
+        ("auto", GPU, "paged"),
+        ("auto", GPU_VLLM, "vllm"),
+        ("generate", GPU, "transformers"),
+        ("paged", CPU, "paged"),
+    ],
+)
+def test_eval_backend_follows_the_engine_choice(backend, facts, chosen):
+    from eapo.evaluation.generate import choose_backend
+
+    assert choose_backend(backend, facts) == chosen
+
+
+def test_eval_backend_errors_name_the_flag():
+    from eapo.evaluation.generate import choose_backend
+
+    with pytest.raises(ImportError, match="--backend vllm needs the vllm package"):
+        choose_backend("vllm", GPU)
+    with pytest.raises(RuntimeError, match="--backend vllm needs a CUDA GPU"):
+        choose_backend("vllm", CPU_WITH_VLLM)
+    with pytest.raises(ValueError, match="unknown generation backend 'tgi'"):
+        choose_backend("tgi", CPU)
+
+
+@pytest.mark.slow
+def test_paged_eval_backend_matches_generate_greedily_and_repeats_with_a_seed():
+    from eapo.evaluation.generate import PagedGenerator, TransformersGenerator
+    from eapo.models import resolve_model
+
+    path = resolve_model("tiny")
+    prompts = [
+        "<|im_start|>user\nWhat is a fever?<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    ]
+    greedy = dict(k=1, temperature=0.0, top_p=1.0, max_new_tokens=12, seed=0)
+    paged = PagedGenerator(path, dtype="float32")
+    assert paged.generate(prompts, **greedy) == TransformersGenerator(path, dtype="float32").generate(
+        prompts, **greedy
+    )
+    sampled = dict(k=3, temperature=1.0, top_p=1.0, max_new_tokens=12, seed=7)
+    first = paged.generate(prompts, **sampled)
+    assert [len(group) for group in first] == [3, 3]
+    # an unfinished completion was cut at max_new_tokens; a finished one ended with EOS within it
+    assert all(
+        1 <= c.num_tokens <= 12 and (c.finished or c.num_tokens == 12) for group in first for c in group
+    )
+    assert paged.generate(prompts, **sampled) == first
