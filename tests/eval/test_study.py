@@ -280,7 +280,15 @@ class ScriptedRunner:
         else:
             method = yaml.safe_load((Path(args[args.index("--model") + 1]) / "config.yaml").read_text())
             avg = SCRIPT[method["algorithm"]["method"]][2]
-        metrics = {"rouge_l": avg, "reranker": avg, "rl_at_k": avg, "rr_at_k": avg, "laaj": None, "avg": avg}
+        metrics = {
+            "rouge_l": avg,
+            "reranker": avg,
+            "rl_at_k": avg,
+            "rr_at_k": avg,
+            "laaj": None,
+            "avg": avg,
+            "avg_laaj": None,
+        }
         out.mkdir(parents=True, exist_ok=True)
         results = {
             "metrics": metrics,
