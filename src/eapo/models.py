@@ -60,11 +60,19 @@ def _atomic_save_dir(target: Path, write) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         write(tmp)
+        if not (tmp / "config.json").exists() or not any(tmp.glob("*.safetensors")):
+            raise RuntimeError(
+                f"building {target.name} wrote no config.json or weights (only {sorted(p.name for p in tmp.iterdir())}); "
+                "was it saved from a non-main process?"
+            )
         try:
             os.replace(tmp, target)
         except OSError:
-            if not (target / "config.json").exists():
-                raise
+            if (target / "config.json").exists():
+                return target  # another process finished first
+            # a broken leftover (e.g. a killed build): replace it rather than fail forever
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
