@@ -178,11 +178,15 @@ class TransformersGenerator:
         self.eos_token_ids = sorted(set(eos_ids))
 
     @classmethod
-    def from_model(cls, model, tokenizer) -> TransformersGenerator:
+    def from_model(
+        cls, model, tokenizer, *, cache_implementation: str | None = None, compile: bool = False
+    ) -> TransformersGenerator:
         """Sample from an already loaded model (the policy during training's validation) in its
         current mode and device. The tokenizer is switched to left padding: pass one of its own."""
         generator = cls.__new__(cls)
         generator.model, generator.tokenizer = model, tokenizer
+        generator.cache_implementation = cache_implementation
+        generator.compile = bool(compile and cache_implementation == "static")
         generator.device = next(model.parameters()).device
         tokenizer.padding_side = "left"
         eos = model.generation_config.eos_token_id
