@@ -31,6 +31,7 @@ _COMMAND_MODULES = [
     "eapo.commands.plot",
     "eapo.commands.sweep",
     "eapo.commands.verl_export",
+    "eapo.commands.summary",
 ]
 
 
