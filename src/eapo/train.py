@@ -104,6 +104,7 @@ def run(
         split_by=config.algorithm.split_by,
     )
     trainer.remove_callback(PrinterCallback)  # our progress bar and metrics.jsonl replace its raw dict prints
+    trainer.base_model_id = base_model_id(config.model.name_or_path)  # named by the model card
 
     # 7. Train (TRL restores model, optimizer, scheduler, RNG and data position; EAPOTrainer the scheme).
     started = time.time()
@@ -268,6 +269,15 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1):
     )
 
 
+def base_model_id(name_or_path: str) -> str:
+    """The base model a run's model card names: the hub id of an embedded model
+    (``smollm2-135m-instruct`` -> ``HuggingFaceTB/SmolLM2-135M-Instruct``), else the configured name."""
+    from eapo.models import EMBEDDED_MODELS
+
+    embedded = EMBEDDED_MODELS.get(name_or_path)
+    return embedded.hub_id if embedded is not None else name_or_path
+
+
 def lora_config(config: EAPOConfig):
     lora = config.model.lora
     if not lora.enabled:
@@ -328,6 +338,8 @@ def _save_final(trainer, tokenizer, run_dir: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     trainer.save_model(str(staging))
     tokenizer.save_pretrained(str(staging))
+    trainer.create_model_card(model_name=run_dir.name)  # RUN_DIR/README.md, naming the base model
+    shutil.copyfile(run_dir / "README.md", staging / "README.md")  # replaces PEFT's empty template
     if final.exists():
         shutil.rmtree(final)
     os.replace(staging, final)
