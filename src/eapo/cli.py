@@ -32,6 +32,7 @@ _COMMAND_MODULES = [
     "eapo.commands.sweep",
     "eapo.commands.study",
     "eapo.commands.verl_export",
+    "eapo.commands.summary",
 ]
 
 

@@ -121,6 +121,7 @@ def run(
         # TRL builds its GenerationConfig with disable_compile=True; a static cache on CUDA compiles when allowed.
         trainer.generation_config.disable_compile = False
     logger.info("rollout engine: %s", rollout.describe())
+    trainer.base_model_id = base_model_id(config.model.name_or_path)  # named by the model card
 
     # 7. Train (TRL restores model, optimizer, scheduler, RNG and data position; EAPOTrainer the scheme).
     started = time.time()
@@ -375,6 +376,15 @@ def _tf32_available() -> bool:
     return is_torch_tf32_available()
 
 
+def base_model_id(name_or_path: str) -> str:
+    """The base model a run's model card names: the hub id of an embedded model
+    (``smollm2-135m-instruct`` -> ``HuggingFaceTB/SmolLM2-135M-Instruct``), else the configured name."""
+    from eapo.models import EMBEDDED_MODELS
+
+    embedded = EMBEDDED_MODELS.get(name_or_path)
+    return embedded.hub_id if embedded is not None else name_or_path
+
+
 def lora_config(config: EAPOConfig):
     lora = config.model.lora
     if not lora.enabled:
@@ -454,6 +464,8 @@ def _save_final(trainer, tokenizer, run_dir: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     trainer.save_model(str(staging))
     tokenizer.save_pretrained(str(staging))
+    trainer.create_model_card(model_name=run_dir.name)  # RUN_DIR/README.md, naming the base model
+    shutil.copyfile(run_dir / "README.md", staging / "README.md")  # replaces PEFT's empty template
     if final.exists():
         shutil.rmtree(final)
     os.replace(staging, final)

@@ -43,7 +43,7 @@ from eapo.core import (
     rollout_entropy,
     weight_advantages,
 )
-from eapo.run_dir import EAPO_STATE_FILE, atomic_write_text
+from eapo.run_dir import EAPO_STATE_FILE, FINAL_DIR, atomic_write_text
 
 
 class EAPOTrainer(GRPOTrainer):
@@ -287,6 +287,24 @@ class EAPOTrainer(GRPOTrainer):
     def load_eapo_state(self, state: dict[str, Any]) -> None:
         self.weighting.load_state_dict(state["weighting"])
         self.first_entropy = state.get("first_entropy")
+
+    #: The base model the model card (README.md) names; ``None``: TRL's choice from the model config.
+    base_model_id: str | None = None
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's card, naming :attr:`base_model_id` (TRL reads ``config._name_or_path``, for an embedded
+        model the local dequantised directory, and then writes "None"); its quick start loads
+        ``RUN_DIR/final`` when no hub id is set."""
+        config = self.model.config
+        saved = getattr(config, "_name_or_path", ""), self.hub_model_id
+        if self.base_model_id:
+            config._name_or_path = self.base_model_id
+        if self.hub_model_id is None:
+            self.hub_model_id = os.path.join(self.args.output_dir, FINAL_DIR)
+        try:
+            super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        finally:
+            config._name_or_path, self.hub_model_id = saved
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)

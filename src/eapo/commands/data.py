@@ -48,14 +48,14 @@ def _load(name: str, path: str | None, split: str, options: dict[str, Any]) -> A
 @data_app.command("list")
 def list_datasets() -> None:
     """List the dataset loaders and the prompt templates."""
-    from eapo.data import LOADERS, PROMPTS, data_dir
+    from eapo.data import CHAT_PROMPTS, LOADERS, PROMPTS, data_dir
 
     typer.echo("loaders:")
     for name, info in LOADERS.items():
         typer.echo(
             f"  {name:<8} {info.description} (prompt: {info.prompt}; dev_fraction {info.dev_fraction})"
         )
-    typer.echo("prompts: " + ", ".join(PROMPTS))
+    typer.echo("prompts: " + ", ".join([*PROMPTS, *(f"{name} (chat)" for name in CHAT_PROMPTS)]))
     typer.echo(f"EAPO_DATA_DIR: {data_dir() or '(not set)'}")
 
 
@@ -87,7 +87,12 @@ def preview(
                 records, AutoTokenizer.from_pretrained(tokenizer), prompt, max_prompt_tokens=max_prompt_tokens
             )
         else:
-            rendered = [build_messages(record, prompt)[0]["content"] for record in records]
+            rendered = [
+                "\n\n".join(
+                    m["content"] if len(messages) == 1 else f"[{m['role']}] {m['content']}" for m in messages
+                )
+                for messages in (build_messages(record, prompt) for record in records)
+            ]
     except DataError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None

@@ -14,11 +14,13 @@ never committed. Split semantics per loader are documented in :mod:`eapo.data.lo
 
 from eapo.data.loaders import DATA_DIR_ENV, LOADERS, LoaderInfo, LoadOptions, data_dir, load
 from eapo.data.prompts import (
+    CHAT_PROMPTS,
     PROMPTS,
     PromptList,
     build_messages,
     default_prompt_for,
     fill,
+    get_messages,
     get_template,
     render_prompts,
 )
@@ -26,6 +28,7 @@ from eapo.data.records import DataError, DataFileNotFoundError, Record, RecordLi
 from eapo.data.splits import SPLIT_NAMES, carve_dev, fraction_indices, normalize_split, seeded_permutation
 
 __all__ = [
+    "CHAT_PROMPTS",
     "DATA_DIR_ENV",
     "LOADERS",
     "PROMPTS",
@@ -43,6 +46,7 @@ __all__ = [
     "default_prompt_for",
     "fill",
     "fraction_indices",
+    "get_messages",
     "get_template",
     "load",
     "normalize_split",

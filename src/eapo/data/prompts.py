@@ -8,9 +8,15 @@ Templates (:data:`PROMPTS`, files in ``eapo/data/prompts/``), each with one ``{q
   ``患者咨询：{question}``.
 * ``rjua_en``, ``cmd_en``: the paper's English text verbatim.
 * ``en``: the same structure for general English medical QA (MedQuAD, the demo set).
+* ``en_fewshot`` (a ``.json`` chat prompt, :data:`CHAT_PROMPTS`): a one-line system instruction,
+  one worked example exchange (a question and a short tagged answer), then ``{question}``. Made for
+  small models such as SmolLM2-135M (``configs/demo.yaml``), which do not produce the tags from the
+  paper's instructions alone but do copy an example turn.
 
-The whole filled template is sent as one **user** message (no system message), as the paper's
-prompt boxes show one prompt. ``prompt=`` may also be the path of a template file of your own.
+A ``.txt`` template is sent whole as one **user** message (no system message), as the paper's
+prompt boxes show one prompt. A ``.json`` template is a list of chat messages
+(``{"role": "system"|"user"|"assistant", "content": ...}``) ending with the user message that holds
+``{question}``. ``prompt=`` may also be the path of a template file of your own (``.txt`` or ``.json``).
 
 :func:`render_prompts` applies the tokenizer's chat template with ``add_generation_prompt=True``
 and, given ``max_prompt_tokens``, truncates over-long *questions* (never the instructions),
@@ -19,6 +25,7 @@ logging how many were cut and returning their positions in ``PromptList.truncate
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from importlib import resources
@@ -43,6 +50,52 @@ def _packaged_prompts() -> dict[str, str]:
 
 #: name -> template text with one ``{question}``: ``cmd``, ``cmd_en``, ``en``, ``rjua``, ``rjua_en``.
 PROMPTS: dict[str, str] = _packaged_prompts()
+
+_ROLES = ("system", "user", "assistant")
+
+
+def parse_chat_prompt(text: str, source: str) -> list[dict[str, str]]:
+    """Check a ``.json`` chat prompt: a list of ``{"role", "content"}`` messages whose last one is the
+    user message holding the only ``{question}``. ``source`` names the file in errors."""
+    try:
+        messages = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataError(
+            f"{source}: chat prompt is not valid JSON (line {error.lineno}: {error.msg})"
+        ) from None
+    if not isinstance(messages, list) or not messages:
+        raise DataError(f"{source}: a chat prompt must be a non-empty JSON list of messages")
+    for index, message in enumerate(messages):
+        if (
+            not isinstance(message, dict)
+            or set(message) != {"role", "content"}
+            or message["role"] not in _ROLES
+            or not isinstance(message["content"], str)
+        ):
+            raise DataError(
+                f'{source}: message {index} must be {{"role": one of {", ".join(_ROLES)}, "content": text}}, '
+                f"got {message!r}"
+            )
+    last = messages[-1]
+    if last["role"] != "user" or PLACEHOLDER not in last["content"]:
+        raise DataError(f"{source}: the last message must be the user message containing {PLACEHOLDER}")
+    if any(PLACEHOLDER in message["content"] for message in messages[:-1]):
+        raise DataError(f"{source}: only the last message may contain {PLACEHOLDER}")
+    return [{"role": message["role"], "content": message["content"]} for message in messages]
+
+
+def _packaged_chat_prompts() -> dict[str, list[dict[str, str]]]:
+    folder = resources.files("eapo.data").joinpath("prompts")
+    prompts = {}
+    for entry in sorted(folder.iterdir(), key=lambda item: item.name):
+        if entry.name.endswith(".json"):
+            name = entry.name[: -len(".json")]
+            prompts[name] = parse_chat_prompt(entry.read_text(encoding="utf-8"), f"packaged prompt {name!r}")
+    return prompts
+
+
+#: name -> chat messages (the last one holds ``{question}``): ``en_fewshot``.
+CHAT_PROMPTS: dict[str, list[dict[str, str]]] = _packaged_chat_prompts()
 
 #: The prompt each loader uses by default (any loader not listed uses ``en``).
 _DEFAULT_PROMPTS = {"cmd": "cmd", "rjua": "rjua"}
@@ -69,12 +122,14 @@ def get_template(prompt: str) -> str:
     """
     if prompt in PROMPTS:
         return PROMPTS[prompt]
+    if prompt in CHAT_PROMPTS:
+        raise DataError(f"prompt {prompt!r} is a chat prompt (several messages): use get_messages()")
     path = Path(prompt).expanduser()
     looks_like_path = path.suffix != "" or "/" in prompt or "\\" in prompt
     if not looks_like_path and not path.is_file():
         raise DataError(
-            f"unknown prompt {prompt!r}; known: {', '.join(PROMPTS)}, or the path of a template file "
-            f"containing {PLACEHOLDER}"
+            f"unknown prompt {prompt!r}; known: {', '.join([*PROMPTS, *CHAT_PROMPTS])}, or the path of a "
+            f"template file (.txt or .json) containing {PLACEHOLDER}"
         )
     if not path.is_file():
         raise DataFileNotFoundError(f"prompt template file not found: {path}")
@@ -87,18 +142,36 @@ def get_template(prompt: str) -> str:
     return text
 
 
+def get_messages(prompt: str) -> list[dict[str, str]]:
+    """The chat messages of a prompt, ``{question}`` unfilled: a chat prompt's list (a name in
+    :data:`CHAT_PROMPTS` or a ``.json`` file), else one user message with :func:`get_template`'s text."""
+    if prompt in CHAT_PROMPTS:
+        return [dict(message) for message in CHAT_PROMPTS[prompt]]
+    path = Path(prompt).expanduser()
+    if prompt not in PROMPTS and path.suffix == ".json":
+        if not path.is_file():
+            raise DataFileNotFoundError(f"chat prompt file not found: {path}")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise DataError(f"{path}: chat prompt is not UTF-8 text ({error.reason})") from None
+        return parse_chat_prompt(text, str(path))
+    return [{"role": "user", "content": get_template(prompt)}]
+
+
 def fill(template: str, question: str) -> str:
     """Put ``question`` in place of every ``{question}`` (plain replacement, not ``str.format``)."""
     return template.replace(PLACEHOLDER, question)
 
 
 def build_messages(record: Record | str, prompt: str = "en") -> list[dict[str, str]]:
-    """Chat messages for one record (or a bare question): ``[{"role": "user", "content": ...}]``.
+    """Chat messages for one record (or a bare question): ``[{"role": "user", "content": ...}]`` for a
+    ``.txt`` template; a chat prompt's messages with ``{question}`` filled in the last one.
 
-    ``prompt`` is a name in :data:`PROMPTS` or a template file path.
+    ``prompt`` is a name in :data:`PROMPTS` or :data:`CHAT_PROMPTS`, or a template file path.
     """
     question = record.question if isinstance(record, Record) else record
-    return [{"role": "user", "content": fill(get_template(prompt), question)}]
+    return [{"role": m["role"], "content": fill(m["content"], question)} for m in get_messages(prompt)]
 
 
 class PromptList(list[str]):
@@ -134,9 +207,10 @@ def render_prompts(
     Args:
         records: records (or bare questions).
         tokenizer: a ``transformers`` tokenizer. With a chat template, each prompt is
-            ``apply_chat_template([user message], tokenize=False, add_generation_prompt=True)``;
-            without one, the filled template text is used as is (logged as a warning).
-        prompt: a name in :data:`PROMPTS` or a template file path.
+            ``apply_chat_template(messages, tokenize=False, add_generation_prompt=True)`` with the
+            messages of :func:`build_messages`; without one, the messages' contents joined by blank
+            lines are used as is (logged as a warning).
+        prompt: a name in :data:`PROMPTS` or :data:`CHAT_PROMPTS`, or a template file path.
         max_prompt_tokens: if set, a prompt longer than this (counted as
             ``len(tokenizer(text, add_special_tokens=False).input_ids)`` for chat-templated text,
             with special tokens for plain text) has its question cut, token-wise from the end,
@@ -148,7 +222,7 @@ def render_prompts(
         A :class:`PromptList` (a ``list[str]``) with ``truncated`` positions; the count of
         truncated prompts is also logged (warning) whenever it is non-zero.
     """
-    template = get_template(prompt)
+    messages = get_messages(prompt)
     if max_prompt_tokens is not None and (isinstance(max_prompt_tokens, bool) or max_prompt_tokens < 1):
         raise DataError(f"max_prompt_tokens must be a positive integer or None, got {max_prompt_tokens!r}")
     use_chat = bool(getattr(tokenizer, "chat_template", None))
@@ -160,10 +234,10 @@ def render_prompts(
     kwargs = dict(chat_template_kwargs or {})
 
     def render(question: str) -> str:
-        messages = [{"role": "user", "content": fill(template, question)}]
+        filled = [{"role": m["role"], "content": fill(m["content"], question)} for m in messages]
         if not use_chat:
-            return messages[0]["content"]
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+            return "\n\n".join(m["content"] for m in filled)
+        return tokenizer.apply_chat_template(filled, tokenize=False, add_generation_prompt=True, **kwargs)
 
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=not use_chat)["input_ids"])

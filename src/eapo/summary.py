@@ -1,0 +1,225 @@
+"""What a finished run shows, in a few lines: ``eapo summary RUN_DIR [--base BASE_EVAL_DIR]``.
+
+``make demo`` ends with it. From ``metrics.jsonl`` it reads the reward (and each component) over the
+first and the last third of the steps, the rollout entropy from ``H_0`` to the last step, the range
+of ``w+``, the completion length and the fraction of completions cut at the length cap; from the
+evaluation directories (``RUN_DIR/eval`` and, given, the base model's) it builds one table with the
+base model's row above the trained model's. Steps that reused an earlier generation
+(``rollout/fresh: false``) carry that generation's values and are left out of the thirds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from eapo.run_dir import METRICS_FILE, read_metrics
+
+__all__ = ["first_last_thirds", "summarize_run", "render_summary", "eval_table"]
+
+#: ``metrics.jsonl`` keys compared between the first and the last third (label, key).
+TREND_KEYS = (
+    ("reward", "reward/mean"),
+    ("  format", "reward/format/mean"),
+    ("  rouge_l", "reward/rouge_l/mean"),
+    ("  reranker", "reward/reranker/mean"),
+    ("  llm_judge", "reward/llm_judge/mean"),
+    ("length (tokens)", "completion/mean_length"),
+    ("truncated frac", "completions/clipped_ratio"),
+)
+
+#: Files of a run directory a reader should open, shown when they exist.
+LOOK_AT = (
+    ("metrics.jsonl", "one line per step"),
+    ("dynamics.png", "entropy, reward, length and w+ against step"),
+    ("final", "the trained model or LoRA adapter, with its model card (README.md)"),
+)
+
+
+def first_last_thirds(values: Sequence[float]) -> tuple[float, float, int]:
+    """Means of the first and the last ``max(1, n // 3)`` values, and that count.
+
+    ``[1, 2, 3, 4, 5, 6]`` -> ``(1.5, 5.5, 2)``; two values -> the first and the last.
+    """
+    if not values:
+        raise ValueError("first_last_thirds needs at least one value")
+    k = max(1, len(values) // 3)
+    return sum(values[:k]) / k, sum(values[-k:]) / k, k
+
+
+def _series(rows: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    values = [row.get(key) for row in rows]
+    return [
+        float(v)
+        for v in values
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    ]
+
+
+def summarize_run(
+    run_dir: str | Path, *, eval_dir: str | Path | None = None, base_eval_dir: str | Path | None = None
+) -> dict[str, Any]:
+    """Read ``RUN_DIR/metrics.jsonl`` (and the evaluations) into the plain dict :func:`render_summary` prints.
+
+    ``eval_dir`` defaults to ``RUN_DIR/eval`` (skipped when absent); ``base_eval_dir`` is the base
+    model's evaluation (``eapo eval --config ...``). A missing or empty ``metrics.jsonl`` is an error.
+    """
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir)
+    if not rows:
+        raise ValueError(f"{run_dir / METRICS_FILE} has no steps: did the run start?")
+    fresh = [row for row in rows if row.get("rollout/fresh", True) is not False]
+    trends = {}
+    for label, key in TREND_KEYS:
+        values = _series(fresh, key)
+        if values:
+            first, last, k = first_last_thirds(values)
+            trends[key] = {"label": label, "first": first, "last": last, "k": k, "n": len(values)}
+    entropies = _series(fresh, "entropy/rollout")
+    h0 = _series(rows, "eapo/H0")
+    w_pos = _series(rows, "eapo/w_pos")
+    summary = dict(
+        run_dir=str(run_dir),
+        steps=int(rows[-1].get("step", len(rows))),
+        trends=trends,
+        entropy={
+            "H0": h0[-1] if h0 else (entropies[0] if entropies else None),
+            "last": entropies[-1] if entropies else None,
+        },
+        w_pos={"min": min(w_pos), "max": max(w_pos), "first": w_pos[0], "last": w_pos[-1]} if w_pos else None,
+        runtime_s=_runtime(run_dir),
+        look_at=[(name, what) for name, what in LOOK_AT if (run_dir / name).exists()],
+    )
+    evals = []
+    dirs = []
+    if base_eval_dir is not None:
+        evals.append(("base", _read_results(Path(base_eval_dir))))
+        dirs.append((Path(base_eval_dir), "the base model's evaluation (samples.jsonl: its answers)"))
+    eval_dir = Path(eval_dir) if eval_dir is not None else run_dir / "eval"
+    if eval_dir.exists() or eval_dir != run_dir / "eval":
+        evals.append(("trained", _read_results(eval_dir)))
+        dirs.append((eval_dir, "the trained model's evaluation (samples.jsonl: its answers)"))
+    summary["evals"] = evals
+    for directory, what in dirs:
+        shown = directory / "results.md"
+        if shown.is_relative_to(run_dir):
+            shown = shown.relative_to(run_dir)
+        summary["look_at"].append((str(shown), what))
+    return summary
+
+
+def _runtime(run_dir: Path) -> float | None:
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        return float(json.loads(path.read_text(encoding="utf-8"))["train_runtime_s"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _read_results(eval_dir: Path) -> dict[str, Any]:
+    path = eval_dir / "results.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: run `eapo eval ... --output-dir {eval_dir}` first")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from error
+    if "metrics" not in results:
+        raise ValueError(f"{path} has no 'metrics': is it an `eapo eval` results file?")
+    return results
+
+
+def eval_table(evals: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """One Markdown table, a row per evaluation: the reported metric columns, then the format
+    reward, the mean completion length and the truncated fraction (``results.json`` ``extra``)."""
+    from eapo.evaluation.report import (
+        column_title,
+        format_value,
+        markdown_table,
+        reported_columns,
+        stand_in_columns,
+    )
+
+    results = [r for _, r in evals]
+    columns = reported_columns(results)
+    k = results[0].get("k")
+    flagged: set[str] = set()
+    for r in results:
+        flagged |= stand_in_columns(r.get("labels", {}))
+    extras = [
+        key
+        for key in ("format", "completion_tokens", "truncated_frac")
+        if any(key in r.get("extra", {}) for r in results)
+    ]
+    titles = {"format": "Format", "completion_tokens": "Tokens", "truncated_frac": "Truncated"}
+    header = ["Model"] + [column_title(key, k) + ("†" if key in flagged else "") for key in columns]
+    header += [titles[key] for key in extras]
+    rows = []
+    for name, r in evals:
+        row = [f"{name}: {r.get('display_name') or r.get('model')}"]
+        row += [format_value(r["metrics"].get(key)) for key in columns]
+        row += [format_value(r["extra"].get(key), 1 if key == "completion_tokens" else 3) for key in extras]
+        rows.append(row)
+    return markdown_table(header, rows)
+
+
+def render_summary(summary: Mapping[str, Any]) -> str:
+    """The text ``eapo summary`` prints."""
+    lines = [f"run directory: {summary['run_dir']}"]
+    runtime = summary.get("runtime_s")
+    took = f", training {runtime / 60:.1f} min" if runtime is not None else ""
+    lines.append(f"  {summary['steps']} steps{took}")
+    width = max((len(name) for name, _ in summary.get("look_at", [])), default=0)
+    for name, what in summary.get("look_at", []):
+        lines.append(f"  {name:<{width}}  {what}")
+    trends = summary["trends"]
+    if trends:
+        any_trend = next(iter(trends.values()))
+        k, n = any_trend["k"], any_trend["n"]
+        lines.append("")
+        lines.append(f"training, mean of the first {k} -> the last {k} of {n} steps:")
+        for trend in trends.values():
+            digits = 1 if trend["label"].startswith("length") else 3
+            delta = trend["last"] - trend["first"]
+            lines.append(
+                f"  {trend['label']:<16} {trend['first']:.{digits}f} -> {trend['last']:.{digits}f}"
+                f"  ({delta:+.{digits}f})"
+            )
+    entropy = summary["entropy"]
+    if entropy["H0"] is not None and entropy["last"] is not None:
+        lines.append(
+            f"  {'entropy H_t':<16} H_0 = {entropy['H0']:.3f} -> {entropy['last']:.3f} (last step), nats/token"
+        )
+    w_pos = summary.get("w_pos")
+    if w_pos:
+        lines.append(
+            f"  {'w+':<16} range [{w_pos['min']:.3f}, {w_pos['max']:.3f}]"
+            f" (first {w_pos['first']:.3f}, last {w_pos['last']:.3f})"
+        )
+    evals = summary.get("evals") or []
+    if evals:
+        lines += ["", "evaluation: " + _eval_settings(evals[-1][1]), eval_table(evals).rstrip("\n")]
+        if "†" in lines[-1].splitlines()[0]:
+            lines.append("† the offline bi-encoder stand-in for the reranker, not the paper's cross-encoder")
+        differing = [
+            f"{name}: {_eval_settings(results)}"
+            for name, results in evals[:-1]
+            if _eval_settings(results) != _eval_settings(evals[-1][1])
+        ]
+        if differing:
+            lines.append("warning: the rows were evaluated differently; " + "; ".join(differing))
+    return "\n".join(lines) + "\n"
+
+
+def _eval_settings(results: Mapping[str, Any]) -> str:
+    settings = results.get("settings", {})
+    return (
+        f"{results.get('data')}, {results.get('n_prompts')} prompts, k = {results.get('k')}, "
+        f"temperature {settings.get('temperature')}, max_new_tokens {settings.get('max_new_tokens')}, "
+        f"prompt {settings.get('prompt')}"
+    )
