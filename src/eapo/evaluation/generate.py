@@ -171,11 +171,7 @@ class TransformersGenerator:
         self.model = model.to(self.device).eval()
         self.tokenizer = load_tokenizer(model_path)
         self.tokenizer.padding_side = "left"
-        eos = self.model.generation_config.eos_token_id
-        eos_ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
-        if self.tokenizer.eos_token_id is not None:
-            eos_ids.append(self.tokenizer.eos_token_id)
-        self.eos_token_ids = sorted(set(eos_ids))
+        self.eos_token_ids = _eos_token_ids(self.model, self.tokenizer)
 
     @classmethod
     def from_model(
@@ -189,10 +185,7 @@ class TransformersGenerator:
         generator.compile = bool(compile and cache_implementation == "static")
         generator.device = next(model.parameters()).device
         tokenizer.padding_side = "left"
-        eos = model.generation_config.eos_token_id
-        eos_ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
-        eos_ids = [*eos_ids, *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])]
-        generator.eos_token_ids = sorted(set(eos_ids))
+        generator.eos_token_ids = _eos_token_ids(model, tokenizer)
         return generator
 
     def generate(
@@ -395,3 +388,12 @@ def make_generator(
     return TransformersGenerator(
         model_path, dtype=dtype, cache_implementation=cache_implementation, compile=compile
     )
+
+
+def _eos_token_ids(model, tokenizer) -> list[int]:
+    """Every id that ends a response: the model's generation config's and the tokenizer's."""
+    eos = model.generation_config.eos_token_id
+    eos_ids = list(eos) if isinstance(eos, list) else [eos] if eos is not None else []
+    if tokenizer.eos_token_id is not None:
+        eos_ids.append(tokenizer.eos_token_id)
+    return sorted(set(eos_ids))
