@@ -35,10 +35,12 @@ $(STAMP): pyproject.toml
 DEMO_TIME := $(shell date +%Y%m%d-%H%M%S)
 DEMO_DIR ?= runs/demo-$(DEMO_TIME)
 DEMO_CONFIG ?=
+# config overrides for the training run, e.g. `make demo DEMO_ARGS="train.seed=1"`
+DEMO_ARGS ?=
 demo: $(STAMP)
 	$(eval DEMO_CONFIG := $(or $(DEMO_CONFIG),$(shell $(PY) -m eapo.demo)))
 	@test -n "$(DEMO_CONFIG)" || { echo "error: python -m eapo.demo chose no preset" >&2; exit 1; }
-	$(VENV)/bin/eapo train --config $(DEMO_CONFIG) --output-dir $(DEMO_DIR)
+	$(VENV)/bin/eapo train --config $(DEMO_CONFIG) --output-dir $(DEMO_DIR) $(DEMO_ARGS)
 	$(VENV)/bin/eapo eval --config $(DEMO_CONFIG) --k 4 --output-dir $(DEMO_DIR)/base-eval
 	$(VENV)/bin/eapo eval --model $(DEMO_DIR) --k 4 --output-dir $(DEMO_DIR)/eval
 	@$(VENV)/bin/eapo summary $(DEMO_DIR) --base $(DEMO_DIR)/base-eval

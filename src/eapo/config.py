@@ -36,6 +36,12 @@ class LoraSettings:
     alpha: int = _help("LoRA alpha.", 32)
     dropout: float = _help("LoRA dropout.", 0.0)
     target_modules: str | list[str] = _help("Modules to adapt ('all-linear' or a list).", "all-linear")
+    layers: int | list[int] | None = _help(
+        "Decoder layers to adapt: None for all, N for the last N, or a list of layer indices. Gradients "
+        "then stop at the lowest adapted layer, so fewer layers make the backward pass cheaper. Needs "
+        "target_modules as a list of names (e.g. [q_proj, v_proj]).",
+        None,
+    )
 
 
 @dataclass
@@ -68,6 +74,12 @@ class DataConfig:
     limit: int | None = _help("Use at most this many records.", None)
     prompt: str | None = _help("Prompt template name or file (default: the dataset's own).", None)
     max_prompt_tokens: int = _help("Longer prompts have their question truncated (counted in the log).", 2048)
+    response_prefix: str = _help(
+        "Text every response starts with, appended to each prompt after the chat template's generation "
+        "prompt (e.g. '<think>', as DeepSeek-R1's and Qwen3's templates open the reasoning). The format "
+        "reward checks prefix + completion (reward.options.format.prefix defaults to it). '' for none.",
+        "",
+    )
     options: dict[str, Any] = _help("Extra loader options (question_field=, encoding=, ...).", factory=dict)
 
 
@@ -283,6 +295,26 @@ class EAPOConfig:
             )
         if not self.reward.weights or all(w == 0 for w in self.reward.weights.values()):
             raise ConfigError("reward.weights must give at least one component a non-zero weight")
+        lora = self.model.lora
+        if lora.layers is not None:
+            layers = lora.layers
+            if isinstance(layers, int) and layers < 1:
+                raise ConfigError(
+                    f"model.lora.layers={layers}: give N >= 1 (the last N layers) or a list of indices"
+                )
+            if isinstance(layers, list) and (
+                not layers
+                or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers)
+            ):
+                raise ConfigError(
+                    f"model.lora.layers={layers!r}: a list of layer indices must hold integers >= 0"
+                )
+            if isinstance(lora.target_modules, str):
+                raise ConfigError(
+                    f"model.lora.layers needs model.lora.target_modules as a list of module names (peft cannot "
+                    f"restrict {lora.target_modules!r} to layers), e.g. [q_proj, k_proj, v_proj, o_proj, "
+                    "gate_proj, up_proj, down_proj]"
+                )
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -428,3 +460,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 def dump_config(config: EAPOConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+def reward_options(config: EAPOConfig) -> dict[str, dict[str, Any]]:
+    """``reward.options`` as the components receive them, in training and in evaluation alike: the
+    format check's ``prefix`` defaults to ``data.response_prefix`` (the response already starts with
+    it, so a completion is checked as ``prefix + completion``); an explicit ``prefix`` is kept."""
+    options = {name: dict(values) for name, values in config.reward.options.items()}
+    if config.data.response_prefix and "prefix" not in options.get("format", {}):
+        options.setdefault("format", {})["prefix"] = config.data.response_prefix
+    return options

@@ -109,7 +109,7 @@ def run(
         args=grpo_args(config, run_dir, num_processes=state.num_processes),
         train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=lora_config(config),
+        peft_config=lora_config(config, model_path),
         callbacks=all_callbacks,
         weighting=weighting,
         split_by=config.algorithm.split_by,
@@ -182,7 +182,11 @@ def _records_and_prompts(config: EAPOConfig, tokenizer, split: str, limit: int |
     records = load(data.name, data.path, split=split, limit=limit, **data.options)
     prompt = data.prompt or default_prompt_for(data.name)
     return records, render_prompts(
-        records, tokenizer, prompt=prompt, max_prompt_tokens=data.max_prompt_tokens
+        records,
+        tokenizer,
+        prompt=prompt,
+        max_prompt_tokens=data.max_prompt_tokens,
+        response_prefix=data.response_prefix,
     )
 
 
@@ -220,15 +224,17 @@ def build_validation(config: EAPOConfig, model_path: str, reward, run_dir: Path)
 
 def build_reward(config: EAPOConfig):
     """The configured composite reward; an unreachable judge endpoint fails here, before any training."""
+    from eapo.config import reward_options
     from eapo.rewards import make_composite
 
     weights = {name: alpha for name, alpha in config.reward.weights.items() if alpha}
     unknown = sorted(set(config.reward.options) - set(config.reward.weights))
+    configured = reward_options(config)
     if unknown:
         raise ConfigError(
             f"reward.options has {unknown}, which reward.weights does not list ({list(config.reward.weights)})"
         )
-    options = {name: dict(opts) for name, opts in config.reward.options.items() if name in weights}
+    options = {name: opts for name, opts in configured.items() if name in weights}
     if "llm_judge" in weights:
         judge = config.reward.judge
         if not judge.base_url or not judge.model:
@@ -385,17 +391,34 @@ def base_model_id(name_or_path: str) -> str:
     return embedded.hub_id if embedded is not None else name_or_path
 
 
-def lora_config(config: EAPOConfig):
+def lora_config(config: EAPOConfig, model_path: str | None = None):
+    """peft's ``LoraConfig`` for ``model.lora`` (``None`` when LoRA is off). ``model.lora.layers=N``
+    (the last N layers) reads the layer count from ``model_path``'s config."""
     lora = config.model.lora
     if not lora.enabled:
         return None
     from peft import LoraConfig
 
+    layers = lora.layers
+    if isinstance(layers, int):
+        if model_path is None:
+            raise ConfigError(
+                "model.lora.layers=N (the last N layers) needs the model's path to count its layers"
+            )
+        from transformers import AutoConfig
+
+        total = AutoConfig.from_pretrained(model_path).num_hidden_layers
+        if not 1 <= layers <= total:
+            raise ConfigError(
+                f"model.lora.layers={layers}: the model has {total} decoder layers; use 1 to {total}"
+            )
+        layers = list(range(total - layers, total))
     return LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=lora.target_modules,
+        layers_to_transform=layers,
         task_type="CAUSAL_LM",
     )
 

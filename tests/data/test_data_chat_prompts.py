@@ -128,3 +128,25 @@ def test_data_commands_show_chat_prompts():
     question = load("demo", split="all")[0].question
     expected = f"[system] {system}\n\n[user] {example_q}\n\n[assistant] {example_a}\n\n[user] {question}\n"
     assert expected in shown.output
+
+
+def test_response_prefix_opens_the_answer_and_counts_towards_the_budget(char_tokenizer):
+    tokenizer = char_tokenizer([m["content"] for m in CHAT_PROMPTS["en_fewshot"]] + ["<think>"])
+    (plain,) = render_prompts(["Why?"], tokenizer, "en_fewshot")
+    (opened,) = render_prompts(["Why?"], tokenizer, "en_fewshot", response_prefix="<think>")
+    assert plain.endswith("<|im_start|>assistant\n")
+    assert opened == plain + "<think>"
+    # the prefix is part of the prompt's length: the question loses as many tokens as the prefix takes
+    (empty,) = render_prompts([""], tokenizer, "en_fewshot")
+    overhead = len(tokenizer(empty, add_special_tokens=False)["input_ids"])
+    prefix_tokens = len(tokenizer("<think>", add_special_tokens=False)["input_ids"])
+    (cut,) = render_prompts(
+        ["x" * 30], tokenizer, "en_fewshot", max_prompt_tokens=overhead + 30, response_prefix="<think>"
+    )
+    assert (
+        cut
+        == empty.replace("user\n<|im_end|>", "user\n" + "x" * (30 - prefix_tokens) + "<|im_end|>") + "<think>"
+    )
+    plain_tokenizer = char_tokenizer(["Q: {question}", "<think>"], chat_template=None)
+    (joined,) = render_prompts(["Why?"], plain_tokenizer, "en", response_prefix="<think>")
+    assert joined.endswith("Why?<think>")

@@ -265,6 +265,49 @@ def test_eval_cli_config_evaluates_the_base_model(tmp_path, monkeypatch):
     assert len(samples) == 4 and all(s["num_tokens"] <= 6 for s in samples)
 
 
+def test_eval_of_a_config_with_a_response_prefix_prefills_and_checks_it(tmp_path, monkeypatch):
+    """data.response_prefix: every prompt ends with it, and the format scorer checks prefix + completion."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from eapo.cli import app
+
+    config = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    config["data"]["response_prefix"] = "<think>"
+    (tmp_path / "prefixed.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "base"
+    args = [
+        "eval",
+        "--config",
+        str(tmp_path / "prefixed.yaml"),
+        "--output-dir",
+        str(out),
+        "--k",
+        "2",
+        "--limit",
+        "2",
+    ]
+    result = CliRunner().invoke(
+        app, [*args, "--scorers", "format", "--max-new-tokens", "4", "--bootstrap", "20"]
+    )
+    assert result.exit_code == 0, result.output
+    results = json.loads((out / "results.json").read_text())
+    assert results["settings"]["response_prefix"] == "<think>"
+    samples, _ = load_samples(out / "samples.jsonl")
+    assert len(samples) == 4 and all(s["prompt"].endswith("<|im_start|>assistant\n<think>") for s in samples)
+    # the scorer built for this run checks "<think>" + completion: a completion that closes the
+    # prefilled tag is well formed, the same text without the prefix is not
+    from eapo.config import load_config, reward_options
+    from eapo.evaluation.runner import build_scorers
+
+    (fmt,) = build_scorers(
+        ["format"], reward_options=reward_options(load_config(tmp_path / "prefixed.yaml"))
+    ).values()
+    assert fmt.check("R</think><advice>A</advice>")
+    (plain,) = build_scorers(
+        ["format"], reward_options=reward_options(load_config(ROOT / "configs" / "tiny.yaml"))
+    ).values()
+    assert not plain.check("R</think><advice>A</advice>")
+
+
 def test_eval_cli_errors_name_what_is_missing(tmp_path):
     from eapo.cli import app
 

@@ -188,3 +188,70 @@ def test_issue_12_options_are_validated(override, message):
     with pytest.raises(ConfigError) as error:
         load_config(ROOT / "configs" / "tiny.yaml", [override])
     assert message in str(error.value)
+
+
+LINEAR = "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.lora.layers=2"], "model.lora.layers needs model.lora.target_modules as a list"),
+        ([LINEAR, "model.lora.layers=0"], "model.lora.layers=0: give N >= 1"),
+        ([LINEAR, "model.lora.layers=[1,-1]"], "a list of layer indices must hold integers >= 0"),
+        ([LINEAR, "model.lora.layers=[]"], "a list of layer indices must hold integers >= 0"),
+    ],
+)
+def test_lora_layers_are_validated(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        load_config(ROOT / "configs" / "tiny.yaml", overrides)
+    assert message in str(error.value)
+
+
+def test_lora_layers_select_the_last_n_decoder_layers(tmp_path):
+    from transformers import LlamaConfig
+
+    from eapo.train import lora_config
+
+    LlamaConfig(num_hidden_layers=6).save_pretrained(tmp_path)
+    base = ["model.lora.enabled=true", LINEAR]
+    last_two = lora_config(
+        load_config(ROOT / "configs" / "tiny.yaml", [*base, "model.lora.layers=2"]), str(tmp_path)
+    )
+    assert last_two.layers_to_transform == [4, 5]
+    assert set(last_two.target_modules) == {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
+    listed = lora_config(
+        load_config(ROOT / "configs" / "tiny.yaml", [*base, "model.lora.layers=[0,3]"]), str(tmp_path)
+    )
+    assert listed.layers_to_transform == [0, 3]
+    assert (
+        lora_config(load_config(ROOT / "configs" / "tiny.yaml", base), str(tmp_path)).layers_to_transform
+        is None
+    )
+    with pytest.raises(ConfigError, match="the model has 6 decoder layers; use 1 to 6"):
+        lora_config(
+            load_config(ROOT / "configs" / "tiny.yaml", [*base, "model.lora.layers=7"]), str(tmp_path)
+        )
+
+
+def test_reward_options_give_the_format_check_the_response_prefix():
+    from eapo.config import reward_options
+
+    tiny = ROOT / "configs" / "tiny.yaml"
+    assert "prefix" not in reward_options(load_config(tiny)).get("format", {})
+    prefixed = reward_options(load_config(tiny, ["data.response_prefix=<think>"]))
+    assert prefixed["format"]["prefix"] == "<think>"
+    # an explicit prefix wins, and the config's own mapping is not modified
+    config = load_config(tiny, ["data.response_prefix=<think>", "reward.options.format.prefix=<t>"])
+    assert reward_options(config)["format"]["prefix"] == "<t>"
+    config = load_config(tiny, ["data.response_prefix=<think>"])
+    reward_options(config)
+    assert "prefix" not in config.reward.options.get("format", {})

@@ -60,8 +60,8 @@ def test_gpu_preset_is_the_cpu_demo_made_longer():
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
-@pytest.mark.parametrize("override", [None, "my.yaml"])
-def test_make_demo_steps(tmp_path, override):
+@pytest.mark.parametrize(("override", "train_args"), [(None, ""), ("my.yaml", ""), (None, "train.seed=1")])
+def test_make_demo_steps(tmp_path, override, train_args):
     # A copy of the Makefile next to an up-to-date stamp, so `make -n` lists only the demo's commands.
     shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
     (tmp_path / "pyproject.toml").write_text("")
@@ -74,11 +74,13 @@ def test_make_demo_steps(tmp_path, override):
     args = ["make", "-n", "demo", "DEMO_DIR=runs/d", f"PY={sys.executable}"]
     if override:
         args.append(f"DEMO_CONFIG={override}")
+    if train_args:
+        args.append(f"DEMO_ARGS={train_args}")
     out = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     config = override or str(demo_config())
-    commands = [line for line in out.splitlines() if line.startswith(".venv/bin/eapo")]
+    commands = [line.rstrip() for line in out.splitlines() if line.startswith(".venv/bin/eapo")]
     assert commands == [
-        f".venv/bin/eapo train --config {config} --output-dir runs/d",
+        f".venv/bin/eapo train --config {config} --output-dir runs/d {train_args}".rstrip(),
         f".venv/bin/eapo eval --config {config} --k 4 --output-dir runs/d/base-eval",
         ".venv/bin/eapo eval --model runs/d --k 4 --output-dir runs/d/eval",
         ".venv/bin/eapo summary runs/d --base runs/d/base-eval",

@@ -201,6 +201,7 @@ def render_prompts(
     max_prompt_tokens: int | None = None,
     *,
     chat_template_kwargs: dict[str, Any] | None = None,
+    response_prefix: str = "",
 ) -> PromptList:
     """Render records into model-ready prompt strings.
 
@@ -217,6 +218,9 @@ def render_prompts(
             until it fits. The instructions are never cut; if they alone do not fit, DataError.
         chat_template_kwargs: extra keyword arguments for ``apply_chat_template`` (e.g.
             ``{"enable_thinking": False}`` for Qwen3).
+        response_prefix: text appended to every rendered prompt, after the generation prompt: the
+            start of the model's response (``"<think>"`` opens the reasoning, as DeepSeek-R1's and
+            Qwen3's templates do). It counts towards ``max_prompt_tokens``.
 
     Returns:
         A :class:`PromptList` (a ``list[str]``) with ``truncated`` positions; the count of
@@ -236,8 +240,9 @@ def render_prompts(
     def render(question: str) -> str:
         filled = [{"role": m["role"], "content": fill(m["content"], question)} for m in messages]
         if not use_chat:
-            return "\n\n".join(m["content"] for m in filled)
-        return tokenizer.apply_chat_template(filled, tokenize=False, add_generation_prompt=True, **kwargs)
+            return "\n\n".join(m["content"] for m in filled) + response_prefix
+        text = tokenizer.apply_chat_template(filled, tokenize=False, add_generation_prompt=True, **kwargs)
+        return text + response_prefix
 
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=not use_chat)["input_ids"])

@@ -283,8 +283,8 @@ def evaluate(
             if stored_prompt is not None and stored_prompt != prompt_of[record_id]:
                 raise EvalMismatchError(
                     f"{samples_path}: record {record_id!r} was sampled from a different prompt text than now "
-                    "(was the prompt template, max_prompt_tokens, the tokenizer or the data changed?); use another "
-                    "--output-dir or delete that directory"
+                    "(was the prompt template, max_prompt_tokens, data.response_prefix, the tokenizer or the data "
+                    "changed?); use another --output-dir or delete that directory"
                 )
             finished[record_id] = ordered
         kept.extend(ordered)

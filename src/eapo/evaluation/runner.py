@@ -199,6 +199,7 @@ def run_eval(
     Generation defaults (temperature, top_p, max_new_tokens) are the run's rollout settings, else
     1.0, 1.0 and 512.
     """
+    from eapo.config import reward_options
     from eapo.data import DataError, default_prompt_for, load, render_prompts
     from eapo.evaluation.generate import choose_backend, make_generator
     from eapo.models import load_tokenizer
@@ -238,7 +239,15 @@ def run_eval(
     if not records:
         raise EvalError(f"data {data!r} split {split!r} has no records; check --split and --data-path")
     tokenizer = load_tokenizer(target["model_path"])
-    prompts = render_prompts(records, tokenizer, prompt=prompt, max_prompt_tokens=max_prompt_tokens)
+    # the run's response prefix goes with its prompt (both are the run's unless --data names other data)
+    response_prefix = cfg.data.response_prefix if cfg is not None and data == cfg.data.name else ""
+    prompts = render_prompts(
+        records,
+        tokenizer,
+        prompt=prompt,
+        max_prompt_tokens=max_prompt_tokens,
+        response_prefix=response_prefix,
+    )
 
     # Generation settings: explicit > the run's rollout settings > defaults.
     rollout = cfg.rollout if cfg is not None else None
@@ -260,7 +269,7 @@ def run_eval(
     )
     scorer_map = build_scorers(
         scorers,
-        reward_options=dict(cfg.reward.options) if cfg is not None else None,
+        reward_options=reward_options(cfg) if cfg is not None else None,
         rouge_level=rouge_level,
         reranker_backend=reranker_backend,
         judge_base_url=judge_base_url,
@@ -293,6 +302,7 @@ def run_eval(
             "limit": limit,
             "prompt": prompt,
             "max_prompt_tokens": max_prompt_tokens,
+            "response_prefix": response_prefix,
             "truncated_prompts": len(getattr(prompts, "truncated", [])),
             "model_path": target["model_path"],
         },
