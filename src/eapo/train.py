@@ -408,7 +408,7 @@ def lora_config(config: EAPOConfig, model_path: str | None = None):
         from transformers import AutoConfig
 
         total = AutoConfig.from_pretrained(model_path).num_hidden_layers
-        if not 1 <= layers <= total:
+        if layers > total:  # layers >= 1 is checked by EAPOConfig.validate
             raise ConfigError(
                 f"model.lora.layers={layers}: the model has {total} decoder layers; use 1 to {total}"
             )
