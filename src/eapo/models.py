@@ -104,11 +104,14 @@ def build_tiny_model(
     seed: int = 0,
     hidden_size: int = 64,
     num_layers: int = 2,
-    num_heads: int = 4,
+    num_heads: int = 2,
     intermediate_size: int = 128,
     max_position_embeddings: int = 1024,
 ):
-    """A tiny random Llama and its byte tokenizer. Deterministic given the arguments."""
+    """A tiny random Llama and its byte tokenizer. Deterministic given the arguments.
+
+    The default head size is 32 (64 / 2 heads), the smallest vLLM's CPU attention supports, so the
+    tiny model runs on every rollout engine."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -137,8 +140,13 @@ def build_tiny_model(
     return model, tokenizer
 
 
+#: Bumped whenever build_tiny_model's defaults change, so a cached tiny model of older defaults is not reused.
+TINY_MODEL_VERSION = 2
+
+
 def _tiny_path(**kwargs) -> Path:
-    key = hashlib.sha256(json.dumps(kwargs, sort_keys=True).encode()).hexdigest()[:12]
+    keyed = {**kwargs, "version": TINY_MODEL_VERSION}
+    key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
     target = cache_dir() / "models" / f"tiny-{key}"
     if (target / "config.json").exists():
         return target

@@ -115,9 +115,10 @@ def run(
         split_by=config.algorithm.split_by,
         entropy_agg=config.algorithm.entropy_agg,
         validation=validation,
+        vllm_settings=vllm_settings(config, rollout),
     )
     trainer.remove_callback(PrinterCallback)  # our progress bar and metrics.jsonl replace its raw dict prints
-    if rollout.compile:
+    if rollout.compile and rollout.engine == "generate":
         # TRL builds its GenerationConfig with disable_compile=True; a static cache on CUDA compiles when allowed.
         trainer.generation_config.disable_compile = False
     logger.info("rollout engine: %s", rollout.describe())
@@ -289,6 +290,8 @@ def rollout_plan(config: EAPOConfig, facts=None):
             attn_implementation=m.attn_implementation,
             cache_implementation=r.cache_implementation,
             compile=r.compile,
+            vllm_compile=r.vllm_compile,
+            vllm_mode=r.vllm_mode,
         )
     except EngineError as error:
         raise ConfigError(str(error)) from None
@@ -343,10 +346,11 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, fact
         vllm_mode=r.vllm_mode,
         vllm_server_base_url=r.vllm_server_base_url,
         vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+        vllm_max_model_length=r.vllm_max_model_length or config.data.max_prompt_tokens + r.max_completion_tokens,
         use_transformers_continuous_batching=rollout.engine == "paged",
         transformers_continuous_batching_config=dict(r.paged_options) or None,
         cache_implementation=rollout.cache_implementation,
-        pad_to_multiple_of=64 if rollout.compile else None,  # few prompt shapes -> few recompilations
+        pad_to_multiple_of=64 if rollout.compile and rollout.engine == "generate" else None,  # few prompt shapes -> few recompilations
         model_init_kwargs=model_init_kwargs,
         dataloader_pin_memory=cuda,
         bf16=cuda and dtype == "bfloat16",
@@ -362,6 +366,23 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, fact
         remove_unused_columns=False,
         log_completions=False,
         use_cpu=use_cpu(),  # several CPU processes then train as one (gloo), see run()
+    )
+
+
+def vllm_settings(config: EAPOConfig, rollout):
+    """What the colocated vLLM engine adds to TRL's (``eapo.vllm_engine``): the policy's dtype, eager or
+    compiled, the KV cache's size on a CPU, the seed. ``None`` when vLLM is not the engine or runs as a
+    server."""
+    if rollout.engine != "vllm" or config.rollout.vllm_mode != "colocate":
+        return None
+    from eapo.vllm_engine import GIB, VLLMSettings
+
+    return VLLMSettings(
+        dtype=rollout.dtype,
+        enforce_eager=not rollout.compile,
+        device=rollout.device,
+        kv_cache_bytes=int(config.rollout.vllm_kv_cache_gib * GIB) if rollout.device == "cpu" else None,
+        seed=config.train.seed,
     )
 
 

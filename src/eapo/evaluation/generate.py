@@ -1,15 +1,16 @@
 """Sampling ``k`` responses per prompt, with the engine :mod:`eapo.engines` chooses for the device.
 
-Backends (``--backend``): ``vllm``; ``paged`` — transformers' continuous batching
-(``generate_batch``: paged KV cache, CUDA graphs); ``transformers`` — ``model.generate``, optionally
-over a static KV cache with a compiled decoding step. ``auto`` is vllm when installed on a GPU, else
-paged on a GPU, else transformers (the same order as ``rollout.engine`` in training).
+Backends (``--backend``): ``vllm`` (its CUDA build on a GPU, vLLM's CPU build on a CPU); ``paged`` —
+transformers' continuous batching (``generate_batch``: paged KV cache, CUDA graphs); ``transformers`` —
+``model.generate``, optionally over a static KV cache with a compiled decoding step. ``auto`` is vllm
+wherever a build for the device is installed, else paged on a GPU, else transformers (the same order as
+``rollout.engine`` in training).
 
 Every backend takes rendered prompt *texts* (the chat template already applied), tokenises them
 without adding special tokens (the template holds them), and returns, per prompt, ``k``
 :class:`Completion`\\ s. A directory holding ``adapter_config.json`` (a LoRA run's ``final/``) is
-loaded through peft on top of the base model it names (merged for speed with transformers, served as
-a LoRA request with vLLM).
+loaded through peft on top of the base model it names (merged for speed with transformers and with
+vLLM on a CPU, served as a LoRA request with vLLM on a GPU).
 
 Seeding: each ``generate`` call seeds the sampler with the ``seed`` it is given; the harness derives
 that seed from the run seed and the first prompt's record id, so a rerun regenerates a batch the same
@@ -95,7 +96,7 @@ def adapter_base(path: str | Path) -> str | None:
 
 
 def choose_backend(backend: str = "auto", facts=None) -> str:
-    """``auto``: ``"vllm"`` when vllm is importable and CUDA is present, else ``"paged"`` on CUDA, else
+    """``auto``: ``"vllm"`` when a vLLM build for this device is installed, else ``"paged"`` on CUDA, else
     ``"transformers"``; an explicit backend is checked against the device (see :func:`eapo.engines.choose_engine`)."""
     from eapo.engines import EngineError, choose_engine, device_facts
 
@@ -304,7 +305,14 @@ class PagedGenerator(TransformersGenerator):
 
 
 class VLLMGenerator:
-    """Sampling with vLLM (``SamplingParams(n=k, seed=...)``); LoRA adapters served as a ``LoRARequest``."""
+    """Sampling with vLLM (``SamplingParams(n=k, seed=...)``), on a GPU or with vLLM's CPU build.
+
+    A LoRA adapter is served as a ``LoRARequest`` on a GPU; on a CPU, where vLLM's LoRA kernels decode
+    at about 1 token/s, it is merged into its base model first (a temporary directory, removed with the
+    generator). ``dtype="auto"`` is the training default for the device (bfloat16 on a GPU, float32 on a
+    CPU), never vLLM's own ``auto``, which downcasts float32 checkpoints to bfloat16. On a CPU the KV
+    cache gets ``kv_cache_gib`` GiB and the model runs eager unless ``compile=True``.
+    """
 
     backend = "vllm"
 
@@ -315,17 +323,31 @@ class VLLMGenerator:
         dtype: str = "auto",
         gpu_memory_utilization: float = 0.85,
         max_model_len: int | None = None,
+        compile: bool | None = None,
+        kv_cache_gib: float = 1.0,
     ) -> None:
+        import torch
         from vllm import LLM
 
         from eapo.models import load_tokenizer, resolve_model
+        from eapo.vllm_engine import GIB, prepare_vllm_environment
 
-        base = adapter_base(model_path)
-        kwargs: dict = {"dtype": dtype, "gpu_memory_utilization": gpu_memory_utilization}
+        prepare_vllm_environment()
+        cuda = torch.cuda.is_available()
+        kwargs: dict = {
+            "dtype": str(_torch_dtype(dtype)).removeprefix("torch."),
+            "enforce_eager": not (cuda if compile is None else compile),
+        }
+        if cuda:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        else:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * GIB)
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         self.lora_request = None
-        if base is not None:
+        self._merged = None
+        base = adapter_base(model_path)
+        if base is not None and cuda:
             from vllm.lora.request import LoRARequest
 
             rank = json.loads((Path(model_path) / "adapter_config.json").read_text(encoding="utf-8")).get(
@@ -335,9 +357,20 @@ class VLLMGenerator:
             max_rank = next((value for value in supported if value >= int(rank)), int(rank))
             self.llm = LLM(model=resolve_model(base), enable_lora=True, max_lora_rank=max_rank, **kwargs)
             self.lora_request = LoRARequest("eapo-adapter", 1, str(model_path))
+        elif base is not None:
+            self._merged = merge_adapter(model_path, dtype=kwargs["dtype"])
+            self.llm = LLM(model=self._merged.name, **kwargs)
         else:
             self.llm = LLM(model=model_path, **kwargs)
         self.tokenizer = load_tokenizer(model_path)
+
+    @classmethod
+    def from_llm(cls, llm, tokenizer) -> VLLMGenerator:
+        """Sample from an engine that is already running (training's colocated vLLM, for validation)."""
+        generator = cls.__new__(cls)
+        generator.llm, generator.tokenizer = llm, tokenizer
+        generator.lora_request, generator._merged = None, None
+        return generator
 
     def generate(
         self,
@@ -376,18 +409,42 @@ def make_generator(
     cache_implementation: str | None = None,
     compile: bool = False,
     paged_options: dict | None = None,
+    vllm_compile: bool | None = None,
+    vllm_kv_cache_gib: float = 1.0,
 ) -> Generator:
     """Load ``model_path`` with the chosen backend (see :func:`choose_backend`). ``cache_implementation``
-    and ``compile`` apply to ``transformers``, ``paged_options`` to ``paged``."""
+    and ``compile`` apply to ``transformers``, ``paged_options`` to ``paged``, ``vllm_compile`` (``None``:
+    compiled on a GPU, eager on a CPU) and ``vllm_kv_cache_gib`` (a CPU's KV cache) to ``vllm``."""
     chosen = choose_backend(backend)
     logger.info("generating with %s from %s", chosen, model_path)
     if chosen == "vllm":
-        return VLLMGenerator(model_path, dtype=dtype)
+        return VLLMGenerator(model_path, dtype=dtype, compile=vllm_compile, kv_cache_gib=vllm_kv_cache_gib)
     if chosen == "paged":
         return PagedGenerator(model_path, dtype=dtype, options=paged_options)
     return TransformersGenerator(
         model_path, dtype=dtype, cache_implementation=cache_implementation, compile=compile
     )
+
+
+def merge_adapter(adapter_dir: str | Path, *, dtype: str = "float32"):
+    """The LoRA adapter in ``adapter_dir`` merged into its base model, saved (with the adapter's
+    tokenizer) in a ``tempfile.TemporaryDirectory`` that is removed when the returned object is."""
+    import tempfile
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from eapo.models import load_tokenizer, resolve_model
+
+    merged = tempfile.TemporaryDirectory(prefix="eapo-merged-")
+    base = AutoModelForCausalLM.from_pretrained(
+        resolve_model(adapter_base(adapter_dir)), dtype=getattr(torch, dtype)
+    )
+    model = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    model.save_pretrained(merged.name, safe_serialization=True)
+    load_tokenizer(str(adapter_dir)).save_pretrained(merged.name)
+    return merged
 
 
 def _eos_token_ids(model, tokenizer) -> list[int]:

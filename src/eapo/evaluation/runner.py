@@ -292,6 +292,8 @@ def run_eval(
             cache_implementation=rollout.cache_implementation if rollout else None,
             compile=rollout.compile if rollout else False,
             paged_options=dict(rollout.paged_options) if rollout else None,
+            vllm_compile=rollout.vllm_compile if rollout else None,
+            vllm_kv_cache_gib=rollout.vllm_kv_cache_gib if rollout else 1.0,
         ),
         settings=settings,
         display_name=target["display_name"],

@@ -1,0 +1,202 @@
+"""vLLM as the rollout engine of training (TRL's colocate mode), on a GPU or on a CPU.
+
+TRL 1.16 builds its ``VLLMGeneration`` inside ``GRPOTrainer.__init__`` with no hook for three things
+a faithful run needs; :class:`ColocateVLLMGeneration` adds them and :func:`colocated_vllm` makes TRL
+build it instead of its own class:
+
+1. **The policy's dtype.** TRL's ``LLM(...)`` passes no ``dtype``, and vLLM's ``auto`` downcasts a
+   float32 checkpoint to bfloat16: the rollouts came from a bf16 copy of an fp32 policy (importance
+   ratios 0.61-1.23 at step 1, identical weights, measured on SmolLM2). Here vLLM runs in the dtype the
+   trainer holds the weights in.
+2. **A weight sync that works on a CPU.** TRL's colocate sync calls ``model.load_weights`` per
+   parameter, which fails on vLLM's CPU build (its linear layers repack their weights for oneDNN and
+   drop the parameters' ``weight_loader``). vLLM's own layerwise reload (``reload_weights`` through
+   ``LLM.collective_rpc``) reloads and re-processes every layer, on CPU and GPU alike. One limit of it
+   (vLLM's reload module lists it) bites models whose LM head is tied to the embeddings, as SmolLM2's
+   is: only the embedding is re-processed, and on a CPU the head keeps the oneDNN-packed copy of the
+   *old* weights, so after the first update vLLM sampled from stale logits (mean |Δ log p| 2e-2 after a
+   1% perturbation, measured). :func:`refresh_tied_lm_heads` re-processes such heads after each reload
+   (through ``LLM.apply_model``): the difference returns to the fp32 floor (4e-6 mean).
+3. **CPU sizing and seeding.** On a CPU vLLM reserves ``gpu_memory_utilization`` of the machine's
+   memory for its KV cache (and refuses to start when less is free); here the cache gets a fixed size
+   (``rollout.vllm_kv_cache_gib``). The engine's sampler seed follows ``train.seed`` (TRL seeds it with
+   the process index only, so two seeds of a run would share their vLLM seed).
+
+With LoRA the adapters are merged into the weights vLLM receives (TRL's ``_iter_named_params``) and
+unmerged afterwards, so vLLM serves exactly the policy being trained.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "VLLMSettings",
+    "ColocateVLLMGeneration",
+    "colocated_vllm",
+    "refresh_tied_lm_heads",
+    "prepare_vllm_environment",
+    "GIB",
+]
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """What :class:`ColocateVLLMGeneration` adds to TRL's colocated ``LLM(...)``.
+
+    Args:
+        dtype: the policy's weight dtype (``float32``, ``bfloat16``, ``float16``): vLLM runs in it.
+        enforce_eager: no torch.compile / CUDA graphs (starts in seconds; see ``bench/rollout.py``).
+        device: ``cpu`` or ``cuda``.
+        kv_cache_bytes: the KV cache's size on a CPU (``None``: vLLM sizes it from
+            ``gpu_memory_utilization``, as on a GPU).
+        seed: the sampler's seed; process ``i`` of a tensor-parallel group size ``tp`` uses ``seed + i // tp``.
+    """
+
+    dtype: str
+    enforce_eager: bool
+    device: str = "cpu"
+    kv_cache_bytes: int | None = None
+    seed: int = 0
+
+
+def prepare_vllm_environment() -> None:
+    """Run vLLM's engine inside this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) unless the user chose.
+
+    In-process, a script that builds an ``LLM`` at import time works (a spawned engine process would
+    re-import it), and on a small CPU the engine does not compete with the trainer from another process.
+    """
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def refresh_tied_lm_heads(model: Any) -> int:
+    """Re-process every LM head that shares its weight with an input embedding (vLLM ``apply_model`` hook).
+
+    vLLM's layerwise reload re-processes only the embedding of a tied pair; on a CPU the head keeps the
+    packed (oneDNN) copy of its weights from before the reload. Re-running the head's
+    ``process_weights_after_loading`` rebuilds it from the reloaded weights (a no-op on CUDA, where the
+    head reads the shared parameter directly). Returns how many heads were refreshed.
+    """
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+    embedding_storage = {
+        module.weight.data_ptr()
+        for module in model.modules()
+        if isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead)
+    }
+    refreshed = 0
+    for module in model.modules():
+        if isinstance(module, ParallelLMHead) and module.weight.data_ptr() in embedding_storage:
+            module.quant_method.process_weights_after_loading(module)
+            refreshed += 1
+    return refreshed
+
+
+def _trl_vllm_generation():
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    return VLLMGeneration
+
+
+class ColocateVLLMGeneration(_trl_vllm_generation()):  # type: ignore[misc]
+    """TRL's ``VLLMGeneration`` with the policy's dtype, a CPU-capable weight sync and CPU sizing (see
+    the module docstring). Server mode is TRL's, unchanged."""
+
+    def __init__(self, *args: Any, settings: VLLMSettings, **kwargs: Any) -> None:
+        self.settings = settings
+        super().__init__(*args, **kwargs)
+
+    def _init_vllm(self) -> None:
+        if self.mode != "colocate":
+            super()._init_vllm()
+            return
+        import torch
+        from trl.trainer.utils import ensure_master_addr_port
+        from vllm import LLM
+
+        accelerator, tp = self.accelerator, self.tensor_parallel_size
+        if accelerator.num_processes % tp:
+            raise ValueError(
+                f"vllm tensor_parallel_size ({tp}) must divide the number of processes ({accelerator.num_processes})"
+            )
+        if tp > 1:  # as TRL: groups of tp consecutive ranks share one engine
+            self.tp_group, _ = torch.distributed.new_subgroups_by_enumeration(
+                [list(range(i * tp, (i + 1) * tp)) for i in range(accelerator.num_processes // tp)]
+            )
+        # vLLM's external launcher reads the process layout from the environment (as TRL sets it).
+        os.environ["RANK"] = str(accelerator.process_index)
+        os.environ["LOCAL_RANK"] = str(accelerator.local_process_index)
+        os.environ["WORLD_SIZE"] = str(accelerator.num_processes)
+        ensure_master_addr_port()
+        prepare_vllm_environment()
+        settings = self.settings
+        memory: dict[str, Any] = {"gpu_memory_utilization": self.gpu_memory_utilization}
+        if settings.kv_cache_bytes is not None:
+            memory = {"kv_cache_memory_bytes": settings.kv_cache_bytes}
+        self.llm = LLM(
+            model=self.model.name_or_path,
+            dtype=settings.dtype,
+            enforce_eager=settings.enforce_eager,
+            tensor_parallel_size=tp,
+            max_model_len=self.max_model_length,
+            max_num_seqs=self.max_num_seqs,
+            enable_sleep_mode=self.enable_sleep_mode,
+            model_impl=self.model_impl,
+            distributed_executor_backend="external_launcher",
+            seed=settings.seed + accelerator.process_index // tp,  # identical within a TP group
+            max_num_batched_tokens=4096,  # as TRL: vLLM v1's profiler misreads its 32768 default
+            logprobs_mode="processed_logprobs",  # after temperature: what the importance ratio needs
+            trust_remote_code=self.trust_remote_code,
+            **memory,
+        )
+        if self.enable_sleep_mode:
+            self.llm.sleep(level=2)
+        self._llm_weights_sleeping = self.enable_sleep_mode
+        accelerator.wait_for_everyone()
+
+    def sync_weights(self) -> None:
+        """Push the policy's current weights (LoRA merged) into the colocated engine with vLLM's
+        layerwise reload, refresh tied LM heads, and drop the prefix cache (it holds old keys/values)."""
+        if self.mode != "colocate":
+            super().sync_weights()
+            return
+        if self.enable_sleep_mode:  # level-2 sleep discarded the weights: map them before loading
+            self.llm.wake_up(tags=["weights"])
+            self._llm_weights_sleeping = False
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": self.named_weights(), "is_checkpoint_format": True}
+        )
+        self.llm.apply_model(refresh_tied_lm_heads)
+        self.llm.reset_prefix_cache()
+
+    def named_weights(self) -> Iterator[tuple[str, Any]]:
+        """The policy's weights under vLLM's names, one at a time (TRL's iterator: gathers ZeRO-3/FSDP
+        shards, merges LoRA adapters and unmerges them once the iterator is exhausted)."""
+        yield from self._iter_named_params()
+
+
+@contextmanager
+def colocated_vllm(settings: VLLMSettings | None):
+    """While active, ``GRPOTrainer.__init__`` builds a :class:`ColocateVLLMGeneration` with ``settings``
+    (``None``: TRL's own class, e.g. without vLLM)."""
+    if settings is None:
+        yield
+        return
+    import trl.trainer.grpo_trainer as grpo_trainer
+
+    original = grpo_trainer.VLLMGeneration
+    grpo_trainer.VLLMGeneration = functools.partial(ColocateVLLMGeneration, settings=settings)
+    try:
+        yield
+    finally:
+        grpo_trainer.VLLMGeneration = original
