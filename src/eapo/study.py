@@ -52,16 +52,9 @@ import numpy as np
 import yaml
 
 from eapo.run_dir import SUMMARY_FILE, atomic_write_text, read_metrics
-from eapo.sweep import (
-    MANIFEST,
-    EvalOptions,
-    SweepError,
-    SweepReport,
-    SweepRun,
-    _read_json,
-    plan_runs,
-    run_sweep,
-)
+from eapo.sweep.manifest import MANIFEST, read_json
+from eapo.sweep.plan import EvalOptions, SweepError, SweepRun, plan_runs
+from eapo.sweep.run import SweepReport, run_sweep
 
 __all__ = [
     "STUDY_METHODS",
@@ -525,7 +518,7 @@ def collect_method_data(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str,
     for run in runs:
         run_dir = output_dir / "runs" / run.name
         rows = read_metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
-        results = _read_json(run_dir / "eval" / "results.json")
+        results = read_json(run_dir / "eval" / "results.json")
         if not rows and results is None:
             continue
         d = data.setdefault(run.method, MethodData())
@@ -542,7 +535,7 @@ def collect_method_data(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str,
 def _engines(output_dir: Path, runs: Sequence[SweepRun]) -> list[str]:
     engines = []
     for run in runs:
-        summary = _read_json(output_dir / "runs" / run.name / SUMMARY_FILE) or {}
+        summary = read_json(output_dir / "runs" / run.name / SUMMARY_FILE) or {}
         if summary.get("rollout/engine"):
             engines.append(str(summary["rollout/engine"]))
     return engines
