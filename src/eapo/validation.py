@@ -3,9 +3,10 @@
 The paper's training-dynamics figures include a validation score. Every ``train.eval_steps``
 optimisation steps, :class:`Validation` answers the first ``train.eval_limit`` prompts of
 ``train.eval_split`` (rendered exactly like the training prompts) with the policy being trained —
-greedy, or sampled at the rollout temperature and top-p with a per-step seed — through
-:class:`eapo.evaluation.generate.TransformersGenerator`, the generator of ``eapo eval``, and scores the
-answers with the training composite (the same scorers, weights and ``reward.missing``). The metrics go
+greedy, or sampled at the rollout temperature and top-p with a per-step seed — through the
+generators of ``eapo eval``: the training run's colocated vLLM engine when vLLM makes the rollouts
+(its weights synced to the policy's first), else :class:`eapo.evaluation.generate.TransformersGenerator`
+on the policy itself — and scores the answers with the training composite (the same scorers, weights and ``reward.missing``). The metrics go
 into that step's ``metrics.jsonl`` line:
 
 * ``val/reward`` — the mean composite total over the samples it could score;
@@ -19,7 +20,7 @@ validation score can be recomputed from the text.
 Cost and isolation: with several processes each answers its share of the prompts (ZeRO-3 parameters
 gathered, as TRL does for generation) and the main process scores them. Generation runs under
 ``torch.random.fork_rng``, so a run with validation draws exactly the rollouts of the same run
-without it. Generation uses the training model's ``generate`` (not vLLM), so keep ``eval_limit`` small.
+without it. Without vLLM generation uses the training model's ``generate``: keep ``eval_limit`` small.
 """
 
 from __future__ import annotations
@@ -94,8 +95,6 @@ class Validation:
         from accelerate.utils import gather_object
         from trl.models import unwrap_model_for_generation
 
-        from eapo.evaluation.generate import TransformersGenerator
-
         accelerator = trainer.accelerator
         step = trainer.state.global_step
         mine = list(range(accelerator.process_index, len(self.prompts), accelerator.num_processes))
@@ -113,7 +112,7 @@ class Validation:
             training = model.training
             model.eval()
             try:
-                generator = TransformersGenerator.from_model(model, self.tokenizer)
+                generator = self._generator(trainer, model)
                 for start in range(0, len(mine), self.batch_size):
                     chunk = mine[start : start + self.batch_size]
                     groups = generator.generate(
@@ -134,6 +133,18 @@ class Validation:
         result = self.scorer.score(self.prompts, completions, self.references, questions=self.questions)
         self._write(step, answers, result)
         return validation_metrics(result, [answer.num_tokens for _, answer in answers])
+
+    def _generator(self, trainer: Any, model: Any):
+        """The colocated vLLM engine, its weights synced to the policy's now (as TRL syncs before a
+        generation), or ``generate`` on the policy itself."""
+        from eapo.evaluation.generate import TransformersGenerator, VLLMGenerator
+
+        if getattr(trainer, "use_vllm", False) and trainer.vllm_mode == "colocate":
+            if trainer.state.global_step != trainer._last_loaded_step:
+                trainer.vllm_generation.sync_weights()
+                trainer._last_loaded_step = trainer.state.global_step
+            return VLLMGenerator.from_llm(trainer.vllm_generation.llm, self.tokenizer)
+        return TransformersGenerator.from_model(model, self.tokenizer)
 
     def _write(self, step: int, answers: list[tuple[int, Any]], result: Any) -> None:
         if self.output is None:

