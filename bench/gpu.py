@@ -282,7 +282,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown engine(s) {unknown}; valid: {', '.join(ENGINES)}")
 
-    from eapo.engines import device_facts
+    from eapo.engines import device_facts, vllm_runs_here
     from eapo.models import resolve_model
 
     facts = device_facts()
@@ -312,8 +312,8 @@ def main() -> int:
             Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
     def skip_reason(engine: str) -> str | None:
-        if engine == "vllm" and not (facts.vllm and facts.cuda):
-            return "vllm not installed" if not facts.vllm else "vllm needs CUDA"
+        if engine == "vllm" and not vllm_runs_here(facts):
+            return "vllm not installed" if not facts.vllm else "no vLLM build for this device"
         if engine == "paged" and not facts.paged:
             return "transformers has no continuous batching"
         return None

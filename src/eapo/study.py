@@ -9,7 +9,10 @@ tables and skip-if-finished) — ``claims.md`` and ``claims.json``: for each cla
 2. PSR shortens answers;
 3. NSR raises entropy;
 4. EAPO holds entropy near H_0;
-5. EAPO scores best on Avg,
+5. EAPO scores best on Avg;
+6. GRPO lowers entropy ("PSR and GRPO suffer from entropy collapse", the EAPO-vs-baselines dynamics);
+7. NSR lengthens answers ("NSR produce longer ones", Figure 2c);
+8. NSR's reward rises faster than PSR's ("NSR leads to faster reward gains", Figure 2b),
 
 whether it *held*, *did not hold*, or is *within noise* in this run, with the numbers. The rules
 (:data:`VERDICT_RULES`, written into ``claims.md``):
@@ -21,12 +24,18 @@ whether it *held*, *did not hold*, or is *within noise* in this run, with the nu
   effective sample size ``n_eff = n·(1−ρ)/(1+ρ)`` (ρ: the window's lag-1 autocorrelation, clipped to
   [0, 0.9]). With several seeds the start and end of each seed are paired (the same runs), so the
   pooled mean is the mean over seeds and ``SE² = Σ SE_s² / S²``.
-* **lowers / raises / shortens** (claims 1–3): *held* when the end interval lies entirely below
+* **lowers / raises / shortens / lengthens** (claims 1–3, 6, 7): *held* when the end interval lies entirely below
   (above) the start interval; *did not hold* when it lies entirely on the other side; otherwise
   *within noise* (the intervals overlap).
 * **near H_0** (claim 4): the end-window entropy of each seed divided by that run's ``H_0`` (the
   ``eapo/H0`` it logged); *held* when the interval of that ratio lies inside ``1 ± band``
   (:data:`ENTROPY_BAND`, 10%); *did not hold* when it lies entirely outside; otherwise *within noise*.
+* **rises faster** (claim 8): each run's reward slope, the ordinary least-squares slope of
+  ``reward/mean`` against the step over every step, with ``SE² = σ²_res / Σ(t − t̄)² · (1+ρ)/(1−ρ)``
+  (ρ: the residuals' lag-1 autocorrelation, clipped to [0, 0.9]); several seeds: the mean slope,
+  ``SE² = Σ SE_s²/S²``. *held* when NSR's interval lies entirely above PSR's, *did not hold* when
+  entirely below, *within noise* otherwise (a run with fewer than ``2·MIN_WINDOW_STEPS`` steps: *not
+  measured*).
 * **best on Avg** (claim 5): each method's Avg with its 95% bootstrap interval over prompts (from
   ``eapo eval``); with several seeds the mean over seeds and ``SE² = Σ SE_i²/S² + s²_seeds/S``
   (conservative: the evaluation noise is counted twice). *held* when EAPO's interval lies entirely
@@ -74,6 +83,7 @@ __all__ = [
     "window_interval",
     "avg_interval",
     "change_verdict",
+    "slope_interval",
     "band_verdict",
     "best_verdict",
     "assess_claims",
@@ -99,6 +109,7 @@ _Z95 = 1.959963984540054
 
 ENTROPY_KEY = "entropy/rollout"
 LENGTH_KEY = "completion/mean_length"
+REWARD_KEY = "reward/mean"
 H0_KEY = "eapo/H0"
 
 VERDICT_RULES = (
@@ -106,10 +117,14 @@ VERDICT_RULES = (
     f"{MIN_WINDOW_STEPS} steps, at most half the run; shorter runs: not measured), with a 95% interval mean ± 1.96·SE, SE² = s²/n_eff, n_eff = n·(1−ρ)/(1+ρ) "
     "(ρ: lag-1 autocorrelation of the window, clipped to [0, 0.9]). Several seeds: mean over seeds, "
     "SE² = Σ SE_s²/S² (start and end of a seed are paired).\n"
-    "- **lowers / raises / shortens**: held if the end interval lies entirely below (above) the start interval; "
+    "- **lowers / raises / shortens / lengthens**: held if the end interval lies entirely below (above) the start interval; "
     "did not hold if it lies entirely on the other side; within noise if the intervals overlap.\n"
     "- **near H_0**: end-window entropy ÷ the run's logged H_0 (eapo/H0); held if its interval lies inside "
     "1 ± {band:.0%}; did not hold if entirely outside; within noise otherwise.\n"
+    "- **rises faster**: each run's reward slope per step (least squares of reward/mean on the step, every step) "
+    "with a 95% interval b ± 1.96·SE, SE² = σ²_res/Σ(t−t̄)²·(1+ρ)/(1−ρ) (ρ: lag-1 autocorrelation of the "
+    "residuals, clipped to [0, 0.9]); several seeds: mean slope, SE² = Σ SE_s²/S². Held if NSR's interval lies "
+    "entirely above PSR's; did not hold if entirely below; within noise otherwise.\n"
     "- **best on Avg**: Avg with its 95% bootstrap interval over prompts (eapo eval); several seeds: mean over "
     "seeds, SE² = Σ SE_i²/S² + s²_seeds/S (conservative). Held if EAPO's interval lies entirely above every "
     "other method's; did not hold if another method's lies entirely above EAPO's; within noise otherwise.\n"
@@ -248,6 +263,39 @@ def window_interval(
     return Interval(mean, mean - _Z95 * se, mean + _Z95 * se, count)
 
 
+def slope_interval(series: Sequence[Sequence[float | None]]) -> Interval | None:
+    """The per-step slope of a metric, pooled over seeds (see the module docstring, claim 8).
+
+    Args:
+        series: one list per seed of the metric's per-step values (``None``/NaN: not logged that step;
+            the step index still counts).
+    Returns ``None`` when no seed logged ``2·MIN_WINDOW_STEPS`` values.
+    """
+    slopes, errors, count = [], [], 0
+    for values in series:
+        points = [(t, v) for t, v in enumerate(values) if v is not None and math.isfinite(v)]
+        if len(points) < 2 * MIN_WINDOW_STEPS:
+            continue
+        t = np.array([p[0] for p in points], dtype=float)
+        y = np.array([p[1] for p in points], dtype=float)
+        centred = t - t.mean()
+        sxx = float((centred**2).sum())
+        slope = float((centred * (y - y.mean())).sum() / sxx)
+        residuals = y - y.mean() - slope * centred
+        sigma2 = float((residuals**2).sum()) / (len(y) - 2)
+        denominator = float((residuals**2).sum())
+        rho = float((residuals[1:] * residuals[:-1]).sum() / denominator) if denominator > 0 else 0.0
+        rho = min(max(rho, 0.0), 0.9)
+        slopes.append(slope)
+        errors.append(math.sqrt(sigma2 / sxx * (1 + rho) / (1 - rho)))
+        count += len(y)
+    if not slopes:
+        return None
+    mean = float(np.mean(slopes))
+    se = math.sqrt(sum(e * e for e in errors)) / len(slopes)
+    return Interval(mean, mean - _Z95 * se, mean + _Z95 * se, count)
+
+
 def avg_interval(results: Sequence[Mapping[str, Any]], key: str = "avg") -> Interval | None:
     """A method's ``key`` (default Avg) over its evaluations: one seed -> its bootstrap interval; several
     -> the mean over seeds with ``SE² = Σ SE_i²/S² + s²_seeds/S`` (SE_i from each bootstrap interval)."""
@@ -358,6 +406,7 @@ def assess_claims(
             "length_start": window_interval(length, fraction=window, end=False),
             "length_end": window_interval(length, fraction=window, end=True),
             "avg": avg_interval(d.results),
+            "reward_slope": slope_interval(d.series.get(REWARD_KEY, [])),
             "steps": max((len(s) for s in entropy), default=0),
         }
 
@@ -417,6 +466,29 @@ def assess_claims(
             {m: table[m]["avg"] for m in STUDY_METHODS},
         )
     )
+    claims += [
+        change("grpo", "entropy", "decrease", "GRPO lowers entropy", "grpo_lowers_entropy"),
+        change("nsr", "length", "increase", "NSR lengthens answers", "nsr_lengthens_answers"),
+    ]
+
+    nsr, psr = table["nsr"]["reward_slope"], table["psr"]["reward_slope"]
+    verdict = best_verdict(nsr, {"psr": psr})
+    if nsr is None or psr is None:
+        missing = [m for m, v in (("nsr", nsr), ("psr", psr)) if v is None]
+        evidence = "; ".join(
+            f"{_SHORT[m]}: {_missing(data.get(m), 'reward', table[m]['steps'])}" for m in missing
+        )
+    else:
+        evidence = f"reward slope per step: NSR {nsr.text(5)} vs PSR {psr.text(5)}"
+    claims.append(
+        Claim(
+            "nsr_reward_rises_faster",
+            "NSR's reward rises faster than PSR's",
+            verdict,
+            evidence,
+            {"nsr": nsr, "psr": psr},
+        )
+    )
     return claims, table
 
 
@@ -465,15 +537,16 @@ def claims_markdown(
         "Entropy in nats/token, length in tokens: start / end = first / last window of steps with a 95% "
         "interval; Avg with its 95% interval.",
         "",
-        "| Method | Seeds | Steps | Entropy start | Entropy end | Length start | Length end | Avg |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Method | Seeds | Steps | Entropy start | Entropy end | Length start | Length end | Reward slope /step | Avg |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for method in STUDY_METHODS:
         row = table[method]
+        slope = row.get("reward_slope")
         lines.append(
             f"| {_LABELS[method]} | {row['seeds']} | {row['steps']} | {_cell(row['entropy_start'])} | "
             f"{_cell(row['entropy_end'])} | {_cell(row['length_start'])} | {_cell(row['length_end'])} | "
-            f"{_cell(row['avg'])} |"
+            f"{'–' if slope is None else slope.text(5)} | {_cell(row['avg'])} |"
         )
     lines += [
         "",

@@ -103,20 +103,25 @@ def run(
     all_callbacks: list[Any] = [metrics_callback, *(callbacks or [])]
     if config.logging.progress:
         all_callbacks.append(ProgressCallback(metrics_callback))
-    trainer = EAPOTrainer(
-        model=model_path,
-        reward_funcs=[reward_function(reward)],
-        args=grpo_args(config, run_dir, num_processes=state.num_processes),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=lora_config(config, model_path),
-        callbacks=all_callbacks,
-        weighting=weighting,
-        split_by=config.algorithm.split_by,
-        entropy_agg=config.algorithm.entropy_agg,
-        validation=validation,
-        vllm_settings=vllm_settings(config, rollout),
-    )
+    from eapo.vllm_engine import VLLMEngineError
+
+    try:
+        trainer = EAPOTrainer(
+            model=model_path,
+            reward_funcs=[reward_function(reward)],
+            args=grpo_args(config, run_dir, num_processes=state.num_processes),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=lora_config(config, model_path),
+            callbacks=all_callbacks,
+            weighting=weighting,
+            split_by=config.algorithm.split_by,
+            entropy_agg=config.algorithm.entropy_agg,
+            validation=validation,
+            vllm_settings=vllm_settings(config, rollout),
+        )
+    except VLLMEngineError as error:  # the colocated engine could not start: say why and what to do
+        raise RunError(str(error)) from error
     trainer.remove_callback(PrinterCallback)  # our progress bar and metrics.jsonl replace its raw dict prints
     if rollout.compile and rollout.engine == "generate":
         # TRL builds its GenerationConfig with disable_compile=True; a static cache on CUDA compiles when allowed.

@@ -39,6 +39,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "VLLMEngineError",
+    "start_llm",
     "VLLMSettings",
     "ColocateVLLMGeneration",
     "colocated_vllm",
@@ -48,6 +50,31 @@ __all__ = [
 ]
 
 GIB = 1 << 30
+
+
+class VLLMEngineError(ValueError):
+    """vLLM cannot load or run the model on this device; the message names the cause and the fix."""
+
+
+def start_llm(model: str, *, fix: str, **kwargs: Any):
+    """``vllm.LLM(model=model, **kwargs)``, then one greedy token from a one-token prompt: some kernels
+    refuse a model only on first use (vLLM's CPU attention supports head sizes 32, 64, 80, 96, 112, 128,
+    160, 192, 224, 256 and 512), and a run should fail at start, not at its first step. Any failure is a
+    :class:`VLLMEngineError` naming the model, vLLM's reason and ``fix``."""
+    prepare_vllm_environment()
+    from vllm import LLM, SamplingParams
+
+    try:
+        llm = LLM(model=model, **kwargs)
+        llm.generate(
+            [{"prompt_token_ids": [0]}], SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False
+        )
+    except Exception as error:  # noqa: BLE001 - whatever vLLM raises, the user gets the cause and the fix
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else ""
+        raise VLLMEngineError(
+            f"vLLM cannot run the model {model}: {type(error).__name__}: {reason[:500]}. {fix}"
+        ) from error
+    return llm
 
 
 @dataclass(frozen=True)
@@ -122,7 +149,6 @@ class ColocateVLLMGeneration(_trl_vllm_generation()):  # type: ignore[misc]
             return
         import torch
         from trl.trainer.utils import ensure_master_addr_port
-        from vllm import LLM
 
         accelerator, tp = self.accelerator, self.tensor_parallel_size
         if accelerator.num_processes % tp:
@@ -138,13 +164,13 @@ class ColocateVLLMGeneration(_trl_vllm_generation()):  # type: ignore[misc]
         os.environ["LOCAL_RANK"] = str(accelerator.local_process_index)
         os.environ["WORLD_SIZE"] = str(accelerator.num_processes)
         ensure_master_addr_port()
-        prepare_vllm_environment()
         settings = self.settings
         memory: dict[str, Any] = {"gpu_memory_utilization": self.gpu_memory_utilization}
         if settings.kv_cache_bytes is not None:
             memory = {"kv_cache_memory_bytes": settings.kv_cache_bytes}
-        self.llm = LLM(
-            model=self.model.name_or_path,
+        self.llm = start_llm(
+            self.model.name_or_path,
+            fix="Train this model with rollout.engine=generate (model.generate), or use a model vLLM supports.",
             dtype=settings.dtype,
             enforce_eager=settings.enforce_eager,
             tensor_parallel_size=tp,

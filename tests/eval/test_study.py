@@ -9,6 +9,7 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -30,6 +31,7 @@ from eapo.study import (
     plan_study,
     read_study_config,
     run_study,
+    slope_interval,
     window_interval,
 )
 from eapo.sweep import SweepError
@@ -82,6 +84,35 @@ def test_the_study_config_meets_the_issue(tmp_path):
         0.2,
         "grpo",
     )
+
+
+def test_the_cpu_study_config_meets_the_issue(tmp_path):
+    """configs/study_cpu.yaml: >= 40 steps of >= 8 rollouts per method, k >= 4 on MedQuAD dev, one run at
+    a time, and every loss-affecting option written out."""
+    settings, tree = read_study_config(ROOT / "configs" / "study_cpu.yaml")
+    assert settings.k >= 4 and settings.eval_split == "dev" and settings.jobs == 1
+    path = tmp_path / "training.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    config = load_config(path)
+    assert config.model.name_or_path == "smollm2-135m-instruct" and config.model.lora.enabled
+    assert (config.data.name, config.data.split) == ("medquad", "train")
+    assert config.train.max_steps >= 40
+    assert config.train.prompts_per_step * config.rollout.num_generations >= 8
+    assert config.data.limit >= config.train.max_steps * config.train.prompts_per_step  # no prompt twice
+    assert config.rollout.engine == "auto"
+    assert config.reward.options["reranker"]["backend"] == "bi-encoder"
+    for key in (
+        "beta",
+        "epsilon",
+        "loss_type",
+        "kl_bias_correction",
+        "entropy_agg",
+        "scale_rewards",
+        "split_by",
+    ):
+        assert key in tree["algorithm"], key  # set in the file, not inherited from a default
+    for key in ("vllm_importance_correction", "vllm_importance_cap", "num_generations", "temperature"):
+        assert key in tree["rollout"], key
 
 
 def test_bad_study_sections_are_refused(tmp_path):
@@ -177,10 +208,12 @@ def test_band_and_best_verdicts():
     assert best_verdict(HIGH, {"grpo": None}) == NOT_MEASURED
 
 
-def _data(entropy, length=None, h0=None, avg=None, ci=0.02):
+def _data(entropy, length=None, h0=None, avg=None, ci=0.02, reward=None):
     d = MethodData(runs=["r"])
     d.series["entropy/rollout"] = [entropy]
     d.series["completion/mean_length"] = [length or [100.0] * len(entropy)]
+    if reward is not None:
+        d.series["reward/mean"] = [reward]
     d.h0 = [h0 if h0 is not None else entropy[0]]
     if avg is not None:
         d.results = [{"metrics": {"avg": avg}, "ci95": {"avg": [avg - ci, avg + ci]}}]
@@ -197,9 +230,9 @@ def _wiggle(level, n=40, amplitude=0.01):
 
 def test_assess_claims_all_held_on_scripted_dynamics():
     data = {
-        "grpo": _data(_wiggle(1.5), avg=0.40),
-        "psr": _data(_ramp(2.0, 0.5), length=_ramp(200, 80), avg=0.35),
-        "nsr": _data(_ramp(1.0, 2.5), avg=0.38),
+        "grpo": _data(_ramp(1.8, 1.2), avg=0.40),
+        "psr": _data(_ramp(2.0, 0.5), length=_ramp(200, 80), avg=0.35, reward=_wiggle(0.3)),
+        "nsr": _data(_ramp(1.0, 2.5), length=_ramp(100, 180), avg=0.38, reward=_ramp(0.2, 0.6)),
         "w_reinforce": _data(_wiggle(1.4), avg=0.42),
         "eapo": _data(_wiggle(1.5), h0=1.5, avg=0.55),
     }
@@ -210,7 +243,12 @@ def test_assess_claims_all_held_on_scripted_dynamics():
         ("NSR raises entropy", HELD),
         ("EAPO holds entropy near H_0", HELD),
         ("EAPO scores best on Avg", HELD),
+        ("GRPO lowers entropy", HELD),
+        ("NSR lengthens answers", HELD),
+        ("NSR's reward rises faster than PSR's", HELD),
     ]
+    assert table["nsr"]["reward_slope"].mean == pytest.approx(0.4 / 39)
+    assert "reward slope per step: NSR 0.01026" in claims[7].evidence
     assert table["psr"]["entropy_start"].mean == pytest.approx(sum(_ramp(2.0, 0.5)[:4]) / 4)
     assert "PSR entropy: start 1.942" in claims[0].evidence
     assert "end/H_0 = 1.000" in claims[3].evidence
@@ -219,13 +257,24 @@ def test_assess_claims_all_held_on_scripted_dynamics():
 def test_assess_claims_not_held_and_within_noise():
     data = {
         "grpo": _data(_wiggle(1.5), avg=0.60),
-        "psr": _data(_ramp(0.5, 2.0), length=_wiggle(120, amplitude=30), avg=0.35),  # entropy rises
-        "nsr": _data(_wiggle(1.0, amplitude=0.3), avg=0.38),  # flat and noisy
+        "psr": _data(
+            _ramp(0.5, 2.0), length=_wiggle(120, amplitude=30), avg=0.35, reward=_ramp(0.2, 0.6)
+        ),  # entropy rises, and so does the reward
+        "nsr": _data(_wiggle(1.0, amplitude=0.3), avg=0.38, reward=_wiggle(0.3)),  # flat and noisy
         "w_reinforce": _data(_wiggle(1.4), avg=0.42),
         "eapo": _data(_ramp(1.5, 0.6), h0=1.5, avg=0.45),  # collapses; GRPO scores clearly higher
     }
     verdicts = [c.verdict for c in assess_claims(data)[0]]
-    assert verdicts == [NOT_HELD, WITHIN_NOISE, WITHIN_NOISE, NOT_HELD, NOT_HELD]
+    assert verdicts == [
+        NOT_HELD,
+        WITHIN_NOISE,
+        WITHIN_NOISE,
+        NOT_HELD,
+        NOT_HELD,
+        WITHIN_NOISE,  # GRPO's entropy wiggles around one level
+        WITHIN_NOISE,  # NSR's length is flat
+        NOT_HELD,  # PSR's reward rises, NSR's does not
+    ]
     data["eapo"] = _data(_wiggle(1.62, amplitude=0.05), h0=1.5, avg=0.59, ci=0.05)  # ratio 1.08 ± noise
     claims = assess_claims(data)[0]
     assert (claims[3].verdict, claims[4].verdict) == (WITHIN_NOISE, WITHIN_NOISE)
@@ -233,18 +282,40 @@ def test_assess_claims_not_held_and_within_noise():
     claims = assess_claims(data)[0]
     assert claims[2].verdict == NOT_MEASURED and claims[4].verdict == NOT_MEASURED
     assert "no evaluation for nsr" in claims[4].evidence
+    assert claims[6].verdict == claims[7].verdict == NOT_MEASURED
+    assert claims[7].evidence == "NSR: no finished run"
+
+
+def test_slope_interval_by_hand():
+    exact = slope_interval([[2.0 + 0.5 * t for t in range(10)]])
+    assert (exact.mean, exact.low, exact.high, exact.n) == pytest.approx((0.5, 0.5, 0.5, 10))
+    # alternating noise around a trend: negative residual autocorrelation is clipped to 0
+    values = [0.1 * t + (0.2 if t % 2 else -0.2) for t in range(8)]
+    t = np.arange(8.0)
+    slope, intercept = np.polyfit(t, values, 1)
+    residuals = np.array(values) - (intercept + slope * t)
+    se = math.sqrt((residuals**2).sum() / 6 / ((t - t.mean()) ** 2).sum())
+    got = slope_interval([values])
+    assert got.mean == pytest.approx(slope) and got.high - got.mean == pytest.approx(1.959963984540054 * se)
+    # two seeds: mean slope, SE² = Σ SE_s² / S²
+    pooled = slope_interval([values, [2.0 + 0.5 * t for t in range(8)]])
+    assert pooled.mean == pytest.approx((slope + 0.5) / 2)
+    assert pooled.high - pooled.mean == pytest.approx(1.959963984540054 * se / 2)
+    # unlogged steps keep their place on the step axis; too few values: not measured
+    assert slope_interval([[0.0, None, 2.0, 3.0, None, 5.0, 6.0, 7.0]]).mean == pytest.approx(1.0)
+    assert slope_interval([[1.0, 2.0, 3.0, 4.0, 5.0]]) is None
 
 
 # --------------------------------------------------------------------------------------------
 # The study on a fake runner (scripted dynamics and evaluations), then for real on CPU
 # --------------------------------------------------------------------------------------------
 
-SCRIPT = {  # method -> (entropy series, length series, Avg)
-    "grpo": (_wiggle(1.5, 20), _wiggle(150, 20), 0.40),
-    "psr": (_ramp(2.0, 0.5, 20), _ramp(200, 80, 20), 0.35),
-    "nsr": (_ramp(1.0, 2.5, 20), _wiggle(150, 20), 0.38),
-    "w_reinforce": (_wiggle(1.4, 20), _wiggle(150, 20), 0.42),
-    "eapo": (_wiggle(1.5, 20), _wiggle(150, 20), 0.55),
+SCRIPT = {  # method -> (entropy series, length series, Avg, reward series)
+    "grpo": (_ramp(1.8, 1.2, 20), _wiggle(150, 20), 0.40, _wiggle(0.3, 20)),
+    "psr": (_ramp(2.0, 0.5, 20), _ramp(200, 80, 20), 0.35, _wiggle(0.3, 20)),
+    "nsr": (_ramp(1.0, 2.5, 20), _ramp(100, 200, 20), 0.38, _ramp(0.2, 0.6, 20)),
+    "w_reinforce": (_wiggle(1.4, 20), _wiggle(150, 20), 0.42, _wiggle(0.3, 20)),
+    "eapo": (_wiggle(1.5, 20), _wiggle(150, 20), 0.55, _wiggle(0.3, 20)),
 }
 
 
@@ -257,16 +328,17 @@ class ScriptedRunner:
         self.trained.append((run_dir.name, config.train.seed))
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(dump_config(config))
-        entropy, length, _ = SCRIPT[config.algorithm.method]
+        entropy, length, _, reward = SCRIPT[config.algorithm.method]
         rows = [
             {
                 "step": s + 1,
                 "entropy/rollout": h,
                 "completion/mean_length": n,
+                "reward/mean": r,
                 "eapo/H0": entropy[0],
                 "kl": 0.0,
             }
-            for s, (h, n) in enumerate(zip(entropy, length, strict=True))
+            for s, (h, n, r) in enumerate(zip(entropy, length, reward, strict=True))
         ]
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (run_dir / "summary.json").write_text(json.dumps({"rollout/engine": "paged"}))
@@ -322,7 +394,7 @@ def test_study_on_scripted_runs_writes_table_figure_and_claims(tmp_path):
     assert eval_args[eval_args.index("--k") + 1] == "8" and eval_args[eval_args.index("--split") + 1] == "dev"
     assert eval_args[eval_args.index("--scorers") + 1] == "rouge_l,reranker,format"
     out = tmp_path / "study"
-    assert [c.verdict for c in report.claims] == [HELD] * 5
+    assert [c.verdict for c in report.claims] == [HELD] * 8
     claims = (out / "claims.md").read_text()
     assert "| PSR lowers entropy | **held** |" in claims and "How each verdict is decided" in claims
     assert "Rollout engine(s): paged" in claims and "seeds: 3" in claims
@@ -378,9 +450,13 @@ def test_tiny_study_end_to_end_on_cpu(tmp_path, monkeypatch):
         "NSR raises entropy",
         "EAPO holds entropy near H_0",
         "EAPO scores best on Avg",
+        "GRPO lowers entropy",
+        "NSR lengthens answers",
+        "NSR's reward rises faster than PSR's",
     ]
     # two steps are too few for disjoint start and end windows: the dynamics claims are not measured
-    assert [c["verdict"] for c in summary["claims"][:4]] == [NOT_MEASURED] * 4
+    dynamics = summary["claims"][:4] + summary["claims"][5:]
+    assert [c["verdict"] for c in dynamics] == [NOT_MEASURED] * 7
     assert "2 logged steps of entropy: too few" in summary["claims"][0]["evidence"]
     assert summary["claims"][4]["verdict"] in (HELD, NOT_HELD, WITHIN_NOISE)
     assert summary["engines"] == ["generate"] * 5  # CPU: plain generate

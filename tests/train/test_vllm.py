@@ -181,3 +181,42 @@ def test_eval_backend_vllm_serves_the_merged_lora_run(tmp_path):
     base = _eval_texts(["--config", str(TINY)], "transformers", tmp_path / "base")  # same data and prompts
     assert len(on_vllm) == 3 and on_vllm == on_transformers  # greedy: the same model on both engines
     assert on_vllm != base  # ... and that model is the adapted one
+
+
+def test_a_model_vllm_cannot_run_fails_at_start_with_the_cause_and_the_fix(tmp_path):
+    """A Llama with head size 16, below the 32 vLLM's CPU attention accepts (and a valid model for
+    model.generate): training and eval stop before their first step and say what to use instead."""
+    import torch
+
+    from eapo.models import build_tiny_model
+
+    model, tokenizer = build_tiny_model(num_heads=4)  # 64 / 4 = head size 16
+    model.save_pretrained(tmp_path / "heads16")
+    tokenizer.save_pretrained(tmp_path / "heads16")
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA build accepts head size 16")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "eapo.cli"]
+    train_args = ["train", "--config", str(TINY), "--output-dir", str(tmp_path / "run")]
+    proc = subprocess.run(
+        [*command, *train_args, f"model.name_or_path={tmp_path / 'heads16'}", *VLLM],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode != 0
+    assert f"vLLM cannot run the model {tmp_path / 'heads16'}" in proc.stderr
+    assert "head_dim=16" in proc.stderr and "rollout.engine=generate" in proc.stderr
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert not metrics.exists() or read_metrics(tmp_path / "run") == []  # stopped before the first step
+    proc = subprocess.run(
+        [*command, "eval", "--model", str(tmp_path / "heads16"), "--data", "demo", "--backend", "vllm"]
+        + ["--k", "1", "--limit", "1", "--output-dir", str(tmp_path / "eval")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode != 0
+    assert "vLLM cannot run the model" in proc.stderr and "--backend transformers" in proc.stderr

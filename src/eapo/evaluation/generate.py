@@ -327,12 +327,10 @@ class VLLMGenerator:
         kv_cache_gib: float = 1.0,
     ) -> None:
         import torch
-        from vllm import LLM
 
         from eapo.models import load_tokenizer, resolve_model
-        from eapo.vllm_engine import GIB, prepare_vllm_environment
+        from eapo.vllm_engine import GIB, start_llm
 
-        prepare_vllm_environment()
         cuda = torch.cuda.is_available()
         kwargs: dict = {
             "dtype": str(_torch_dtype(dtype)).removeprefix("torch."),
@@ -346,6 +344,7 @@ class VLLMGenerator:
             kwargs["max_model_len"] = max_model_len
         self.lora_request = None
         self._merged = None
+        fix = "Evaluate it with --backend transformers (model.generate), or use a model vLLM supports."
         base = adapter_base(model_path)
         if base is not None and cuda:
             from vllm.lora.request import LoRARequest
@@ -355,13 +354,15 @@ class VLLMGenerator:
             )
             supported = (8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's max_lora_rank choices
             max_rank = next((value for value in supported if value >= int(rank)), int(rank))
-            self.llm = LLM(model=resolve_model(base), enable_lora=True, max_lora_rank=max_rank, **kwargs)
+            self.llm = start_llm(
+                resolve_model(base), fix=fix, enable_lora=True, max_lora_rank=max_rank, **kwargs
+            )
             self.lora_request = LoRARequest("eapo-adapter", 1, str(model_path))
         elif base is not None:
             self._merged = merge_adapter(model_path, dtype=kwargs["dtype"])
-            self.llm = LLM(model=self._merged.name, **kwargs)
+            self.llm = start_llm(self._merged.name, fix=fix, **kwargs)
         else:
-            self.llm = LLM(model=model_path, **kwargs)
+            self.llm = start_llm(model_path, fix=fix, **kwargs)
         self.tokenizer = load_tokenizer(model_path)
 
     @classmethod
