@@ -140,30 +140,6 @@ def bench_rollout(engine: str, model_path: str, prompts: list[str], args) -> dic
     return result
 
 
-class StepTimer:
-    """A TrainerCallback (built lazily) that records each optimisation step's wall time."""
-
-    def __new__(cls):
-        from transformers import TrainerCallback
-
-        class _Timer(TrainerCallback):
-            def __init__(self) -> None:
-                self.times: list[float] = []
-                self._start = 0.0
-
-            def on_step_begin(self, args, state, control, **kwargs):
-                self._start = time.perf_counter()
-
-            def on_step_end(self, args, state, control, **kwargs):
-                if _cuda():
-                    import torch
-
-                    torch.cuda.synchronize()
-                self.times.append(time.perf_counter() - self._start)
-
-        return _Timer()
-
-
 def bench_steps(engine: str, args, data_name: str, out: Path) -> dict[str, Any]:
     """``--steps`` steps of the real recipe (EAPO) with this engine; the first step is a warm-up."""
     from eapo.config import load_config
@@ -207,6 +183,8 @@ def bench_steps(engine: str, args, data_name: str, out: Path) -> dict[str, Any]:
         ],
     )
     _reset_peak()
+    from step_timer import StepTimer
+
     timer = StepTimer()
     started = time.perf_counter()
     run_dir = run(config, out / engine, callbacks=[timer])

@@ -15,30 +15,15 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from transformers import TrainerCallback  # noqa: E402 - after the offline switches
+from step_timer import StepTimer  # noqa: E402 - after the offline switches
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES: set[str] = set()  # where EAPOTrainer took H_t from in the timed runs
-
-
-class StepTimer(TrainerCallback):
-    """Records the wall time of every optimisation step (generation + scoring + update)."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self._start = 0.0
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.times.append(time.perf_counter() - self._start)
 
 
 def run_once(

@@ -159,10 +159,10 @@ def step_worker(
     engine: str, model: str, steps: int, config_path: str, overrides: list[str]
 ) -> dict[str, Any]:
     import trl.extras.profiling as profiling
-    from transformers import TrainerCallback
 
     from eapo.config import load_config
     from eapo.train import run
+    from step_timer import StepTimer
 
     phases: dict[str, list[float]] = defaultdict(list)
     original = profiling.ProfilingContext._log_metrics
@@ -172,17 +172,6 @@ def step_worker(
         original(self, duration)
 
     profiling.ProfilingContext._log_metrics = record
-
-    class StepTimer(TrainerCallback):
-        def __init__(self) -> None:
-            self.times: list[float] = []
-            self.start = 0.0
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self.start = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.times.append(time.perf_counter() - self.start)
 
     engine_overrides = {
         "generate": ["rollout.engine=generate"],
