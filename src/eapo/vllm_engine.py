@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "VLLMEngineError",
     "start_llm",
+    "cpu_engine_options",
     "VLLMSettings",
     "ColocateVLLMGeneration",
     "colocated_vllm",
@@ -54,6 +55,19 @@ GIB = 1 << 30
 
 class VLLMEngineError(ValueError):
     """vLLM cannot load or run the model on this device; the message names the cause and the fix."""
+
+
+def cpu_engine_options(kv_cache_gib: float) -> dict[str, Any]:
+    """``LLM(...)`` options of an engine on a CPU.
+
+    * ``kv_cache_memory_bytes``: a fixed KV cache (else vLLM reserves ``gpu_memory_utilization`` of the
+      machine's memory and refuses to start when less is free);
+    * ``enable_chunked_prefill=False``: when a batch's prompts pass ``max_num_batched_tokens`` vLLM
+      splits a prefill and rewinds that request's seeded generator with ``Generator.set_offset``,
+      which only CUDA generators have ("CPU Generator does not use offset": 24 seeded prompts of 400
+      tokens failed, measured). Without chunking vLLM sizes a step to the context length.
+    """
+    return {"kv_cache_memory_bytes": int(kv_cache_gib * GIB), "enable_chunked_prefill": False}
 
 
 def start_llm(model: str, *, fix: str, **kwargs: Any):
@@ -165,9 +179,13 @@ class ColocateVLLMGeneration(_trl_vllm_generation()):  # type: ignore[misc]
         os.environ["WORLD_SIZE"] = str(accelerator.num_processes)
         ensure_master_addr_port()
         settings = self.settings
-        memory: dict[str, Any] = {"gpu_memory_utilization": self.gpu_memory_utilization}
+        # as TRL on a GPU (vLLM v1's memory profiler misreads its 32768 default); on a CPU see cpu_engine_options
+        memory: dict[str, Any] = {
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_num_batched_tokens": 4096,
+        }
         if settings.kv_cache_bytes is not None:
-            memory = {"kv_cache_memory_bytes": settings.kv_cache_bytes}
+            memory = cpu_engine_options(settings.kv_cache_bytes / GIB)
         self.llm = start_llm(
             self.model.name_or_path,
             fix="Train this model with rollout.engine=generate (model.generate), or use a model vLLM supports.",
@@ -180,7 +198,6 @@ class ColocateVLLMGeneration(_trl_vllm_generation()):  # type: ignore[misc]
             model_impl=self.model_impl,
             distributed_executor_backend="external_launcher",
             seed=settings.seed + accelerator.process_index // tp,  # identical within a TP group
-            max_num_batched_tokens=4096,  # as TRL: vLLM v1's profiler misreads its 32768 default
             logprobs_mode="processed_logprobs",  # after temperature: what the importance ratio needs
             trust_remote_code=self.trust_remote_code,
             **memory,

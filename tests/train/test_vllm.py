@@ -220,3 +220,29 @@ def test_a_model_vllm_cannot_run_fails_at_start_with_the_cause_and_the_fix(tmp_p
     )
     assert proc.returncode != 0
     assert "vLLM cannot run the model" in proc.stderr and "--backend transformers" in proc.stderr
+
+
+_SEEDED = """
+from eapo.evaluation.generate import VLLMGenerator
+from eapo.models import resolve_model
+
+generator = VLLMGenerator(resolve_model("tiny"), dtype="float32")
+prompts = [f"question {i}: " + "x" * 400 for i in range(24)]  # 9,000+ prompt tokens: more than one step holds
+def sample(seed):
+    groups = generator.generate(prompts, k=2, temperature=1.0, top_p=1.0, max_new_tokens=8, seed=seed)
+    return [[c.text for c in group] for group in groups]
+first, again, other = sample(5), sample(5), sample(6)
+print(first == again, first != other, len(first))
+"""
+
+
+def test_seeded_sampling_of_a_large_batch_repeats(tmp_path):
+    """Seeded requests whose prompts fill more than one engine step: on a CPU vLLM would split a prefill
+    and rewind the request's generator with a CUDA-only call ("CPU Generator does not use offset");
+    eapo's CPU engines do not split prefills, and a seed repeats its samples."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _SEEDED], env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().splitlines()[-1] == "True True 24"

@@ -329,7 +329,7 @@ class VLLMGenerator:
         import torch
 
         from eapo.models import load_tokenizer, resolve_model
-        from eapo.vllm_engine import GIB, start_llm
+        from eapo.vllm_engine import cpu_engine_options, start_llm
 
         cuda = torch.cuda.is_available()
         kwargs: dict = {
@@ -339,7 +339,7 @@ class VLLMGenerator:
         if cuda:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:
-            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * GIB)
+            kwargs.update(cpu_engine_options(kv_cache_gib))
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         self.lora_request = None
