@@ -252,6 +252,13 @@ def run_eval(
     # Generation settings: explicit > the run's rollout settings > defaults.
     rollout = cfg.rollout if cfg is not None else None
     chosen_backend = choose_backend(backend)
+    if backend == "auto" and rollout is not None and rollout.requested_engine() != "auto":
+        # auto follows an engine the run (or config) chose explicitly, where that engine runs here: a
+        # run pinned to generate is evaluated with model.generate, one pinned to vllm with vLLM
+        try:
+            chosen_backend = choose_backend(rollout.requested_engine())
+        except (ImportError, RuntimeError):
+            pass  # e.g. a vLLM run evaluated on a machine without vLLM: this device's choice
     settings = EvalSettings(
         k=k,
         temperature=temperature if temperature is not None else (rollout.temperature if rollout else 1.0),
