@@ -170,6 +170,10 @@ def test_grpo_args_follow_the_chosen_engine(tmp_path):
     )
     assert paged.use_transformers_continuous_batching and not paged.use_vllm
     assert paged.transformers_continuous_batching_config == {"max_memory_percent": 0.25}
+    bare = grpo_args(load_config(TINY, ["rollout.engine=paged"]), tmp_path, facts=CPU)
+    assert bare.transformers_continuous_batching_config == {
+        "max_memory_percent": 0.1
+    }  # CPU: not the whole RAM
 
     static = grpo_args(load_config(TINY, ["rollout.cache_implementation=static"]), tmp_path, facts=CPU)
     assert static.cache_implementation == "static" and static.pad_to_multiple_of is None
