@@ -20,6 +20,7 @@ from typing import Any
 from eapo.evaluation.metrics import AVG_COLUMNS, METRIC_KEYS, average_columns
 
 __all__ = [
+    "comparison_notes",
     "column_title",
     "format_value",
     "format_cell",
@@ -200,6 +201,21 @@ def unscored_note(results: Sequence[Mapping[str, Any]]) -> str | None:
     return f"Samples a scorer could not score (None/NaN, left out of its means){scope}: {counts or 'none'}."
 
 
+def comparison_notes(
+    results: Sequence[Mapping[str, Any]], labels: Mapping[str, str], *, k: int | None, judged: bool
+) -> list[str]:
+    """The lines under a comparison table: what each column averages, the Avg(s), then every
+    :func:`table_notes` bullet (``eapo eval``'s results.md and ``eapo sweep``'s comparison.md)."""
+    lines = [
+        f"Rouge-L / Reranker / LAAJ: mean over the k samples; RL@{k} / RR@{k}: best of the k samples.",
+        "",
+        ("Performance comparison: " if judged else "") + avg_note("avg", k),
+    ]
+    if judged:
+        lines += ["", "With LLM-as-a-Judge: " + avg_note("avg_laaj", k)]
+    return [*lines, "", *(f"- {note}" for note in table_notes(results, labels))]
+
+
 def table_notes(results: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> list[str]:
     """The footnotes every table prints: scorer labels (with the † note), scored text, unscored counts."""
     notes = scorer_notes(labels)
@@ -263,15 +279,7 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     lines += [_results_table(results, "avg")]
     if judged:
         lines += ["## With LLM-as-a-Judge", "", _results_table(results, "avg_laaj")]
-    lines += [
-        f"Rouge-L / Reranker / LAAJ: mean over the k samples; RL@{k} / RR@{k}: best of the k samples.",
-        "",
-        ("Performance comparison: " if judged else "") + avg_note("avg", k),
-    ]
-    if judged:
-        lines += ["", "With LLM-as-a-Judge: " + avg_note("avg_laaj", k)]
-    lines += [""]
-    lines += [f"- {note}" for note in table_notes([results], results.get("labels", {}))]
+    lines += comparison_notes([results], results.get("labels", {}), k=k, judged=judged)
     extra = results.get("extra", {})
     if extra:
         lines += [

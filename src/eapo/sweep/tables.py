@@ -14,8 +14,8 @@ from typing import Any
 from eapo.evaluation.labels import METHOD_NAMES, METHOD_ORDER, effective_weights, method_label
 from eapo.evaluation.metrics import METRIC_KEYS
 from eapo.evaluation.report import (
-    avg_note,
     column_title,
+    comparison_notes,
     csv_text,
     format_value,
     has_laaj,
@@ -181,15 +181,7 @@ def comparison_table(
             lines += [title, ""]
         rows = _comparison_rows(entries, columns)
         lines.append(markdown_table(header, rows) if rows else "(no finished evaluation yet)\n")
-    lines += [
-        f"Rouge-L / Reranker / LAAJ: mean over the k samples; RL@{k} / RR@{k}: best of the k samples.",
-        "",
-        ("Performance comparison: " if judged else "") + avg_note("avg", k),
-    ]
-    if judged:
-        lines += ["", "With LLM-as-a-Judge: " + avg_note("avg_laaj", k)]
-    lines += [""]
-    lines += [f"- {note}" for note in table_notes(results, labels)]
+    lines += comparison_notes(results, labels, k=k, judged=judged)
     if failures:
         lines += ["", "Failed runs (not in the table):"] + [
             f"- {name}: {message.splitlines()[0]}" for name, message in failures.items()
