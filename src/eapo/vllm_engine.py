@@ -188,6 +188,7 @@ class ColocateVLLMGeneration(_trl_vllm_generation()):  # type: ignore[misc]
             memory = cpu_engine_options(settings.kv_cache_bytes / GIB)
         self.llm = start_llm(
             self.model.name_or_path,
+            quantization=_bitsandbytes_quantization(self.model),  # as TRL: a 4-bit (QLoRA) policy
             fix="Train this model with rollout.engine=generate (model.generate), or use a model vLLM supports.",
             dtype=settings.dtype,
             enforce_eager=settings.enforce_eager,
@@ -226,6 +227,23 @@ class ColocateVLLMGeneration(_trl_vllm_generation()):  # type: ignore[misc]
         """The policy's weights under vLLM's names, one at a time (TRL's iterator: gathers ZeRO-3/FSDP
         shards, merges LoRA adapters and unmerges them once the iterator is exhausted)."""
         yield from self._iter_named_params()
+
+
+def _bitsandbytes_quantization(model: Any) -> str | None:
+    """``"bitsandbytes"`` for a policy with 4-bit bitsandbytes layers (vLLM loads it quantized, as TRL
+    asks); 8-bit layers cannot be served in flight."""
+    from transformers import is_bitsandbytes_available
+
+    if not is_bitsandbytes_available():
+        return None
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            return "bitsandbytes"
+        if isinstance(module, bnb.nn.Linear8bitLt):
+            raise ValueError("vLLM does not support in-flight 8-bit quantization (bitsandbytes Linear8bitLt)")
+    return None
 
 
 @contextmanager
