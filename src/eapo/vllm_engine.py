@@ -31,10 +31,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from trl.generation.vllm_generation import VLLMGeneration
 
 logger = logging.getLogger(__name__)
 
@@ -143,13 +144,7 @@ def refresh_tied_lm_heads(model: Any) -> int:
     return refreshed
 
 
-def _trl_vllm_generation():
-    from trl.generation.vllm_generation import VLLMGeneration
-
-    return VLLMGeneration
-
-
-class ColocateVLLMGeneration(_trl_vllm_generation()):  # type: ignore[misc]
+class ColocateVLLMGeneration(VLLMGeneration):
     """TRL's ``VLLMGeneration`` with the policy's dtype, a CPU-capable weight sync and CPU sizing (see
     the module docstring). Server mode is TRL's, unchanged."""
 
@@ -218,15 +213,12 @@ class ColocateVLLMGeneration(_trl_vllm_generation()):  # type: ignore[misc]
             self.llm.wake_up(tags=["weights"])
             self._llm_weights_sleeping = False
         self.llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": self.named_weights(), "is_checkpoint_format": True}
+            "reload_weights",
+            # TRL's iterator: gathers ZeRO-3/FSDP shards, merges LoRA and unmerges it once exhausted
+            kwargs={"weights_iterator": self._iter_named_params(), "is_checkpoint_format": True},
         )
         self.llm.apply_model(refresh_tied_lm_heads)
         self.llm.reset_prefix_cache()
-
-    def named_weights(self) -> Iterator[tuple[str, Any]]:
-        """The policy's weights under vLLM's names, one at a time (TRL's iterator: gathers ZeRO-3/FSDP
-        shards, merges LoRA adapters and unmerges them once the iterator is exhausted)."""
-        yield from self._iter_named_params()
 
 
 def _bitsandbytes_quantization(model: Any) -> str | None:
