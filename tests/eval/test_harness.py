@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -377,3 +378,61 @@ def test_laaj_scores_the_response_with_the_judge(tmp_path, tiny):
     assert "LAAJ 2/6" in markdown
     header, row = (tmp_path / "results.csv").read_text().strip().splitlines()
     assert dict(zip(header.split(","), row.split(","), strict=True))["unscored_laaj"] == "2"
+
+
+def test_eval_of_a_run_on_other_data_keeps_its_prompt_and_prefix_unless_told(tmp_path, monkeypatch, caplog):
+    """`eapo eval --model RUN --data jsonl`: the run's prompt template and response prefix go with it
+    (the model learnt to answer them); --prompt / --response-prefix replace them, with a warning."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from eapo.cli import app
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(resolve_model("tiny"), run_dir / "final")
+    config = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    config["data"].update(prompt="en_fewshot", response_prefix="<think>")
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    held_out = tmp_path / "held_out.jsonl"
+    rows = [
+        {"id": f"q{i}", "question": f"What helps symptom {i}?", "answer": f"Rest {i}."} for i in range(12)
+    ]
+    held_out.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    common = ["--data", "jsonl", "--data-path", str(held_out), "--split", "all", "--k", "1"]
+    common += ["--scorers", "format", "--max-new-tokens", "3", "--bootstrap", "20"]
+
+    def evaluate_into(name, *extra):
+        out = tmp_path / name
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="eapo.evaluation.runner"):
+            result = CliRunner().invoke(
+                app, ["eval", "--model", str(run_dir), "--output-dir", str(out), *common, *extra]
+            )
+        assert result.exit_code == 0, result.output
+        samples, _ = load_samples(out / "samples.jsonl")
+        settings = json.loads((out / "results.json").read_text())["settings"]
+        warnings = [r.getMessage() for r in caplog.records if "the run trained with" in r.getMessage()]
+        scorer = json.loads((out / "eval_config.json").read_text())["scorers"]["format"]
+        return settings, samples, warnings, scorer
+
+    settings, samples, warnings, scorer = evaluate_into("kept")
+    assert settings["prompt"] == settings["trained_prompt"] == "en_fewshot"
+    assert settings["response_prefix"] == settings["trained_response_prefix"] == "<think>"
+    assert len(samples) == 12 and all(s["prompt"].endswith("assistant\n<think>") for s in samples)
+    assert warnings == []
+    assert scorer.endswith("after '<think>')")  # the format check reads "<think>" + completion
+
+    settings, samples, warnings, scorer = evaluate_into("replaced", "--prompt", "en", "--response-prefix", "")
+    assert settings["prompt"] == "en" and settings["response_prefix"] == ""
+    assert settings["trained_prompt"] == "en_fewshot" and settings["trained_response_prefix"] == "<think>"
+    assert all(s["prompt"].endswith("<|im_start|>assistant\n") for s in samples)
+    assert len(warnings) == 2 and scorer.endswith("non-empty)")  # no prefix: the completion as is
+    assert "--prompt en_fewshot" in warnings[0] and "--response-prefix '<think>'" in warnings[1]
+
+
+def test_prompt_drift_names_each_difference_from_training():
+    """No run, or the run's own prompt and prefix: no warning; a changed prefix: one naming both."""
+    from eapo.evaluation.runner import prompt_drift
+
+    assert prompt_drift("en", "", None, None) == []
+    assert prompt_drift("en_fewshot", "<think>", "en_fewshot", "<think>") == []
+    (warning,) = prompt_drift("en_fewshot", "", "en_fewshot", "<think>")
+    assert "response prefix ''" in warning and "'<think>'" in warning

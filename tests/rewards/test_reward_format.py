@@ -102,6 +102,8 @@ def test_custom_tags_prefix_and_chat_completions() -> None:
 
 def test_format_label_and_validation() -> None:
     assert FormatReward().label == "format (<think> then <advice>; present in order, non-empty)"
+    # a prefix changes the scores, so it is part of the label that fingerprints stored scores
+    assert FormatReward(prefix="<think>").label.endswith("non-empty; after '<think>')")
     assert (
         FormatReward(strict=True).label
         == "format (<think> then <advice>; strict: each once, in order, nothing outside)"

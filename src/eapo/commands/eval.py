@@ -34,7 +34,15 @@ def eval_command(
     ),
     limit: int = typer.Option(None, "--limit", help="Evaluate at most this many prompts."),
     prompt: str = typer.Option(
-        None, "--prompt", help="Prompt template name or file (default: the dataset's)."
+        None,
+        "--prompt",
+        help="Prompt template name or file (default: the run's training prompt, else the dataset's).",
+    ),
+    response_prefix: str = typer.Option(
+        None,
+        "--response-prefix",
+        help="Text every response starts with, appended after the generation prompt (default: the "
+        "run's data.response_prefix, e.g. '<think>'; '' for none).",
     ),
     max_prompt_tokens: int = typer.Option(None, "--max-prompt-tokens", help="Truncate longer questions."),
     k: int = typer.Option(8, "--k", help="Samples per prompt (RL@k / RR@k take the best of them)."),
@@ -96,6 +104,7 @@ def eval_command(
             split=split,
             limit=limit,
             prompt=prompt,
+            response_prefix=response_prefix,
             max_prompt_tokens=max_prompt_tokens,
             k=k,
             temperature=temperature,

@@ -165,6 +165,28 @@ def _data_label(name: str, path: str | None, split: str, limit: int | None) -> s
     return label
 
 
+def prompt_drift(
+    prompt: str, response_prefix: str, trained_prompt: str | None, trained_prefix: str | None
+) -> list[str]:
+    """Warnings for an evaluation whose prompt template or response prefix is not the run's training's
+    (a model trained to answer one prompt, scored on another, can lose its format entirely)."""
+    if trained_prompt is None:
+        return []
+    warnings = []
+    if prompt != trained_prompt:
+        warnings.append(
+            f"evaluating with prompt {prompt!r}, but the run trained with {trained_prompt!r} "
+            f"(data.prompt); pass --prompt {trained_prompt} to evaluate as trained"
+        )
+    if response_prefix != (trained_prefix or ""):
+        warnings.append(
+            f"evaluating with response prefix {response_prefix!r}, but the run trained with "
+            f"{trained_prefix or ''!r} (data.response_prefix); pass --response-prefix "
+            f"{trained_prefix or ''!r} to evaluate as trained"
+        )
+    return warnings
+
+
 def run_eval(
     model: str | None = None,
     *,
@@ -175,6 +197,7 @@ def run_eval(
     split: str = "dev",
     limit: int | None = None,
     prompt: str | None = None,
+    response_prefix: str | None = None,
     max_prompt_tokens: int | None = None,
     k: int = 8,
     temperature: float | None = None,
@@ -227,20 +250,26 @@ def run_eval(
     elif cfg is not None and data == cfg.data.name and data_path is None:
         data_path = cfg.data.path
         data_options = dict(cfg.data.options)
-    if prompt is None:
-        prompt = cfg.data.prompt if cfg is not None and cfg.data.prompt and data == cfg.data.name else None
+    # Prompt template and response prefix: explicit (--prompt / --response-prefix) > the run's training
+    # (kept on other data too: the model learnt to answer that prompt) > the dataset's default.
+    trained_prompt = trained_prefix = None
+    if cfg is not None:
+        trained_prompt = cfg.data.prompt or default_prompt_for(cfg.data.name)
+        trained_prefix = cfg.data.response_prefix
     if max_prompt_tokens is None and cfg is not None:
         max_prompt_tokens = cfg.data.max_prompt_tokens
     try:
-        prompt = prompt or default_prompt_for(data)
+        prompt = prompt or trained_prompt or default_prompt_for(data)
         records = load(data, data_path, split=split, limit=limit, **data_options)
     except (DataError, FileNotFoundError) as error:
         raise EvalError(f"data {data!r}: {error}") from error
     if not records:
         raise EvalError(f"data {data!r} split {split!r} has no records; check --split and --data-path")
+    if response_prefix is None:
+        response_prefix = trained_prefix or ""
+    for warning in prompt_drift(prompt, response_prefix, trained_prompt, trained_prefix):
+        logger.warning(warning)
     tokenizer = load_tokenizer(target["model_path"])
-    # the run's response prefix goes with its prompt (both are the run's unless --data names other data)
-    response_prefix = cfg.data.response_prefix if cfg is not None and data == cfg.data.name else ""
     prompts = render_prompts(
         records,
         tokenizer,
@@ -274,9 +303,13 @@ def run_eval(
     check_generation(
         output_dir / EVAL_CONFIG_FILE, generation_fingerprint(target["model"], settings.validate())
     )
+    options = reward_options(cfg) if cfg is not None else {}
+    if cfg is None or "prefix" not in cfg.reward.options.get("format", {}):
+        # the format check reads prefix + completion: the prefix this evaluation's prompts end with
+        options.setdefault("format", {})["prefix"] = response_prefix
     scorer_map = build_scorers(
         scorers,
-        reward_options=reward_options(cfg) if cfg is not None else None,
+        reward_options=options,
         rouge_level=rouge_level,
         reranker_backend=reranker_backend,
         judge_base_url=judge_base_url,
@@ -312,6 +345,8 @@ def run_eval(
             "prompt": prompt,
             "max_prompt_tokens": max_prompt_tokens,
             "response_prefix": response_prefix,
+            "trained_prompt": trained_prompt,
+            "trained_response_prefix": trained_prefix,
             "truncated_prompts": len(getattr(prompts, "truncated", [])),
             "model_path": target["model_path"],
         },

@@ -126,7 +126,9 @@ class FormatReward:
             check = "strict: each once, in order"
         else:
             check = "strict: each once, in order, nothing outside"
-        self.label = f"format ({order}; {check})"
+        # the label fingerprints stored scores (a changed label rescores them): the prefix changes them
+        prefixed = f"; after {prefix!r}" if prefix else ""
+        self.label = f"format ({order}; {check}{prefixed})"
         self.__name__ = self.name  # TRL names reward functions by __name__
 
     def check(self, text: str) -> bool:
