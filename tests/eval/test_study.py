@@ -470,3 +470,25 @@ def test_tiny_study_end_to_end_on_cpu(tmp_path, monkeypatch):
     for name in ("comparison.md", "comparison.csv", "dynamics.png", "claims.md"):
         assert (out / name).stat().st_size > 0, name
     assert "| EAPO scores best on Avg |" in (out / "claims.md").read_text()
+
+
+def test_the_committed_cpu_study_parses_and_its_claims_agree_with_claims_md():
+    """docs/results/study-cpu-smollm2-medquad: claims.json is the data behind claims.md, verdict by
+    verdict, from the CPU config's five runs of 40 steps, all of which ran."""
+    results = ROOT / "docs" / "results" / "study-cpu-smollm2-medquad"
+    payload = json.loads((results / "claims.json").read_text(encoding="utf-8"))
+    markdown = (results / "claims.md").read_text(encoding="utf-8")
+    assert payload["config"] == "configs/study_cpu.yaml" and payload["settings"]["k"] >= 4
+    assert payload["engines"] == ["vllm"] * 5
+    verdicts = {claim["statement"]: claim["verdict"] for claim in payload["claims"]}
+    assert len(verdicts) == 8 and set(verdicts.values()) <= {HELD, NOT_HELD, WITHIN_NOISE}
+    assert NOT_MEASURED not in verdicts.values()  # every run finished
+    for claim in payload["claims"]:
+        assert f"| {claim['statement']} | **{claim['verdict']}** | {claim['evidence']} |" in markdown
+    for method, row in payload["methods"].items():
+        assert row["seeds"] == 1 and row["steps"] == 40, method
+    # the README quotes the verdict that did not hold with its number
+    readme = (results / "README.md").read_text(encoding="utf-8")
+    assert verdicts["EAPO holds entropy near H_0"] == NOT_HELD and "1.36 × H_0" in readme
+    for name in ("claims.md", "claims.json", "comparison.md", "dynamics.png"):
+        assert (results / name).stat().st_size > 0
