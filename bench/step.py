@@ -91,30 +91,6 @@ TARGET_RATIO = 2.0
 # ----------------------------------------------------------------------------------------------
 
 
-def matmul_gflops(tokens: int, hidden: int, intermediate: int, repeats: int = 5) -> dict[str, float]:
-    """Best-of-``repeats`` fp32 GFLOP/s of a 2048² matmul and of F.linear at the model's MLP shape."""
-    import torch
-    import torch.nn.functional as F
-
-    def best(fn, flops: float) -> float:
-        fn()  # warm-up
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return flops / min(times) / 1e9
-
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    x, w = torch.randn(tokens, hidden), torch.randn(intermediate, hidden)
-    return {
-        "matmul_2048": best(lambda: a @ b, 2 * 2048**3),
-        f"linear_{tokens}x{hidden}x{intermediate}": best(
-            lambda: F.linear(x, w), 2 * tokens * hidden * intermediate
-        ),
-    }
-
-
 class Shapes:
     """FLOP counts of one causal decoder from its config (2 FLOPs per multiply-add)."""
 
@@ -468,6 +444,8 @@ def main() -> int:
         parser.error(f"unknown --variants {unknown}; choose from {', '.join(VARIANTS)}")
 
     from transformers import AutoConfig
+
+    from ceiling import matmul_gflops
 
     print(f"# bench/step.py: {args.config}, {args.steps} steps per run")
     results = []
