@@ -54,28 +54,6 @@ TARGET_STEP_GENERATION_RATIO = 2.0
 # ----------------------------------------------------------------------------------------------
 
 
-def matmul_gflops(repeats: int = 5) -> dict[str, float]:
-    """Best-of-``repeats`` fp32 GFLOP/s of a square matmul and of F.linear at SmolLM2's MLP shape."""
-    import torch
-    import torch.nn.functional as F
-
-    def best(fn, flops: float) -> float:
-        fn()  # warm-up
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return flops / min(times) / 1e9
-
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    x, w = torch.randn(1960, 576), torch.randn(1536, 576)
-    return {
-        "matmul_2048": best(lambda: a @ b, 2 * 2048**3),
-        "linear_1960x576x1536": best(lambda: F.linear(x, w), 2 * 1960 * 576 * 1536),
-    }
-
-
 def flops_per_token(model_path: str, context: float) -> float:
     """Forward FLOPs of one decoded token: the weight matmuls (2 per multiply-add) plus attention over
     ``context`` cached positions (QK^T and AV), from the model's config."""
@@ -271,7 +249,9 @@ def main() -> int:
 
     import torch
 
-    ceiling = matmul_gflops()
+    from ceiling import matmul_gflops
+
+    ceiling = matmul_gflops(1960, 576, 1536)  # SmolLM2's MLP over a demo step's tokens
     rate = max(ceiling.values())
     report: dict[str, Any] = {
         "machine": {

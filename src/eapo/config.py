@@ -231,6 +231,17 @@ class TrainConfig:
         "Validation decoding: greedy, or sampled at rollout.temperature / rollout.top_p (seeded per step).",
         "greedy",
     )
+    lm_head: str = _help(
+        "How the update computes log-probs and entropies: trl (TRL's fused LM head), eapo (completion "
+        "positions only, eapo.policy_forward) or auto (eapo where TRL has no Triton kernel, i.e. off "
+        "CUDA/XPU). Same numbers either way (tested).",
+        "auto",
+    )
+    share_frozen_layers: bool = _help(
+        "With lm_head eapo: leading layers that hold no trainable parameter (LoRA on the last N layers) "
+        "run once per step for the reference and the policy. Same numbers (tested).",
+        True,
+    )
 
 
 @dataclass
@@ -281,6 +292,7 @@ class EAPOConfig:
         _choice("algorithm.entropy_agg", a.entropy_agg, ENTROPY_AGGREGATIONS)
         _choice("rollout.vllm_importance_correction", r.vllm_importance_correction, IMPORTANCE_CORRECTIONS)
         _choice("train.eval_sampling", t.eval_sampling, ("greedy", "sampled"))
+        _choice("train.lm_head", t.lm_head, ("auto", "eapo", "trl"))
         if not r.vllm_kv_cache_gib > 0:
             raise ConfigError(
                 f"rollout.vllm_kv_cache_gib must be > 0 (GiB of KV cache), got {r.vllm_kv_cache_gib}"

@@ -119,6 +119,8 @@ def run(
             entropy_agg=config.algorithm.entropy_agg,
             validation=validation,
             vllm_settings=vllm_settings(config, rollout),
+            lm_head=config.train.lm_head,
+            share_frozen_layers=config.train.share_frozen_layers,
         )
     except VLLMEngineError as error:  # the colocated engine could not start: say why and what to do
         raise RunError(str(error)) from error

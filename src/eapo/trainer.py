@@ -21,12 +21,16 @@ checkpoint (``eapo_state.json``) and restored on resume, so a resumed run keeps 
 :class:`eapo.validation.Validation`, every ``train.eval_steps`` steps the policy answers a dev subset
 and ``val/*`` joins that step's log.
 
+Off CUDA/XPU the update's log-probs come from :mod:`eapo.policy_forward` (completion positions
+only; frozen leading layers shared with the reference), the same numbers as TRL's fused LM head.
+
 All maths lives in :mod:`eapo.core`; this file only moves tensors between TRL and it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import warnings
 from contextlib import contextmanager
@@ -45,6 +49,8 @@ from eapo.core import (
     weight_advantages,
 )
 from eapo.run_dir import EAPO_STATE_FILE, FINAL_DIR, atomic_write_text
+
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -78,6 +84,10 @@ class EAPOTrainer(GRPOTrainer):
             whole step (see :meth:`entropy_source`); False forces the extra no-grad forward.
         vllm_settings: with ``use_vllm`` in colocate mode, the engine's dtype, compilation, CPU sizing
             and seed (:class:`eapo.vllm_engine.VLLMSettings`); ``None``: TRL's own vLLM setup.
+        lm_head: ``"trl"`` (TRL's fused LM head), ``"eapo"`` (:mod:`eapo.policy_forward`: completion
+            positions only) or ``"auto"`` (eapo's where TRL has no Triton kernel, off CUDA/XPU).
+        share_frozen_layers: with eapo's head, run the frozen leading layers once per step for the
+            reference and the policy (:func:`eapo.policy_forward.frozen_prefix_layers`).
     """
 
     def __init__(
@@ -89,6 +99,8 @@ class EAPOTrainer(GRPOTrainer):
         validation: Any = None,
         reuse_loss_pass: bool = True,
         vllm_settings: Any = None,
+        lm_head: str = "auto",
+        share_frozen_layers: bool = True,
         **kwargs: Any,
     ) -> None:
         from eapo.vllm_engine import colocated_vllm
@@ -106,6 +118,26 @@ class EAPOTrainer(GRPOTrainer):
         self._captured_entropies: torch.Tensor | None = None
         self._gathered_rewards: torch.Tensor | None = None
         self._deferred_inputs: dict[str, Any] | None = None
+        self.completion_head = self._install_completion_head(lm_head, share_frozen_layers)
+
+    def _install_completion_head(self, lm_head: str, share_frozen_layers: bool):
+        """eapo's log-prob forward in place of TRL's fused LM head (see :mod:`eapo.policy_forward`)."""
+        from trl.kernels.chunked_logprob import _use_triton
+
+        if lm_head not in ("auto", "eapo", "trl"):
+            raise ValueError(f"lm_head must be auto, eapo or trl, got {lm_head!r}")
+        if lm_head == "trl" or (lm_head == "auto" and _use_triton(self.accelerator.device)):
+            return None
+        from eapo.policy_forward import install_completion_head
+
+        policy = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        head = install_completion_head(
+            policy, temperature=self.temperature, share_frozen_layers=share_frozen_layers
+        )
+        if self.ref_model is not None:
+            install_completion_head(self.ref_model, temperature=self.temperature, share_frozen_layers=False)
+        logger.info("log-probs: %s", head.describe())
+        return head
 
     def entropy_source(self) -> str:
         """Which forward pass gives ``H_t`` in this configuration (all give the same value):
@@ -172,6 +204,8 @@ class EAPOTrainer(GRPOTrainer):
             self._deferred_inputs = None
 
     def _generate_and_score_completions(self, inputs):
+        if self.completion_head is not None:
+            self.completion_head.reset()  # new rollouts: the shared layers' cache belongs to the last step
         training = self.model.training
         source = self.entropy_source() if training else None
         self._captured_entropies = None

@@ -1,0 +1,496 @@
+"""One training step through the real recipe, split into phases, each against this machine's floor.
+
+In one run:
+
+1. this machine's fp32 matmul rate (``torch.matmul`` 2048 x 2048 and ``F.linear`` at the model's
+   MLP shape over the step's tokens; the faster of the two is the rate every floor below uses);
+2. for every ``--engines`` entry (``auto``: what ``rollout.engine`` resolves to here; ``generate``)
+   and every ``--variants`` entry (``trl``: TRL's fused LM head over every position; ``eapo``:
+   eapo.policy_forward, completion positions only and the frozen layers shared with the reference),
+   ``--steps`` steps of ``--config`` (default configs/demo.yaml) through ``eapo.train.run``, each
+   in a fresh process, with the time of every phase of every step:
+
+   ===================  =========================================================================
+   generation           TRL's ``vLLM.generate`` / ``transformers.generate``
+   weight sync          the policy's weights into vLLM (``sync_weights``)
+   reward               ``_calculate_rewards`` (format, Rouge-L, the reranker stand-in, ...)
+   reference log-probs  the reference pass (adapter disabled, or the reference model)
+   old log-probs        TRL's no-grad policy pass (importance correction, mu > 1), or eapo's
+                        extra entropy pass
+   policy forward       the loss pass's forward (log-probs and entropies, with gradients)
+   backward             ``accelerator.backward``
+   optimizer            ``optimizer.step()``
+   other                the rest of the step (loss maths, H_t and weights, clipping, logging)
+   ===================  =========================================================================
+
+   and the arithmetic each phase needs, counted from the model's shapes and the step's real
+   (unpadded) tokens, 2 FLOPs per multiply-add: decoder matmuls and causal attention per token, the
+   LM head only where a token is scored (each completion token; the last prompt token in
+   generation), one prefill per distinct prompt; a backward of a LoRA run is the input gradient
+   through the adapted layers and the LM head (adapter FLOPs, < 2% here, are left out), of a full
+   fine-tune twice the forward. The floor is that count at the measured rate; the ratio is time /
+   floor. The step's floor is the sum of its phases' (reward, optimizer, sync and other have no
+   matmul floor, so their time counts against it). The first step of each run (warm-up, start-up)
+   is not timed; the table shows the median of the others.
+
+    python bench/step.py [--config configs/demo.yaml] [--engines auto,generate] [--variants trl,eapo]
+                         [--steps 4] [--json OUT] [--set KEY=VALUE ...]
+    python bench/step.py --quick     # the tiny model with LoRA, generate, 2 steps: checks the script (CI)
+
+Timings mean something only on a quiet machine. The run fails only on errors, never on a ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+PHASES = (
+    "generation",
+    "weight sync",
+    "reward",
+    "reference log-probs",
+    "old log-probs",
+    "policy forward",
+    "backward",
+    "optimizer",
+    "other",
+)
+MATMUL_PHASES = ("generation", "reference log-probs", "old log-probs", "policy forward", "backward")
+VARIANTS = {
+    "trl": ["train.lm_head=trl"],
+    "eapo": ["train.lm_head=eapo", "train.share_frozen_layers=true"],
+}
+QUICK_OVERRIDES = [
+    "model.lora.enabled=true",
+    "model.lora.layers=1",
+    "model.lora.r=4",
+    "model.lora.target_modules=[q_proj,v_proj,up_proj]",
+    "algorithm.beta=0.04",
+]
+TARGET_RATIO = 2.0
+
+
+# ----------------------------------------------------------------------------------------------
+# The floor: the machine's matmul rate and each phase's arithmetic
+# ----------------------------------------------------------------------------------------------
+
+
+class Shapes:
+    """FLOP counts of one causal decoder from its config (2 FLOPs per multiply-add)."""
+
+    def __init__(self, config: Any) -> None:
+        self.hidden = config.hidden_size
+        self.layers = config.num_hidden_layers
+        self.vocab = config.vocab_size
+        self.intermediate = config.intermediate_size
+        heads = config.num_attention_heads
+        self.head_dim = getattr(config, "head_dim", None) or self.hidden // heads
+        kv = getattr(config, "num_key_value_heads", None) or heads
+        self.heads = heads
+        linear = self.hidden * heads * self.head_dim * 2 + 2 * self.hidden * kv * self.head_dim
+        self.layer_linear = 2 * (linear + 3 * self.hidden * self.intermediate)  # per token, one layer
+
+    def layer_forward(self, length: int) -> float:
+        """One layer over a causal sequence of ``length`` tokens (matmuls + QK^T and AV)."""
+        attention = 2 * 2 * self.heads * self.head_dim * length * (length + 1) / 2
+        return self.layer_linear * length + attention
+
+    def lm_head(self, tokens: int) -> float:
+        return 2.0 * self.hidden * self.vocab * tokens
+
+    def decode(self, prompt: int, completion: int) -> float:
+        """``completion`` tokens decoded one by one after a cached ``prompt``."""
+        contexts = completion * prompt + completion * (completion + 1) / 2
+        attention = 2 * 2 * self.heads * self.head_dim * contexts
+        return self.layers * (self.layer_linear * completion + attention) + self.lm_head(completion)
+
+
+def phase_flops(shapes: Shapes, batch: dict[str, Any], adapted_layers: int | None) -> dict[str, float]:
+    """The arithmetic each phase of one step needs (see the module docstring)."""
+    prompts, completions, group = batch["prompt_lengths"], batch["completion_lengths"], batch["group_size"]
+    scored = sum(completions)
+    forward = sum(
+        shapes.layers * shapes.layer_forward(p + c) for p, c in zip(prompts, completions, strict=True)
+    )
+    forward += shapes.lm_head(scored)
+    distinct = prompts[::group]
+    generation = sum(shapes.layers * shapes.layer_forward(p) + shapes.lm_head(1) for p in distinct)
+    generation += sum(shapes.decode(p, c) for p, c in zip(prompts, completions, strict=True))
+    if adapted_layers is None:  # full fine-tune: input and weight gradients everywhere
+        backward = 2 * forward
+    else:
+        backward = sum(
+            adapted_layers * shapes.layer_forward(p + c) for p, c in zip(prompts, completions, strict=True)
+        )
+        backward += shapes.lm_head(scored)
+    return {
+        "generation": generation,
+        "reference log-probs": forward if batch["reference"] else 0.0,
+        "old log-probs": forward if batch["old_logps"] else 0.0,
+        "policy forward": forward,
+        "backward": backward,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# The worker: a few steps of the recipe with every phase timed (in its own process)
+# ----------------------------------------------------------------------------------------------
+
+
+class PhaseClock:
+    """Accumulates named phase times for the current step."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, float]] = []
+        self.current: dict[str, float] = defaultdict(float)
+        self.started = 0.0
+
+    def add(self, name: str, seconds: float) -> None:
+        self.current[name] += seconds
+
+    @contextmanager
+    def timing(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+
+def _instrument(clock: PhaseClock, batches: list[dict[str, Any]]) -> None:
+    """Wrap TRL's and eapo's methods so each phase's time lands in ``clock``."""
+    import accelerate
+    import torch
+    import trl.extras.profiling as profiling
+    import trl.trainer.grpo_trainer as grpo
+
+    from eapo.trainer import EAPOTrainer
+
+    names = {
+        "vLLM.generate": "generation",
+        "transformers.generate": "generation",
+        "transformers.generate_batch": "generation",
+        "sync_weights": "weight sync",
+        "_calculate_rewards": "reward",
+    }
+    original_log = profiling.ProfilingContext._log_metrics
+
+    def record(self, duration: float) -> None:  # TRL times these phases and reports them to trackers only
+        name = names.get(self.name.rpartition("Trainer.")[2]) or names.get(self.name)
+        if name:
+            clock.add(name, duration)
+        original_log(self, duration)
+
+    profiling.ProfilingContext._log_metrics = record
+
+    in_reference = {"on": False}
+    original_use_adapter = grpo.use_adapter
+
+    @contextmanager
+    def use_adapter(model, adapter_name):
+        in_reference["on"] = True
+        try:
+            with original_use_adapter(model, adapter_name):
+                yield
+        finally:
+            in_reference["on"] = False
+
+    grpo.use_adapter = use_adapter
+
+    logps = EAPOTrainer._get_per_token_logps_and_entropies
+
+    def timed_logps(self, model, *args, **kwargs):
+        if torch.is_grad_enabled():
+            name = "policy forward"
+        elif in_reference["on"] or (self.ref_model is not None and model is self.ref_model):
+            name = "reference log-probs"
+        else:
+            name = "old log-probs"
+        with clock.timing(name):
+            return logps(self, model, *args, **kwargs)
+
+    EAPOTrainer._get_per_token_logps_and_entropies = timed_logps
+
+    generate_and_score = EAPOTrainer._generate_and_score_completions
+
+    def recorded(self, inputs):
+        output = generate_and_score(self, inputs)
+        if self.model.training:
+            batches.append(
+                {
+                    "prompt_lengths": output["prompt_mask"].sum(1).tolist(),
+                    "completion_lengths": output["completion_mask"].sum(1).tolist(),
+                    "group_size": self.num_generations,
+                    "reference": self.beta != 0.0,
+                    "old_logps": output.get("old_per_token_logps") is not None
+                    or self.entropy_source() == "extra_forward",
+                }
+            )
+        return output
+
+    EAPOTrainer._generate_and_score_completions = recorded
+
+    backward = accelerate.Accelerator.backward
+
+    def timed_backward(self, *args, **kwargs):
+        with clock.timing("backward"):
+            return backward(self, *args, **kwargs)
+
+    accelerate.Accelerator.backward = timed_backward
+
+
+def step_worker(
+    config_path: str, engine: str, variant: str, steps: int, overrides: list[str]
+) -> dict[str, Any]:
+    from transformers import AutoConfig, TrainerCallback
+
+    from eapo.config import load_config
+    from eapo.models import resolve_model
+    from eapo.train import run
+
+    clock = PhaseClock()
+    batches: list[dict[str, Any]] = []
+    _instrument(clock, batches)
+
+    class Steps(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            clock.current = defaultdict(float)
+            clock.started = time.perf_counter()
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            self._optimizer = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            clock.add("optimizer", time.perf_counter() - self._optimizer)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            clock.current["step"] = time.perf_counter() - clock.started
+            clock.steps.append(dict(clock.current))
+
+    engine_overrides = [] if engine == "auto" else [f"rollout.engine={engine}"]
+    config = load_config(
+        config_path,
+        [
+            f"train.max_steps={steps}",
+            "train.save_steps=0",
+            "train.eval_steps=0",
+            "logging.plot=false",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+            *engine_overrides,
+            *VARIANTS[variant],
+            *overrides,
+        ],
+    )
+    model_path = resolve_model(config.model.name_or_path, seed=config.train.seed)
+    with tempfile.TemporaryDirectory() as out:
+        run_dir = run(config, Path(out) / "run", callbacks=[Steps()])
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    lora = config.model.lora
+    model_config = AutoConfig.from_pretrained(model_path)
+    adapted = None
+    if lora.enabled:
+        adapted = lora.layers if isinstance(lora.layers, int) else len(lora.layers or [])
+        adapted = adapted or model_config.num_hidden_layers
+    return {
+        "engine": engine,
+        "variant": variant,
+        "engine_ran": summary["rollout/engine"],
+        "steps": clock.steps,
+        "batches": batches,
+        "adapted_layers": adapted,
+        "model_path": model_path,
+        "losses": [row["loss"] for row in metrics if "loss" in row],
+        "entropies": [row["entropy/rollout"] for row in metrics if "entropy/rollout" in row],
+    }
+
+
+def _spawn(*args: str) -> dict[str, Any]:
+    """Run one worker in a fresh process; its last stdout line is its JSON result."""
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", *args], capture_output=True, text=True, env=os.environ.copy()
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {args[:3]} failed:\n{(proc.stderr or proc.stdout)[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------------------------
+# The report
+# ----------------------------------------------------------------------------------------------
+
+
+def summarise(result: dict[str, Any], rate_gflops: float) -> dict[str, Any]:
+    """Median phase times over the timed steps, with FLOPs, floors and ratios."""
+    from transformers import AutoConfig
+
+    shapes = Shapes(AutoConfig.from_pretrained(result["model_path"]))
+    timed = list(range(1, len(result["steps"]))) or [0]  # the first step warms up
+    phases: dict[str, dict[str, float | None]] = {}
+    for name in PHASES:
+        if name == "other":
+            continue
+        seconds = statistics.median(result["steps"][i].get(name, 0.0) for i in timed)
+        gflop = None
+        if name in MATMUL_PHASES:
+            gflop = statistics.median(
+                phase_flops(shapes, result["batches"][i], result["adapted_layers"])[name] / 1e9 for i in timed
+            )
+        phases[name] = {"s": seconds, "gflop": gflop}
+    step_s = statistics.median(result["steps"][i]["step"] for i in timed)
+    phases["other"] = {"s": max(step_s - sum(p["s"] for p in phases.values()), 0.0), "gflop": None}
+    for phase in phases.values():
+        phase["floor_s"] = phase["gflop"] / rate_gflops if phase["gflop"] else None
+        phase["ratio"] = phase["s"] / phase["floor_s"] if phase["floor_s"] else None
+    floor = sum(p["floor_s"] or 0.0 for p in phases.values())
+    return {
+        "engine": result["engine"],
+        "engine_ran": result["engine_ran"],
+        "variant": result["variant"],
+        "timed_steps": len(timed),
+        "phases": {name: phase for name, phase in phases.items() if phase["s"] > 0 or phase["gflop"]},
+        "step": {"s": step_s, "gflop": sum(p["gflop"] or 0.0 for p in phases.values()), "floor_s": floor},
+        "step_ratio": step_s / floor if floor else None,
+        "losses": result["losses"],
+        "entropies": result["entropies"],
+        "tokens": {
+            "sequences": len(result["batches"][0]["prompt_lengths"]),
+            "prompt_mean": statistics.mean(result["batches"][0]["prompt_lengths"]),
+            "completion_mean": statistics.mean(
+                statistics.mean(b["completion_lengths"]) for b in result["batches"]
+            ),
+        },
+    }
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    width = int(spec.split(".")[0] or 0)
+    return f"{'—':>{width}}" if value is None else format(value, spec)
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(
+        f"\n## engine {report['engine']} ({report['engine_ran']}), log-probs {report['variant']}: "
+        f"median of {report['timed_steps']} step(s), {report['tokens']['sequences']} sequences, "
+        f"prompt {report['tokens']['prompt_mean']:.0f} + completion {report['tokens']['completion_mean']:.0f} tokens"
+    )
+    print(f"| {'phase':<20} | {'time s':>7} | {'GFLOP':>7} | {'floor s':>7} | {'× floor':>7} |")
+    print(f"|{'-' * 22}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|")
+    for name, phase in report["phases"].items():
+        print(
+            f"| {name:<20} | {phase['s']:7.2f} | {_fmt(phase['gflop'], '7.1f')} | "
+            f"{_fmt(phase['floor_s'], '7.2f')} | {_fmt(phase['ratio'], '7.1f')} |"
+        )
+    step = report["step"]
+    print(
+        f"| {'**step**':<20} | {step['s']:7.2f} | {step['gflop']:7.1f} | {step['floor_s']:7.2f} | "
+        f"{_fmt(report['step_ratio'], '7.2f')} |"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
+    parser.add_argument(
+        "--engines", default="auto,generate", help="auto (rollout.engine here), generate, vllm"
+    )
+    parser.add_argument("--variants", default="trl,eapo", help="Comma-separated: " + ", ".join(VARIANTS))
+    parser.add_argument("--steps", type=int, default=4, help="Steps per run (the first is not timed).")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="Config override.")
+    parser.add_argument("--json", help="Also write the report as JSON here.")
+    parser.add_argument("--quick", action="store_true", help="tiny + LoRA, generate, 2 steps (CI).")
+    parser.add_argument("--worker", nargs=5, metavar=("CONFIG", "ENGINE", "VARIANT", "STEPS", "OVERRIDES"))
+    args = parser.parse_args()
+
+    if args.worker:
+        config_path, engine, variant, steps, overrides = args.worker
+        print(json.dumps(step_worker(config_path, engine, variant, int(steps), json.loads(overrides))))
+        return 0
+
+    if args.quick:
+        args.config = str(ROOT / "configs" / "tiny.yaml")
+        args.engines, args.steps = "generate", 2
+        args.overrides = QUICK_OVERRIDES + args.overrides
+    from eapo.engines import choose_engine, device_facts
+
+    # "auto" is what rollout.engine=auto resolves to here; one run per distinct engine
+    auto = choose_engine("auto", device_facts())
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    engines = [
+        e
+        for i, e in enumerate(engines)
+        if (auto if e == "auto" else e) not in [auto if x == "auto" else x for x in engines[:i]]
+    ]
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        parser.error(f"unknown --variants {unknown}; choose from {', '.join(VARIANTS)}")
+
+    from transformers import AutoConfig
+
+    from ceiling import matmul_gflops
+
+    print(f"# bench/step.py: {args.config}, {args.steps} steps per run")
+    results = []
+    for engine in engines:
+        for variant in variants:
+            print(f"running engine {engine}, log-probs {variant} ...", flush=True)
+            results.append(_spawn(args.config, engine, variant, str(args.steps), json.dumps(args.overrides)))
+
+    # The ceiling, measured in this run after the steps (on the step's own MLP shape)
+    model_config = AutoConfig.from_pretrained(results[0]["model_path"])
+    first = results[0]["batches"][0]
+    tokens = int(sum(first["prompt_lengths"]) + sum(first["completion_lengths"]))
+    rates = matmul_gflops(tokens, model_config.hidden_size, model_config.intermediate_size)
+    rate = max(rates.values())
+    print("matmul ceiling (fp32, best of 5): " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items()))
+    reports = []
+    for result in results:
+        report = summarise(result, rate)
+        reports.append(report)
+        print_table(report)
+
+    print(f"\n## whole step: time / floor (target <= {TARGET_RATIO:.1f})")
+    for report in reports:
+        print(
+            f"- {report['engine']} ({report['engine_ran']}), {report['variant']}: {report['step']['s']:.2f} s, "
+            f"floor {report['step']['floor_s']:.2f} s, ratio {_fmt(report['step_ratio'], '.2f')}"
+        )
+    by_engine = defaultdict(dict)
+    for report in reports:
+        by_engine[report["engine"]][report["variant"]] = report
+    for engine, pair in by_engine.items():
+        if {"trl", "eapo"} <= pair.keys():
+            before, after = pair["trl"], pair["eapo"]
+            first = (before["losses"][:1], after["losses"][:1])
+            print(
+                f"- {engine}: eapo's log-probs {before['step']['s'] / after['step']['s']:.2f}x faster per step; "
+                f"first step's loss trl {first[0]} vs eapo {first[1]}, H_t {before['entropies'][:1]} vs "
+                f"{after['entropies'][:1]}"
+            )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"rates_gflops": rates, "rate_gflops": rate, "runs": reports}, indent=2)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
