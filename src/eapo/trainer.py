@@ -107,6 +107,14 @@ class EAPOTrainer(GRPOTrainer):
         self._gathered_rewards: torch.Tensor | None = None
         self._deferred_inputs: dict[str, Any] | None = None
 
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        # FSDP on CPU processes, which accelerate would silently run as DDP (eapo.sharding says why).
+        from eapo.sharding import enable_fsdp_on_cpu, requested_fsdp_plugin
+
+        if enable_fsdp_on_cpu(self.accelerator, requested_fsdp_plugin(self.args.fsdp_plugin_args)):
+            self.is_fsdp_enabled = True
+
     def entropy_source(self) -> str:
         """Which forward pass gives ``H_t`` in this configuration (all give the same value):
 

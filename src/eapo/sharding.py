@@ -1,0 +1,94 @@
+"""Sharded training (FSDP2) on CPU processes, and the final model gathered from the shards.
+
+Two things the stack does not do by itself (accelerate 1.15, transformers 5.17, TRL 1.16):
+
+* **accelerate drops FSDP on CPU processes.** ``accelerate launch --config_file
+  configs/accelerate/fsdp.yaml`` (environment ``ACCELERATE_USE_FSDP``, ``FSDP_*``) or
+  ``TrainingArguments.fsdp`` asks for an FSDP plugin, but ``AcceleratorState`` switches to ``FSDP``
+  only from its GPU-like types; a multi-process CPU group (``MULTI_CPU``, gloo: what ``cpu=True``
+  forms) keeps DDP without a word. PyTorch's FSDP2 (``torch.distributed.fsdp.fully_shard``) runs on
+  CPU over gloo, and accelerate's FSDP2 paths (``fsdp2_prepare_model``, ``get_state_dict``, the
+  sharded checkpoint writers) take no CUDA-only step, so :func:`enable_fsdp_on_cpu` makes the switch
+  accelerate makes on a GPU.
+* **The final model is gathered from every process.** With ``SHARDED_STATE_DICT`` (the checkpoint
+  format of ``configs/accelerate/fsdp.yaml``) ``Trainer.save_model`` writes no weights at all;
+  :func:`full_state_dict` switches it to the full state dict for the final save.
+
+Generation needs nothing here: under FSDP every forward all-gathers each layer's shards, so a process
+whose rollouts all ended must keep stepping until every process has finished; ``fully_shard`` marks
+the modules it manages, and transformers' ``generate`` then runs in step (``synced_gpus``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def requested_fsdp_plugin(plugin_args: dict[str, Any] | None = None):
+    """The FSDP plugin this process was asked for: from ``TrainingArguments.fsdp_plugin_args``, else
+    from ``accelerate launch``'s environment (``ACCELERATE_USE_FSDP=true``, ``FSDP_*``); ``None``."""
+    from accelerate.utils import FullyShardedDataParallelPlugin, str_to_bool
+
+    if plugin_args is not None:
+        return FullyShardedDataParallelPlugin(**plugin_args)
+    if str_to_bool(os.environ.get("ACCELERATE_USE_FSDP", "false")):
+        return FullyShardedDataParallelPlugin()
+    return None
+
+
+def enable_fsdp_on_cpu(accelerator, plugin) -> bool:
+    """Switch an accelerator that formed a multi-process CPU group (``MULTI_CPU``) to FSDP with
+    ``plugin``, as accelerate does itself for GPU groups; True when it switched.
+
+    Must run before the accelerator prepares a model (``Trainer.create_accelerator_and_postprocess``
+    is the place): the switch decides which wrapper ``prepare`` applies.
+    """
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType
+
+    if plugin is None or accelerator.distributed_type != DistributedType.MULTI_CPU:
+        return False
+    if plugin.fsdp_version != 2:
+        raise ValueError(
+            f"FSDP on CPU processes needs fsdp_version: 2 (FSDP2, torch's fully_shard) in the accelerate "
+            f"config; got fsdp_version: {plugin.fsdp_version} (FSDP1 runs on CUDA streams)"
+        )
+    if accelerator.mixed_precision != "no":
+        raise ValueError(
+            f"FSDP on CPU processes trains in the model's dtype: set mixed_precision: 'no' in the accelerate "
+            f"config (got {accelerator.mixed_precision!r})"
+        )
+    state = AcceleratorState()
+    state.fsdp_plugin = plugin
+    state.distributed_type = DistributedType.FSDP
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP  # as AcceleratorState does on GPUs
+    logger.info(
+        "FSDP2 on %d CPU processes (gloo): reshard_after_forward=%s, checkpoints %s",
+        accelerator.num_processes,
+        plugin.reshard_after_forward,
+        getattr(plugin.state_dict_type, "name", plugin.state_dict_type),
+    )
+    return True
+
+
+@contextmanager
+def full_state_dict(accelerator):
+    """While active, ``Trainer.save_model`` writes the full weights under FSDP, whatever the plugin's
+    ``state_dict_type``: accelerate's route for "train sharded, save the final model full"
+    (``set_state_dict_type``). Every process must call ``save_model`` inside it (the gathering is a
+    collective); only the main process writes. No-op without FSDP."""
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if plugin is None:
+        yield
+        return
+    saved = plugin.state_dict_type
+    plugin.set_state_dict_type("FULL_STATE_DICT")
+    try:
+        yield
+    finally:
+        plugin.state_dict_type = saved
