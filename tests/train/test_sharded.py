@@ -1,0 +1,296 @@
+"""Sharded training on 2 CPU processes: FSDP2 (``fully_shard``: parameters, gradients and Adam's state
+split across the processes) through ``accelerate launch --config_file configs/accelerate/fsdp.yaml``,
+as the README's scaling section runs it, on configs/tiny.yaml.
+
+accelerate would silently run this as DDP on CPU processes; eapo.sharding switches it to FSDP2, keeps
+generation in step across the processes and gathers the final model from the shards. Checked here:
+the model is sharded; final/ loads to the parameters the processes held (full fine-tune and LoRA);
+one metrics line per step; the same numbers as the DDP run (``ddp_run`` in conftest.py); a process
+killed with SIGKILL takes the launch down and ``--resume`` continues with no line lost or doubled; a
+process that finishes generating first (and validation split unevenly) does not hang the others.
+Four launches of 25-60 s each on a loaded 2-core CPU (plus the DDP run, shared).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections import Counter
+
+import pytest
+import torch
+from two_processes import NPROC, TINY, alive, dumps, finish, launch, start, wait_for
+
+from eapo.run_dir import complete_checkpoints, read_metrics
+
+pytestmark = pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+    reason="torch.distributed with the gloo backend is not available in this torch build",
+)
+
+#: Per-step values compared with the DDP run, and with the uninterrupted run after a resume.
+COMPARED = (
+    "entropy/rollout",
+    "eapo/H0",
+    "eapo/w_pos",
+    "eapo/w_neg",
+    "reward/mean",
+    "loss",
+    "kl",
+    "grad_norm",
+)
+#: Relative tolerance against DDP. Both runs start from the same weights and draw the same rollouts
+#: (same seed per process); what differs is where gradients are summed: DDP all-reduces whole
+#: gradients, FSDP reduce-scatters them into shards and sums the gradient norm from per-shard parts. In
+#: float32 that reorders a few additions (about 1e-7 relative each; measured: every compared value
+#: bit-identical except grad_norm at step 2, 1 ulp = 6e-8 relative). 1e-6 leaves room for that rounding
+#: to carry through 3 steps, while a sharding fault (a gradient not averaged, a stale or misplaced
+#: shard) moves H_t, the rewards or the loss at step 2 by far more: one update at lr 1e-3 moves H_t by
+#: 1.5e-4 relative.
+DDP_RTOL = 1e-6
+
+
+def held_parameters(dump_dir) -> dict[str, torch.Tensor]:
+    """The full parameters the processes held at the end of training: each one's FSDP2 shard (dim 0,
+    in process order) put back together."""
+    shards = [torch.load(dump_dir / f"shards{rank}.pt") for rank in range(NPROC)]
+    full = {}
+    for name, first in shards[0].items():
+        parts = [shard[name] for shard in shards]
+        assert all(part["sharded"] for part in parts), name  # every parameter is an FSDP2 DTensor
+        full[name] = torch.cat([part["tensor"] for part in parts], dim=0)
+        assert tuple(full[name].shape) == first["shape"], name
+    return full
+
+
+# --- the pieces, in this process ---------------------------------------------------------------------
+
+
+class _Accelerator:
+    """The attributes of ``accelerate.Accelerator`` that ``enable_fsdp_on_cpu`` reads."""
+
+    def __init__(self, distributed_type, mixed_precision="no"):
+        self.distributed_type = distributed_type
+        self.mixed_precision = mixed_precision
+        self.num_processes = 2
+
+
+def test_the_fsdp_plugin_comes_from_accelerate_launch_and_is_refused_where_it_cannot_run(monkeypatch):
+    from accelerate.utils import DistributedType
+
+    from eapo.sharding import enable_fsdp_on_cpu, requested_fsdp_plugin
+
+    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+    assert requested_fsdp_plugin() is None
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what accelerate launch sets from fsdp.yaml
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    plugin = requested_fsdp_plugin()
+    assert plugin.fsdp_version == 2
+    assert (
+        requested_fsdp_plugin({"fsdp_version": 2, "reshard_after_forward": False}).reshard_after_forward
+        is False
+    )
+    # nothing to switch: one process, DDP on GPUs (accelerate handles FSDP there), or no plugin
+    for kind in (DistributedType.NO, DistributedType.MULTI_GPU):
+        assert enable_fsdp_on_cpu(_Accelerator(kind), plugin) is False
+    assert enable_fsdp_on_cpu(_Accelerator(DistributedType.MULTI_CPU), None) is False
+    with pytest.raises(ValueError, match="mixed_precision: 'no'"):
+        enable_fsdp_on_cpu(_Accelerator(DistributedType.MULTI_CPU, "bf16"), plugin)
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    with pytest.raises(ValueError, match="fsdp_version: 2"):
+        enable_fsdp_on_cpu(_Accelerator(DistributedType.MULTI_CPU), requested_fsdp_plugin())
+
+
+def test_ddp_searches_for_unused_parameters_only_in_a_mixture_of_experts(tmp_path):
+    from transformers import LlamaConfig, MixtralConfig, Qwen3MoeConfig
+
+    from eapo.config import load_config
+    from eapo.train import ddp_find_unused_parameters, grpo_args
+
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
+    for name, config, expected in (
+        ("llama", LlamaConfig(**small), False),
+        ("mixtral", MixtralConfig(num_local_experts=4, **small), True),
+        ("qwen3_moe", Qwen3MoeConfig(num_experts=4, **small), True),
+    ):
+        config.save_pretrained(tmp_path / name)
+        assert ddp_find_unused_parameters(str(tmp_path / name)) is expected, name
+        args = grpo_args(load_config(TINY), tmp_path / "run", model_path=str(tmp_path / name))
+        assert args.ddp_find_unused_parameters is expected, name
+    assert grpo_args(load_config(TINY), tmp_path / "run").ddp_find_unused_parameters is False
+
+
+# --- 2 processes --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory):
+    """An uninterrupted 3-step run under FSDP2 on 2 processes: (run_dir, per-rank dumps, output, dump dir)."""
+    base = tmp_path_factory.mktemp("fsdp")
+    run_dir = base / "run"
+    code, output = launch(base, base / "dump", "--output-dir", str(run_dir), kind="fsdp")
+    assert code == 0, output[-4000:]
+    return run_dir, dumps(base / "dump"), output, base / "dump"
+
+
+def test_the_model_its_gradients_and_adams_state_are_sharded(fsdp_run):
+    run_dir, _, _, dump_dir = fsdp_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["distributed"], summary["num_processes"]) == ("FSDP", 2)  # not accelerate's DDP fallback
+    shards = [torch.load(dump_dir / f"shards{rank}.pt") for rank in range(NPROC)]
+    total = sum(torch.Size(part["shape"]).numel() for part in shards[0].values())
+    held = [sum(part["tensor"].numel() for part in shard.values()) for shard in shards]
+    assert sum(held) == total  # every element on exactly one process ...
+    assert all(0.4 * total < n < 0.6 * total for n in held), (held, total)  # ... about half on each
+    # checkpoints are sharded too: each process wrote its part of the weights and of Adam's state
+    for checkpoint in complete_checkpoints(run_dir):
+        assert not (checkpoint / "model.safetensors").exists()
+        for part in ("pytorch_model_fsdp_0", "optimizer_0"):
+            assert sorted(p.name for p in (checkpoint / part).glob("*.distcp")) == [
+                "__0_0.distcp",
+                "__1_0.distcp",
+            ]
+        assert sorted(p.name for p in checkpoint.glob("rng_state*")) == ["rng_state_0.pth", "rng_state_1.pth"]
+
+
+def test_final_loads_to_the_parameters_the_processes_held(fsdp_run):
+    from transformers import AutoModelForCausalLM
+
+    run_dir, (zero, one), _, dump_dir = fsdp_run
+    held = held_parameters(dump_dir)
+    loaded = dict(AutoModelForCausalLM.from_pretrained(run_dir / "final").named_parameters())
+    assert loaded.keys() == held.keys()
+    for name, tensor in held.items():
+        assert torch.equal(loaded[name].detach(), tensor), name
+    # trained: the weights moved away from the initial model's
+    initial = dict(
+        AutoModelForCausalLM.from_pretrained(
+            json.loads((run_dir / "summary.json").read_text())["model_path"]
+        ).named_parameters()
+    )
+    assert any(not torch.equal(initial[name].detach(), tensor) for name, tensor in held.items())
+    # written once, by the main process, renamed into place; every process returned after it was there
+    assert [path.name for path in run_dir.iterdir() if path.name.startswith(".")] == []
+    assert one["writes"] == [] and Counter(zero["writes"])["final/"] == 1
+    for dump in (zero, one):
+        assert dump["summary_global_step"] == 3 and dump["metric_steps"] == [1, 2, 3]
+        assert dump["final_weights"] is True
+
+
+def test_one_metrics_line_per_step_and_the_numbers_of_ddp(fsdp_run, ddp_run):
+    run_dir, (zero, one), _, _ = fsdp_run
+    ddp_dir, ddp_ranks, _ = ddp_run
+    rows, ddp_rows = read_metrics(run_dir), read_metrics(ddp_dir)
+    assert [row["step"] for row in rows] == [row["step"] for row in ddp_rows] == [1, 2, 3]
+    for row, ddp_row in zip(rows, ddp_rows, strict=True):
+        for key in COMPARED:
+            assert row[key] == pytest.approx(ddp_row[key], rel=DDP_RTOL, abs=1e-12), (row["step"], key)
+    # every rollout's reward (gathered over processes), step by step
+    for step, ddp_step in zip(zero["steps"], ddp_ranks[0]["steps"], strict=True):
+        assert step["rewards"] == pytest.approx(ddp_step["rewards"], rel=DDP_RTOL, abs=1e-12)
+    # both processes logged the same H_t and w+ as the line
+    for row in rows:
+        for dump in (zero, one):
+            (entry,) = [entry for entry in dump["logged"] if entry["step"] == row["step"]]
+            assert entry["entropy/rollout"] == row["entropy/rollout"]
+            assert entry["eapo/w_pos"] == row["eapo/w_pos"]
+
+
+def test_kill_one_process_then_resume(fsdp_run, tmp_path):
+    """SIGKILL to process 1 after step 3's line is written and before checkpoint 3 is complete (process 0
+    waits for it in the checkpoint's collective): the launcher stops process 0; --resume restarts from
+    checkpoint 2, drops line 3 and writes it again, equal to the uninterrupted run's."""
+    reference_dir, (reference, _), _, _ = fsdp_run
+    killed = tmp_path / "killed"
+    dump_dir = tmp_path / "dump-killed"
+    proc = start(
+        tmp_path,
+        dump_dir,
+        "--output-dir",
+        str(killed),
+        kind="fsdp",
+        worker_options=("--stall-after-log", "3"),
+    )
+    wait_for(dump_dir / "stalled", proc, timeout=240)
+    assert [row["step"] for row in read_metrics(killed)] == [
+        1,
+        2,
+        3,
+    ]  # line 3 is written, checkpoint 3 is not
+    pids = [int((dump_dir / f"pid{rank}").read_text()) for rank in range(NPROC)]
+    os.kill(pids[1], signal.SIGKILL)
+    code, output = finish(proc, timeout=120)  # the launcher notices and ends the other process
+    assert code != 0, output[-3000:]
+    assert not any(alive(pid) for pid in pids)
+    assert [path.name for path in complete_checkpoints(killed)] == ["checkpoint-1", "checkpoint-2"]
+    assert not (killed / "final").exists()
+
+    code, output = launch(
+        tmp_path, tmp_path / "dump-resumed", "--output-dir", str(killed), "--resume", kind="fsdp"
+    )
+    assert code == 0, output[-4000:]
+    rows = read_metrics(killed)
+    assert [row["step"] for row in rows] == [1, 2, 3]  # none lost, none twice
+    expected = read_metrics(reference_dir)
+    for row, reference_row in zip(rows, expected, strict=True):
+        for key in COMPARED:  # model, optimizer, scheduler, RNG and H_0 restored: the same numbers
+            assert row[key] == pytest.approx(reference_row[key], rel=1e-6, abs=1e-12), (row["step"], key)
+    for dump in dumps(tmp_path / "dump-resumed"):
+        assert [step["step"] for step in dump["steps"]] == [3]  # only step 3 was generated again
+        (entry,) = dump["logged"]
+        assert entry["eapo/H0"] == reference["steps"][0]["entropy"]  # restored, not re-measured
+    assert [path.name for path in complete_checkpoints(killed)][-1] == "checkpoint-3"
+    assert (killed / "final" / "model.safetensors").is_file()
+
+
+def test_lora_with_a_process_that_finishes_generating_first(tmp_path):
+    """LoRA under FSDP2, with process 0 capped at 4 new tokens per rollout (it finishes generating long
+    before process 1, as a process whose rollouts all end early does) and validation on 5 prompts in
+    batches of 2 (3 prompts and two generate calls on process 0, 2 prompts and one call on process 1).
+    Every forward is a collective under FSDP: neither may leave the other waiting. final/ holds the
+    adapter the processes held."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    run_dir = tmp_path / "run"
+    overrides = (
+        "model.lora.enabled=true",
+        "train.max_steps=2",
+        "train.eval_steps=2",
+        "train.eval_limit=5",
+        "train.micro_batch_size=2",
+    )
+    code, output = launch(
+        tmp_path,
+        tmp_path / "dump",
+        "--output-dir",
+        str(run_dir),
+        kind="fsdp",
+        worker_options=("--short-generation-rank", "0"),
+        overrides=overrides,
+    )
+    assert code == 0, output[-4000:]
+    zero, one = dumps(tmp_path / "dump")
+    assert max(zero["completion_lengths"]) <= 4 < max(one["completion_lengths"])
+    rows = read_metrics(run_dir)
+    assert [row["step"] for row in rows] == [1, 2] and "val/reward" in rows[1]
+    answers = [json.loads(line) for line in (run_dir / "validation.jsonl").read_text().splitlines()]
+    assert len(answers) == 5 and len({answer["id"] for answer in answers}) == 5  # no stand-in answer kept
+
+    held = held_parameters(tmp_path / "dump")
+    base = AutoModelForCausalLM.from_pretrained(
+        json.loads((run_dir / "summary.json").read_text())["model_path"]
+    )
+    initial = {name: param.detach().clone() for name, param in base.named_parameters()}
+    model = PeftModel.from_pretrained(base, run_dir / "final")
+    loaded = dict(model.named_parameters())
+    assert loaded.keys() == held.keys()
+    for name, tensor in held.items():
+        assert torch.equal(loaded[name].detach(), tensor), name
+    adapters = [name for name in held if "lora_" in name]
+    assert adapters and any(held[name].abs().sum() > 0 for name in adapters if "lora_B" in name)  # trained
+    for name, tensor in held.items():  # the base model stayed as it was
+        if "lora_" not in name:
+            base_name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+            assert torch.equal(tensor, initial[base_name]), name
