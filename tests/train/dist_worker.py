@@ -15,7 +15,7 @@ the positive mask of this process's slice (before TRL shuffles the rows), the en
 process contributed to ``H_t``, and the advantages it trained on. It also records which run-directory
 writers it called and, after ``run`` returned, what it read back. ``DUMP_DIR/pid<R>`` holds the
 process id from the start; ``DUMP_DIR/shards<R>.pt`` the parameters it held at the end of training
-(its own shard of each under FSDP).
+(its own part of each under FSDP2 or ZeRO-3).
 
 Process 1 is made a slow process, deterministically: its clock reads 2 s later (for the default
 run-directory name), and it looks at the run directory 1 s after process 0 (which would by then
@@ -140,14 +140,19 @@ class Recorder(TrainerCallback):
             logged.append({"step": state.global_step, **{key: logs.get(key) for key in LOGGED_KEYS}})
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        """The parameters this process holds: under FSDP2 each is a DTensor and this is its local shard."""
+        """The parameters this process holds: its own part of each under FSDP2 (a DTensor's local
+        rows, ``dim0``) or ZeRO-3 (a slice of the flattened parameter, ``flat``), else all of it."""
         from torch.distributed.tensor import DTensor
 
         held = {}
         for name, param in model.named_parameters():
-            sharded = isinstance(param, DTensor)
-            local = param.to_local() if sharded else param
-            held[name] = {"tensor": local.detach().clone(), "sharded": sharded, "shape": tuple(param.shape)}
+            if isinstance(param, DTensor):
+                local, layout, shape = param.to_local(), "dim0", param.shape
+            elif hasattr(param, "ds_tensor"):  # DeepSpeed ZeRO-3's partition (param itself is empty)
+                local, layout, shape = param.ds_tensor, "flat", param.ds_shape
+            else:
+                local, layout, shape = param, "full", param.shape
+            held[name] = {"tensor": local.detach().clone(), "layout": layout, "shape": tuple(shape)}
         torch.save(held, self.dump_dir / f"shards{RANK}.pt")
 
 

@@ -20,7 +20,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
-FSDP_CONFIG = ROOT / "configs" / "accelerate" / "fsdp.yaml"
+#: accelerate launch configurations of the sharded runs: FSDP2, and DeepSpeed ZeRO-3 (when installed)
+SHARDED_CONFIGS = {
+    "fsdp": ROOT / "configs" / "accelerate" / "fsdp.yaml",
+    "zero3": ROOT / "configs" / "accelerate" / "zero3.yaml",
+}
 WORKER = Path(__file__).with_name("dist_worker.py")
 # 2 prompts × 4 generations = 8 completions per step: 4 per process, one micro-batch each.
 OVERRIDES = [
@@ -41,22 +45,23 @@ def free_port() -> int:
 
 
 def launcher(kind: str) -> list[str]:
-    """``torchrun`` (DDP, as the README's CPU line) or ``accelerate launch`` with the FSDP config."""
+    """``torchrun`` (DDP, as the README's CPU line) or ``accelerate launch`` with a sharded configuration
+    (``fsdp``, ``zero3``) on NPROC processes, in float32 (zero3.yaml's bf16 is for GPUs)."""
     if kind == "torchrun":  # --standalone: torchrun picks a free port itself
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={NPROC}"]
-    if kind == "fsdp":
-        return [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(FSDP_CONFIG),
-            "--num_processes",
-            str(NPROC),
-            "--main_process_port",
-            str(free_port()),
-        ]
-    raise ValueError(kind)
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(SHARDED_CONFIGS[kind]),
+        "--num_processes",
+        str(NPROC),
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+    ]
 
 
 def environment(cwd: Path) -> dict[str, str]:
