@@ -7,6 +7,7 @@ computed (see there).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -126,8 +127,8 @@ def start(
     overrides: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """As :func:`launch`, without waiting (output to ``cwd/launch.log``)."""
-    log = open(cwd / "launch.log", "wb")  # noqa: SIM115 - closed by finish()
-    return subprocess.Popen(
+    log = open(cwd / "launch.log", "wb")  # noqa: SIM115 - the launch holds it; finish() reads it back
+    proc = subprocess.Popen(
         command(kind, dump_dir, args, worker_options, overrides),
         cwd=cwd,
         env=environment(cwd),
@@ -135,19 +136,45 @@ def start(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    proc.log_path = cwd / "launch.log"  # type: ignore[attr-defined]
+    return proc
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
-    """Wait for a launch; past ``timeout`` kill its whole process group and fail the test."""
+    """Wait for a launch; past ``timeout`` stop it and its workers and fail the test."""
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every worker
+        stop(proc)
         output, _ = proc.communicate()
         pytest.fail(
             f"2-process run exceeded {timeout} s:\n{(output or b'').decode(errors='replace')[-3000:]}"
         )
+    if output is None and hasattr(proc, "log_path"):  # started by start(): the output went to a file
+        output = proc.log_path.read_bytes()
     return proc.returncode, (output or b"").decode(errors="replace")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGKILL a launch: its workers, then the launcher's process group. torch's elastic agent (torchrun,
+    accelerate launch) starts each worker in a session of its own, so killing the launcher's group alone
+    would leave them running, holding the output pipe open (the test would then wait forever)."""
+    for pid in children(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)  # the worker leads its own group: it and what it started
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float) -> None:
@@ -157,7 +184,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float) -> None:
         if proc.poll() is not None:
             pytest.fail(f"the launch ended (exit code {proc.returncode}) before {path.name} appeared")
         if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
+            stop(proc)
             pytest.fail(f"{path.name} did not appear within {timeout} s")
         time.sleep(0.2)
 
