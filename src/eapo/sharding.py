@@ -41,9 +41,10 @@ def requested_fsdp_plugin(plugin_args: dict[str, Any] | None = None):
     return None
 
 
-def enable_fsdp_on_cpu(accelerator, plugin) -> bool:
-    """Switch an accelerator that formed a multi-process CPU group (``MULTI_CPU``) to FSDP with
-    ``plugin``, as accelerate does itself for GPU groups; True when it switched.
+def enable_fsdp_on_cpu(accelerator, plugin_args: dict[str, Any] | None = None) -> bool:
+    """Switch an accelerator that formed a multi-process CPU group (``MULTI_CPU``) to FSDP when this
+    process was asked for it (:func:`requested_fsdp_plugin`), as accelerate does itself for GPU groups;
+    True when it switched.
 
     Must run before the accelerator prepares a model (``Trainer.create_accelerator_and_postprocess``
     is the place): the switch decides which wrapper ``prepare`` applies.
@@ -51,15 +52,20 @@ def enable_fsdp_on_cpu(accelerator, plugin) -> bool:
     from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import DistributedType
 
-    if plugin is None or accelerator.distributed_type != DistributedType.MULTI_CPU:
+    from eapo.config import ConfigError
+
+    if accelerator.distributed_type != DistributedType.MULTI_CPU:
+        return False  # one process, or a GPU group (accelerate applies FSDP there itself)
+    plugin = requested_fsdp_plugin(plugin_args)
+    if plugin is None:
         return False
     if plugin.fsdp_version != 2:
-        raise ValueError(
+        raise ConfigError(
             f"FSDP on CPU processes needs fsdp_version: 2 (FSDP2, torch's fully_shard) in the accelerate "
             f"config; got fsdp_version: {plugin.fsdp_version} (FSDP1 runs on CUDA streams)"
         )
     if accelerator.mixed_precision != "no":
-        raise ValueError(
+        raise ConfigError(
             f"FSDP on CPU processes trains in the model's dtype: set mixed_precision: 'no' in the accelerate "
             f"config (got {accelerator.mixed_precision!r})"
         )

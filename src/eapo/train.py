@@ -3,8 +3,9 @@
 It reads top to bottom; the maths is in :mod:`eapo.core`, the TRL hooks in :mod:`eapo.trainer`
 and the run-directory contract in :mod:`eapo.run_dir`. Scale-out needs no code change:
 ``accelerate launch [--config_file configs/accelerate/{ddp,fsdp,zero3}.yaml] -m eapo.cli train ...``
-runs the same recipe under DDP, FSDP2 or DeepSpeed, on GPUs or CPU processes (:mod:`eapo.sharding`). ``rollout.engine`` picks the rollout engine (``auto``: vLLM, else
-transformers' continuous batching on a GPU, plain ``generate`` on CPU; see :mod:`eapo.engines`).
+runs the same recipe under DDP, FSDP2 or DeepSpeed, on GPUs or CPU processes (:mod:`eapo.sharding`).
+``rollout.engine`` picks the rollout engine (``auto``: vLLM, else transformers' continuous batching
+on a GPU, plain ``generate`` on CPU; see :mod:`eapo.engines`).
 """
 
 from __future__ import annotations

@@ -110,9 +110,9 @@ class EAPOTrainer(GRPOTrainer):
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
         # FSDP on CPU processes, which accelerate would silently run as DDP (eapo.sharding says why).
-        from eapo.sharding import enable_fsdp_on_cpu, requested_fsdp_plugin
+        from eapo.sharding import enable_fsdp_on_cpu
 
-        if enable_fsdp_on_cpu(self.accelerator, requested_fsdp_plugin(self.args.fsdp_plugin_args)):
+        if enable_fsdp_on_cpu(self.accelerator, self.args.fsdp_plugin_args):
             self.is_fsdp_enabled = True
 
     def entropy_source(self) -> str:

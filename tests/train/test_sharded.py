@@ -100,27 +100,27 @@ class _Accelerator:
 def test_the_fsdp_plugin_comes_from_accelerate_launch_and_is_refused_where_it_cannot_run(monkeypatch):
     from accelerate.utils import DistributedType
 
+    from eapo.config import ConfigError
     from eapo.sharding import enable_fsdp_on_cpu, requested_fsdp_plugin
 
     monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
     assert requested_fsdp_plugin() is None
+    assert enable_fsdp_on_cpu(_Accelerator(DistributedType.MULTI_CPU)) is False  # DDP asked for: DDP
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what accelerate launch sets from fsdp.yaml
     monkeypatch.setenv("FSDP_VERSION", "2")
-    plugin = requested_fsdp_plugin()
-    assert plugin.fsdp_version == 2
+    assert requested_fsdp_plugin().fsdp_version == 2
     assert (
         requested_fsdp_plugin({"fsdp_version": 2, "reshard_after_forward": False}).reshard_after_forward
         is False
     )
-    # nothing to switch: one process, DDP on GPUs (accelerate handles FSDP there), or no plugin
+    # nothing to switch: one process, or a GPU group (accelerate applies FSDP there itself)
     for kind in (DistributedType.NO, DistributedType.MULTI_GPU):
-        assert enable_fsdp_on_cpu(_Accelerator(kind), plugin) is False
-    assert enable_fsdp_on_cpu(_Accelerator(DistributedType.MULTI_CPU), None) is False
-    with pytest.raises(ValueError, match="mixed_precision: 'no'"):
-        enable_fsdp_on_cpu(_Accelerator(DistributedType.MULTI_CPU, "bf16"), plugin)
+        assert enable_fsdp_on_cpu(_Accelerator(kind)) is False
+    with pytest.raises(ConfigError, match="mixed_precision: 'no'"):
+        enable_fsdp_on_cpu(_Accelerator(DistributedType.MULTI_CPU, "bf16"))
     monkeypatch.setenv("FSDP_VERSION", "1")
-    with pytest.raises(ValueError, match="fsdp_version: 2"):
-        enable_fsdp_on_cpu(_Accelerator(DistributedType.MULTI_CPU), requested_fsdp_plugin())
+    with pytest.raises(ConfigError, match="fsdp_version: 2"):
+        enable_fsdp_on_cpu(_Accelerator(DistributedType.MULTI_CPU))
 
 
 def test_ddp_searches_for_unused_parameters_only_in_a_mixture_of_experts(tmp_path):
