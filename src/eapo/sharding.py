@@ -1,6 +1,7 @@
 """Sharded training (FSDP2) on CPU processes, and the final model gathered from the shards.
 
-Two things the stack does not do by itself (accelerate 1.15, transformers 5.17, TRL 1.16):
+Two things the stack does not do by itself (accelerate 1.15, transformers 5.17, TRL 1.16), and one
+it does silently:
 
 * **accelerate drops FSDP on CPU processes.** ``accelerate launch --config_file
   configs/accelerate/fsdp.yaml`` (environment ``ACCELERATE_USE_FSDP``, ``FSDP_*``) or
@@ -13,6 +14,10 @@ Two things the stack does not do by itself (accelerate 1.15, transformers 5.17, 
 * **The final model is gathered from every process.** With ``SHARDED_STATE_DICT`` (the checkpoint
   format of ``configs/accelerate/fsdp.yaml``) ``Trainer.save_model`` writes no weights at all;
   :func:`full_state_dict` switches it to the full state dict for the final save.
+
+* **accelerate drops DeepSpeed where ``ACCELERATE_USE_CPU`` is set** in the environment, again
+  running DDP; :func:`check_deepspeed_kept` refuses that run. Otherwise DeepSpeed (ZeRO-3 included)
+  runs on CPU processes as accelerate sets it up.
 
 Generation needs nothing here: under FSDP every forward all-gathers each layer's shards, so a process
 whose rollouts all ended must keep stepping until every process has finished; ``fully_shard`` marks
@@ -80,6 +85,23 @@ def enable_fsdp_on_cpu(accelerator, plugin_args: dict[str, Any] | None = None) -
         getattr(plugin.state_dict_type, "name", plugin.state_dict_type),
     )
     return True
+
+
+def check_deepspeed_kept(accelerator) -> None:
+    """Refuse a run that asked for DeepSpeed (``accelerate launch`` with ``zero2.yaml``/``zero3.yaml``)
+    and got DDP: accelerate drops DeepSpeed without a word when ``ACCELERATE_USE_CPU`` is set in the
+    environment (its DeepSpeed launcher does not set it from ``use_cpu``). DeepSpeed runs on CPU
+    processes without it: it picks its CPU accelerator and gloo itself."""
+    from accelerate.utils import DistributedType, str_to_bool
+
+    from eapo.config import ConfigError
+
+    asked = str_to_bool(os.environ.get("ACCELERATE_USE_DEEPSPEED", "false"))
+    if asked and accelerator.distributed_type == DistributedType.MULTI_CPU:
+        raise ConfigError(
+            "accelerate launch asked for DeepSpeed, but with ACCELERATE_USE_CPU set accelerate sets up DDP "
+            "instead; unset ACCELERATE_USE_CPU (DeepSpeed runs on CPU processes by itself)"
+        )
 
 
 @contextmanager

@@ -123,6 +123,20 @@ def test_the_fsdp_plugin_comes_from_accelerate_launch_and_is_refused_where_it_ca
         enable_fsdp_on_cpu(_Accelerator(DistributedType.MULTI_CPU))
 
 
+def test_deepspeed_dropped_for_ddp_is_refused(monkeypatch):
+    from accelerate.utils import DistributedType
+
+    from eapo.config import ConfigError
+    from eapo.sharding import check_deepspeed_kept
+
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
+    check_deepspeed_kept(_Accelerator(DistributedType.MULTI_CPU))  # DDP asked for
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")  # accelerate launch with zero3.yaml
+    check_deepspeed_kept(_Accelerator(DistributedType.DEEPSPEED))  # kept
+    with pytest.raises(ConfigError, match="unset ACCELERATE_USE_CPU"):
+        check_deepspeed_kept(_Accelerator(DistributedType.MULTI_CPU))  # dropped (ACCELERATE_USE_CPU=true)
+
+
 def test_ddp_searches_for_unused_parameters_only_in_a_mixture_of_experts(tmp_path):
     from transformers import LlamaConfig, MixtralConfig, Qwen3MoeConfig
 
