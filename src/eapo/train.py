@@ -2,9 +2,10 @@
 
 It reads top to bottom; the maths is in :mod:`eapo.core`, the TRL hooks in :mod:`eapo.trainer`
 and the run-directory contract in :mod:`eapo.run_dir`. Scale-out needs no code change:
-``accelerate launch [--config_file deepspeed_zero3.yaml] -m eapo.cli train ...`` runs the same
-recipe under DDP or DeepSpeed. ``rollout.engine`` picks the rollout engine (``auto``: vLLM, else
-transformers' continuous batching on a GPU, plain ``generate`` on CPU; see :mod:`eapo.engines`).
+``accelerate launch [--config_file configs/accelerate/{ddp,fsdp,zero3}.yaml] -m eapo.cli train ...``
+runs the same recipe under DDP, FSDP2 or DeepSpeed, on GPUs or CPU processes (:mod:`eapo.sharding`).
+``rollout.engine`` picks the rollout engine (``auto``: vLLM, else transformers' continuous batching
+on a GPU, plain ``generate`` on CPU; see :mod:`eapo.engines`).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def run(
         trainer = EAPOTrainer(
             model=model_path,
             reward_funcs=[reward_function(reward)],
-            args=grpo_args(config, run_dir, num_processes=state.num_processes),
+            args=grpo_args(config, run_dir, num_processes=state.num_processes, model_path=model_path),
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=lora_config(config, model_path),
@@ -135,9 +136,10 @@ def run(
     started = time.time()
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
 
-    # 8. Save the final model or adapter atomically, the summary and the dynamics figure.
+    # 8. Save the final model or adapter atomically (every process: a sharded model is gathered from all
+    #    of them), the summary and the dynamics figure.
+    _save_final(trainer, tokenizer, run_dir, is_main=state.is_main_process)
     if state.is_main_process:
-        _save_final(trainer, tokenizer, run_dir)
         summary = {
             "global_step": trainer.state.global_step,
             "train_runtime_s": time.time() - started,
@@ -147,6 +149,9 @@ def run(
             "model_path": model_path,
             "rollout/engine": rollout.engine,
             "rollout": dataclasses.asdict(rollout),
+            # how the processes shared the work: NO (one), MULTI_CPU / MULTI_GPU (DDP), FSDP, DEEPSPEED
+            "distributed": str(trainer.accelerator.distributed_type.value),
+            "num_processes": state.num_processes,
             "final_metrics": metrics_callback.last,
         }
         atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
@@ -304,8 +309,11 @@ def rollout_plan(config: EAPOConfig, facts=None):
         raise ConfigError(str(error)) from None
 
 
-def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, facts=None):
-    """Translate the typed config into TRL's ``GRPOConfig`` (the paper's defaults live in the config)."""
+def grpo_args(
+    config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, facts=None, model_path: str | None = None
+):
+    """Translate the typed config into TRL's ``GRPOConfig`` (the paper's defaults live in the config).
+    ``model_path`` (the resolved policy) tells DDP whether to search for unused parameters."""
     import torch
     from trl import GRPOConfig
 
@@ -367,6 +375,7 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, fact
         fp16=cuda and dtype == "float16",
         tf32=tf32,
         gradient_checkpointing=config.model.gradient_checkpointing,
+        ddp_find_unused_parameters=ddp_find_unused_parameters(model_path),
         save_strategy="steps" if t.save_steps > 0 else "no",
         save_steps=t.save_steps if t.save_steps > 0 else 500,
         save_total_limit=t.save_total_limit,
@@ -377,6 +386,25 @@ def grpo_args(config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, fact
         log_completions=False,
         use_cpu=use_cpu(),  # several CPU processes then train as one (gloo), see run()
     )
+
+
+#: Config attributes that count a mixture of experts' experts (transformers' names across model families).
+_EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+
+def ddp_find_unused_parameters(model_path: str | None) -> bool:
+    """DDP's ``find_unused_parameters`` for the policy at ``model_path``: True only for a mixture of
+    experts, where a batch may route no token to an expert whose parameters then get no gradient. A
+    dense model (and a LoRA adapter on one) uses every trainable parameter in every forward; there the
+    search costs a traversal of the autograd graph per step and a warning that it found nothing
+    (transformers turns it on unless gradient checkpointing is on). ``None`` (no model to read): False."""
+    if model_path is None:
+        return False
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    text = config.get_text_config()
+    return any((getattr(text, name, None) or 0) > 0 for name in _EXPERT_COUNTS)
 
 
 def paged_options(options: dict[str, Any], *, cuda: bool) -> dict[str, Any] | None:
@@ -522,17 +550,27 @@ def _prepare_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool, is_main
     return checkpoint
 
 
-def _save_final(trainer, tokenizer, run_dir: Path) -> None:
+def _save_final(trainer, tokenizer, run_dir: Path, *, is_main: bool) -> None:
+    """``final/``: the full model (or LoRA adapter) and tokenizer, written into a staging directory and
+    renamed into place. Every process calls it: under FSDP or ZeRO-3 each holds a shard, and
+    ``save_model`` gathers the full weights from all of them (a collective) before the main process,
+    the only writer, saves them; the others wait until ``final/`` is in place."""
+    from eapo.sharding import full_state_dict
+
     final = run_dir / FINAL_DIR
     staging = run_dir / f".{FINAL_DIR}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    trainer.save_model(str(staging))
-    tokenizer.save_pretrained(str(staging))
-    trainer.create_model_card(model_name=run_dir.name)  # RUN_DIR/README.md, naming the base model
-    shutil.copyfile(run_dir / "README.md", staging / "README.md")  # replaces PEFT's empty template
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(staging, final)
+    if is_main:
+        shutil.rmtree(staging, ignore_errors=True)
+    with full_state_dict(trainer.accelerator):
+        trainer.save_model(str(staging))
+    if is_main:
+        tokenizer.save_pretrained(str(staging))
+        trainer.create_model_card(model_name=run_dir.name)  # RUN_DIR/README.md, naming the base model
+        shutil.copyfile(run_dir / "README.md", staging / "README.md")  # replaces PEFT's empty template
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    trainer.accelerator.wait_for_everyone()
 
 
 def _plot(run_dir: Path) -> None:

@@ -139,6 +139,16 @@ class EAPOTrainer(GRPOTrainer):
         logger.info("log-probs: %s", head.describe())
         return head
 
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        # FSDP on CPU processes, which accelerate would silently run as DDP, and DeepSpeed that it
+        # dropped for DDP (eapo.sharding says why).
+        from eapo.sharding import check_deepspeed_kept, enable_fsdp_on_cpu
+
+        if enable_fsdp_on_cpu(self.accelerator, self.args.fsdp_plugin_args):
+            self.is_fsdp_enabled = True
+        check_deepspeed_kept(self.accelerator)
+
     def entropy_source(self) -> str:
         """Which forward pass gives ``H_t`` in this configuration (all give the same value):
 

@@ -18,7 +18,8 @@ Each answer is appended to ``RUN_DIR/validation.jsonl`` (step, record id, comple
 validation score can be recomputed from the text.
 
 Cost and isolation: with several processes each answers its share of the prompts (ZeRO-3 parameters
-gathered, as TRL does for generation) and the main process scores them. Generation runs under
+gathered, as TRL does for generation; under FSDP every process makes the same number of ``generate``
+calls) and the main process scores them. Generation runs under
 ``torch.random.fork_rng``, so a run with validation draws exactly the rollouts of the same run
 without it. Without vLLM generation uses the training model's ``generate``: keep ``eval_limit`` small.
 """
@@ -113,17 +114,21 @@ class Validation:
             model.eval()
             try:
                 generator = self._generator(trainer, model)
-                for start in range(0, len(mine), self.batch_size):
+                # Every process makes the same number of generate calls: under FSDP each forward
+                # all-gathers the layers' shards, so a process with one prompt fewer answers a
+                # stand-in prompt (dropped) instead of leaving the others waiting.
+                share = -(-len(self.prompts) // accelerator.num_processes)  # ceil
+                for start in range(0, share, self.batch_size):
                     chunk = mine[start : start + self.batch_size]
                     groups = generator.generate(
-                        [self.prompts[i] for i in chunk],
+                        [self.prompts[i] for i in chunk] or self.prompts[:1],
                         k=1,
                         temperature=0.0 if self.greedy else self.temperature,
                         top_p=self.top_p,
                         max_new_tokens=self.max_new_tokens,
                         seed=self.seed + step,
                     )
-                    answers += [(i, group[0]) for i, group in zip(chunk, groups, strict=True)]
+                    answers += [(i, group[0]) for i, group in zip(chunk, groups[: len(chunk)], strict=True)]
             finally:
                 model.train(training)
         answers = sorted(gather_object(answers), key=lambda pair: pair[0])
