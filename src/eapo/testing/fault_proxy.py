@@ -101,10 +101,11 @@ class FaultProxy:
                     return None
             return self._fault
 
-    def answered(self) -> list[Exchange]:
-        """The exchanges the real server answered with 200 and that reached the client."""
+    def answered(self, since: int = 0) -> list[Exchange]:
+        """The exchanges (from the ``since``-th on) the real server answered with 200 and that reached
+        the client."""
         with self._lock:
-            return [e for e in self.exchanges if e.status == 200 and e.content is not None]
+            return [e for e in self.exchanges[since:] if e.status == 200 and e.content is not None]
 
     # -- lifecycle -------------------------------------------------------------------------------
 
