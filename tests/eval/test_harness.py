@@ -397,6 +397,7 @@ def test_the_laaj_judge_comes_from_the_flags_else_the_configs_reward_judge():
     options = {"timeout": 60.0, "concurrency": 32, "max_retries": 1, "structured_output": "json_object"}
     assert judge_settings(cfg, None, None, None) == ("http://judge:8011/v1", "jm", None, options)
     assert judge_settings(cfg, "http://other/v1", "om", "KEY") == ("http://other/v1", "om", "KEY", options)
+    assert judge_settings(cfg, "http://other/v1", "om", None)[2] == "OPENAI_API_KEY"  # not the config's key
     assert judge_settings(cfg, None, "om", "")[:3] == ("http://judge:8011/v1", "om", None)
     assert judge_settings(load_config(tiny), None, None, None)[:3] == (None, None, "OPENAI_API_KEY")
     assert judge_settings(None, "http://x/v1", "m", None) == ("http://x/v1", "m", "OPENAI_API_KEY", {})

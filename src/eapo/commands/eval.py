@@ -85,8 +85,8 @@ def eval_command(
     judge_api_key_env: str = typer.Option(
         None,
         "--judge-api-key-env",
-        help="NAME of the env variable holding the judge key ('' for none; default: reward.judge.api_key_env, "
-        "else OPENAI_API_KEY).",
+        help="NAME of the env variable holding the judge key ('' for none; default: reward.judge.api_key_env "
+        "with reward.judge's endpoint, else OPENAI_API_KEY).",
     ),
     no_judge: bool = typer.Option(
         False, "--no-judge", help="No LAAJ, even where the run's configuration names a judge."

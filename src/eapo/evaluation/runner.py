@@ -184,7 +184,8 @@ def judge_settings(
 
     Explicit values (``eapo eval --judge-*``) win; the rest comes from ``config.reward.judge`` (a run's
     or a training config's), whose endpoint is used when ``base_url`` is not given. ``api_key_env``:
-    a variable's name, ``""`` for no key, ``None`` for the config's (else ``OPENAI_API_KEY``).
+    a variable's name, ``""`` for no key, ``None`` for the config's when its endpoint is used (else
+    ``OPENAI_API_KEY``).
     """
     judge = config.reward.judge if config is not None else None
     options: dict[str, Any] = {}
@@ -198,7 +199,7 @@ def judge_settings(
         }
         if base_url is None and judge.base_url and judge.model:
             base_url, model = judge.base_url, model or judge.model
-        configured_key = judge.api_key_env
+            configured_key = judge.api_key_env  # the config's key goes with the config's endpoint
     key = configured_key if api_key_env is None else (api_key_env or None)
     return base_url, model, key, options
 
