@@ -19,7 +19,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root() -> None:
-    """EAPO command line: train, eval, plot, sweep, study and data tools."""
+    """EAPO command line: train, eval, plot, sweep, study, data tools and a local LLM judge."""
 
 
 # Modules that expose ``register(app)``; one line per subcommand family.
@@ -33,6 +33,7 @@ _COMMAND_MODULES = [
     "eapo.commands.study",
     "eapo.commands.verl_export",
     "eapo.commands.summary",
+    "eapo.commands.judge",
 ]
 
 

@@ -18,6 +18,10 @@ import yaml
 
 from eapo.core import ENTROPY_AGGREGATIONS, IMPORTANCE_CORRECTIONS, WEIGHTING_SCHEMES
 
+#: reward.judge.structured_output's values (eapo.rewards.judge.STRUCTURED_OUTPUTS; kept here so the
+#: config does not import the judge's client).
+STRUCTURED_OUTPUTS = ("auto", "json_schema", "json_object", "plain")
+
 
 class ConfigError(ValueError):
     """A configuration file or override is invalid; the message names the key and what to do."""
@@ -147,12 +151,30 @@ class JudgeConfig:
         "OpenAI-compatible endpoint of the LLM judge (needed when llm_judge has a weight).", None
     )
     model: str | None = _help("Judge model name.", None)
-    api_key_env: str = _help(
-        "NAME of the environment variable holding the judge's API key.", "OPENAI_API_KEY"
+    api_key_env: str | None = _help(
+        "NAME of the environment variable holding the judge's API key; null for a local server that needs "
+        "none (e.g. `eapo judge serve`).",
+        "OPENAI_API_KEY",
     )
     target: str = _help("What the judge scores during training: think, response or both.", "think")
     concurrency: int = _help("Concurrent judge requests.", 32)
     timeout: float = _help("Per-request timeout in seconds.", 60.0)
+    max_retries: int = _help(
+        "Retries of a request after HTTP 429/5xx, a timeout or a connection error (exponential backoff); "
+        "then the sample is unscorable (reward.missing).",
+        4,
+    )
+    structured_output: str = _help(
+        "How requests ask for the answer's shape: json_schema (each dimension an integer 0-100, enforced "
+        "by vLLM/SGLang while decoding), json_object, plain (the prompt alone), or auto (the first of those "
+        "the server accepts, probed once).",
+        "auto",
+    )
+    cache_dir: str | None = _help(
+        "Disk cache of the judge's answers (keyed by model and prompt), relative to the run directory "
+        "(or absolute); null: no cache. `eapo eval` keeps its own under its output directory.",
+        "judge_cache",
+    )
 
 
 @dataclass
@@ -288,6 +310,13 @@ class EAPOConfig:
                 "rollout.compile=true needs rollout.cache_implementation=static (a fixed-size cache)"
             )
         _choice("reward.judge.target", self.reward.judge.target, ("think", "response", "both"))
+        _choice("reward.judge.structured_output", self.reward.judge.structured_output, STRUCTURED_OUTPUTS)
+        judge = self.reward.judge
+        if judge.concurrency < 1 or judge.max_retries < 0 or not judge.timeout > 0:
+            raise ConfigError(
+                f"reward.judge needs concurrency >= 1, max_retries >= 0 and timeout > 0, got "
+                f"{judge.concurrency}, {judge.max_retries} and {judge.timeout}"
+            )
         _choice("reward.missing", self.reward.missing, ("unscorable", "renormalize"))
         _choice("algorithm.entropy_agg", a.entropy_agg, ENTROPY_AGGREGATIONS)
         _choice("rollout.vllm_importance_correction", r.vllm_importance_correction, IMPORTANCE_CORRECTIONS)

@@ -86,7 +86,7 @@ def run(
         )
 
     # 4. The composite reward (the same scorer as `eapo eval`); the judge is checked before step 1.
-    reward = build_reward(config)
+    reward = build_reward(config, run_dir)
 
     # 5. The polarity weighting scheme, and the dev subset validated every train.eval_steps steps.
     from eapo.core import make_weighting
@@ -235,8 +235,12 @@ def build_validation(config: EAPOConfig, model_path: str, reward, run_dir: Path)
     )
 
 
-def build_reward(config: EAPOConfig):
-    """The configured composite reward; an unreachable judge endpoint fails here, before any training."""
+def build_reward(config: EAPOConfig, run_dir: str | Path | None = None):
+    """The configured composite reward; an unreachable judge endpoint fails here, before any training.
+
+    The judge's disk cache (``reward.judge.cache_dir``) lies under ``run_dir`` when relative; without
+    ``run_dir`` a relative cache directory means no cache.
+    """
     from eapo.config import reward_options
     from eapo.rewards import make_composite
 
@@ -262,8 +266,13 @@ def build_reward(config: EAPOConfig):
             "target": judge.target,
             "concurrency": judge.concurrency,
             "timeout": judge.timeout,
+            "max_retries": judge.max_retries,
+            "structured_output": judge.structured_output,
             **options.get("llm_judge", {}),
         }
+        cache_dir = judge_cache_dir(judge.cache_dir, run_dir)
+        if cache_dir is not None:
+            options["llm_judge"].setdefault("cache_dir", str(cache_dir))
     composite = make_composite(weights, missing=config.reward.missing, **options)
     judge_scorer = composite.components.get("llm_judge") if hasattr(composite, "components") else None
     if judge_scorer is not None:
@@ -274,6 +283,16 @@ def build_reward(config: EAPOConfig):
                 f"the LLM judge at {config.reward.judge.base_url} cannot be reached: {error}"
             ) from error
     return composite
+
+
+def judge_cache_dir(cache_dir: str | None, run_dir: str | Path | None) -> Path | None:
+    """``reward.judge.cache_dir`` as a path: absolute as given, relative under ``run_dir``."""
+    if cache_dir is None:
+        return None
+    path = Path(cache_dir).expanduser()
+    if path.is_absolute():
+        return path
+    return Path(run_dir) / path if run_dir is not None else None
 
 
 def reward_function(composite):

@@ -436,3 +436,69 @@ def test_prompt_drift_names_each_difference_from_training():
     assert prompt_drift("en_fewshot", "<think>", "en_fewshot", "<think>") == []
     (warning,) = prompt_drift("en_fewshot", "", "en_fewshot", "<think>")
     assert "response prefix ''" in warning and "'<think>'" in warning
+
+
+def test_the_laaj_judge_comes_from_the_flags_else_the_configs_reward_judge():
+    from eapo.config import load_config
+    from eapo.evaluation import judge_settings
+
+    tiny = ROOT / "configs" / "tiny.yaml"
+    cfg = load_config(
+        tiny,
+        [
+            "reward.judge.base_url=http://judge:8011/v1",
+            "reward.judge.model=jm",
+            "reward.judge.api_key_env=null",
+            "reward.judge.max_retries=1",
+            "reward.judge.structured_output=json_object",
+        ],
+    )
+    options = {"timeout": 60.0, "concurrency": 32, "max_retries": 1, "structured_output": "json_object"}
+    assert judge_settings(cfg, None, None, None) == ("http://judge:8011/v1", "jm", None, options)
+    assert judge_settings(cfg, "http://other/v1", "om", "KEY") == ("http://other/v1", "om", "KEY", options)
+    assert judge_settings(cfg, "http://other/v1", "om", None)[2] == "OPENAI_API_KEY"  # not the config's key
+    assert judge_settings(cfg, None, "om", "")[:3] == ("http://judge:8011/v1", "om", None)
+    assert judge_settings(load_config(tiny), None, None, None)[:3] == (None, None, "OPENAI_API_KEY")
+    assert judge_settings(None, "http://x/v1", "m", None) == ("http://x/v1", "m", "OPENAI_API_KEY", {})
+
+
+def test_eval_stops_before_generating_when_its_judge_is_unreachable(tmp_path):
+    from eapo.cli import app
+
+    config = str(ROOT / "configs" / "tiny.yaml")
+    dead = [
+        "reward.judge.base_url=http://127.0.0.1:9/v1",
+        "reward.judge.model=m",
+        "reward.judge.api_key_env=null",
+    ]
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(
+        app, ["eval", "--config", config, "--output-dir", str(out), "--limit", "1", *dead]
+    )
+    assert result.exit_code == 1
+    assert "LAAJ:" in result.output and "127.0.0.1:9/v1" in result.output and "--no-judge" in result.output
+    assert not (out / "samples.jsonl").exists()  # nothing generated
+    result = CliRunner().invoke(app, ["eval", "--model", "tiny", "--output-dir", str(out), *dead])
+    assert result.exit_code == 1 and "need a configuration to apply to" in result.output
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--config",
+            config,
+            "--output-dir",
+            str(out),
+            "--limit",
+            "1",
+            "--k",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--scorers",
+            "rouge_l",
+            "--no-judge",
+            *dead,
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "results.json").read_text())["metrics"]["laaj"] is None

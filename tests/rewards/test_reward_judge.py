@@ -1,6 +1,8 @@
 """The LLM judge against a real chat-completions server on 127.0.0.1 (no monkeypatching of the client).
 
-Timeouts are 0.2 s and backoff bases 0.01 s so every fault path finishes in well under a second.
+Timeouts are 0.2 s and backoff bases 0.01 s so every fault path finishes in well under a second. The
+judges here ask for the JSON schema outright (``structured_output="json_schema"``), so the request
+counts are the judgements'; the probe of ``auto`` has its own tests.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from eapo.rewards.judge import (
     LLMJudge,
     build_prompt,
     parse_scores,
+    score_schema,
     weighted_overall,
 )
 from eapo.testing import Fault, JudgeServer
@@ -59,6 +62,7 @@ def make_judge(server: JudgeServer, **options) -> LLMJudge:
         max_retries=2,
         backoff_base=0.01,
         backoff_max=0.05,
+        structured_output="json_schema",
     )
     return make_reward("llm_judge", **{**defaults, **options})
 
@@ -122,11 +126,133 @@ def test_parse_scores_accepts_fences_and_surrounding_text() -> None:
         (json.dumps({**THINK_SCORES, "logical_coherence": True}), "not a number"),
         (json.dumps({**THINK_SCORES, "logical_coherence": "90"}), "not a number"),
         (json.dumps({"logical_coherence": 90}), "lacks the score"),
+        # a 135M judge in JSON mode copied the weights: a fraction below 1 is not a 100-point score
+        (json.dumps(dict(zip(THINK_SCORES, [0.35, 0.3, 0.2, 0.15], strict=True))), "fraction below 1"),
+        (json.dumps({**THINK_SCORES, "depth_and_organization": 0.5}), "fraction below 1"),
     ],
 )
 def test_parse_scores_rejects(content: str, message: str) -> None:
     with pytest.raises(JudgeParseError, match=message):
         parse_scores(content, THINK_DIMENSIONS)
+
+
+def test_parse_scores_keeps_the_ends_of_the_scale_and_fractions_above_1() -> None:
+    body = json.dumps({**THINK_SCORES, "logical_coherence": 0, "medical_knowledge_accuracy": 1.0})
+    scores = parse_scores(body, THINK_DIMENSIONS)
+    assert (scores["logical_coherence"], scores["medical_knowledge_accuracy"]) == (0.0, 1.0)
+    assert parse_scores(json.dumps({**THINK_SCORES, "depth_and_organization": 87.5}), THINK_DIMENSIONS)[
+        "depth_and_organization"
+    ] == pytest.approx(87.5)
+
+
+def test_score_schema_states_the_100_point_scale_and_nothing_else() -> None:
+    assert score_schema(RESPONSE_DIMENSIONS) == {
+        "type": "object",
+        "properties": {
+            key: {"type": "integer", "minimum": 0, "maximum": 100}
+            for key in (
+                "medical_factual_accuracy",
+                "diagnostic_completeness",
+                "clinical_safety",
+                "reasoning_logic",
+                "expression_clarity",
+            )
+        },
+        "required": [
+            "medical_factual_accuracy",
+            "diagnostic_completeness",
+            "clinical_safety",
+            "reasoning_logic",
+            "expression_clarity",
+        ],
+        "additionalProperties": False,
+    }
+
+
+# -- structured outputs: the mode, and auto's probe ------------------------------------------------
+
+
+def _formats_sent(server: JudgeServer) -> list[str | None]:
+    return [(body.get("response_format") or {}).get("type") for body in server.requests]
+
+
+@pytest.mark.parametrize(
+    ("accepted", "chosen", "probes"),
+    [
+        (("json_schema", "json_object"), "json_schema", 1),
+        (("json_object",), "json_object", 2),  # json_schema refused (HTTP 400), json_object accepted
+        ((), "plain", 2),  # both refused: the prompt's output contract alone
+    ],
+)
+def test_auto_probes_once_for_the_first_format_the_server_accepts(
+    accepted: tuple[str, ...], chosen: str, probes: int
+) -> None:
+    with JudgeServer(response_formats=accepted) as server:
+        judge = make_judge(server, structured_output="auto")
+        try:
+            first = judge([f"q{i}" for i in range(8)], [COMPLETION] * 8, ["ref"] * 8)  # 8 at once
+            second = judge(["q8", "q9"], [COMPLETION] * 2, ["ref"] * 2)
+        finally:
+            judge.close()
+        sent = _formats_sent(server)
+    assert first == [pytest.approx(0.8)] * 8 and second == [pytest.approx(0.8)] * 2
+    assert judge.output_format == chosen and judge.stats["probes"] == probes
+    assert judge.stats["requests"] == probes + 10 and server.request_count == probes + 10
+    probe_formats = ["json_schema", "json_object"][:probes]
+    assert sent[:probes] == probe_formats  # the probes come first, once for both batches
+    assert sent[probes:] == [None if chosen == "plain" else chosen] * 10
+    assert server.status_counts[400] == probes - 1 + (chosen == "plain")
+
+
+def test_a_probe_that_reaches_no_server_is_repeated_with_the_next_batch() -> None:
+    with socket.socket() as probe:  # a port nobody listens on, until the server below starts there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    judge = make_reward(
+        "llm_judge",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        model="test-judge",
+        api_key_env=None,
+        timeout=0.2,
+        max_retries=0,
+        structured_output="auto",
+    )
+    try:
+        assert judge(["q1", "q2"], [COMPLETION] * 2, ["ref"] * 2) == [None, None]
+        assert judge.output_format is None and judge.stats["probes"] == 1  # one probe, shared by both
+        assert "connection error" in judge.last_details[0]["think/error"]
+        with JudgeServer(port=port, response_formats=("json_object",)) as server:
+            assert judge(["q1"], [COMPLETION], ["ref"]) == [pytest.approx(0.8)]
+            assert _formats_sent(server) == ["json_schema", "json_object", "json_object"]
+    finally:
+        judge.close()
+    assert judge.output_format == "json_object" and judge.stats["probes"] == 3
+
+
+def test_a_format_the_server_refuses_scores_none_and_says_what_to_do() -> None:
+    with JudgeServer(response_formats=("json_object",)) as server:
+        judge = make_judge(server, structured_output="json_schema")
+        try:
+            assert judge(["q"], [COMPLETION], ["ref"]) == [None]
+        finally:
+            judge.close()
+        assert server.request_count == 1  # a refusal is not retried
+    error = judge.last_details[0]["think/error"]
+    assert "HTTP 400" in error and "structured_output=auto falls back" in error
+
+
+def test_json_mode_is_structured_output_json_object(judge_server: JudgeServer) -> None:
+    judge = make_judge(judge_server, structured_output="auto", json_mode=True)
+    try:
+        assert judge(["q"], [COMPLETION], ["ref"]) == [pytest.approx(0.8)]
+    finally:
+        judge.close()
+    assert judge.structured_output == "json_object" and judge.stats["probes"] == 0
+    assert _formats_sent(judge_server) == ["json_object"]
+    with pytest.raises(ValueError, match="json_mode=True contradicts structured_output='plain'"):
+        LLMJudge(base_url="http://x/v1", model="m", structured_output="plain", json_mode=True)
+    with pytest.raises(ValueError, match="structured_output must be one of auto, json_schema"):
+        LLMJudge(base_url="http://x/v1", model="m", structured_output="grammar")
 
 
 # -- scoring against the server --------------------------------------------------------------------
@@ -140,12 +266,17 @@ def test_think_target_scores_the_reasoning_with_the_paper_weights(scored_server:
         judge.close()
     assert scores == [pytest.approx(THINK_OVERALL / 100, abs=1e-12)]
     assert judge.last_details[0] == {
+        "think/judged": 1.0,
         **{f"think/{k}": float(v) for k, v in THINK_SCORES.items()},
         "think/overall": pytest.approx(THINK_OVERALL),
         "think/cached": False,
     }
     sent = scored_server.requests[0]
     assert sent["model"] == "test-judge" and sent["temperature"] == 0.0
+    assert sent["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "eapo_judge_think", "schema": score_schema(THINK_DIMENSIONS), "strict": True},
+    }
     prompt = sent["messages"][0]["content"]
     assert "Stomach ache after meals" in prompt and "Chronic gastritis" in prompt
     assert "Epigastric pain after meals suggests gastritis." in prompt
@@ -176,7 +307,10 @@ def test_missing_think_scores_zero_and_missing_reference_none_without_requests(
     finally:
         judge.close()
     assert scores == [0.0, None]
-    assert judge.last_details == [{"think/overall": 0.0, "think/skipped": "no <think> content"}, None]
+    assert judge.last_details == [
+        {"think/judged": 0.0, "think/overall": 0.0, "think/skipped": "no <think> content"},
+        None,
+    ]
     assert judge_server.request_count == 0
 
 
@@ -221,6 +355,32 @@ def test_slower_than_timeout_is_retried_then_none(judge_server: JudgeServer, htt
     assert "timeout" in judge.last_details[1]["think/error"]
     assert judge.stats["retries"] == 2
     assert elapsed < 1.0  # two 0.2 s timeouts + backoff, never the server's 1 s
+
+
+@pytest.mark.parametrize("http_backend", ["aiohttp", "httpx"])
+def test_a_refused_connection_is_a_connection_error_not_a_timeout(http_backend: str) -> None:
+    """The SDK's aiohttp transport maps a refused connection to a timeout; the judge says what it was."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    judge = make_reward(
+        "llm_judge",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        model="m",
+        api_key_env=None,
+        timeout=30.0,
+        max_retries=0,
+        structured_output="json_schema",
+        http_backend=http_backend,
+    )
+    start = time.perf_counter()
+    try:
+        assert judge(["q"], [COMPLETION], ["ref"]) == [None]
+    finally:
+        judge.close()
+    error = judge.last_details[0]["think/error"]
+    assert error.startswith("connection error (") and "timeout" not in error
+    assert time.perf_counter() - start < 10.0  # refused at once, not after the 30 s timeout
 
 
 def test_429_then_success_honours_retry_after(judge_server: JudgeServer) -> None:

@@ -255,3 +255,31 @@ def test_reward_options_give_the_format_check_the_response_prefix():
     config = load_config(tiny, ["data.response_prefix=<think>"])
     reward_options(config)
     assert "prefix" not in config.reward.options.get("format", {})
+
+
+def test_judge_settings_are_typed_and_validated(tmp_path):
+    c = load_config(
+        ROOT / "configs" / "tiny.yaml",
+        [
+            "reward.judge.api_key_env=null",
+            "reward.judge.structured_output=json_object",
+            "reward.judge.max_retries=0",
+        ],
+    )
+    assert (c.reward.judge.api_key_env, c.reward.judge.structured_output, c.reward.judge.max_retries) == (
+        None,
+        "json_object",
+        0,
+    )
+    defaults = EAPOConfig().reward.judge
+    assert (defaults.structured_output, defaults.max_retries, defaults.cache_dir) == (
+        "auto",
+        4,
+        "judge_cache",
+    )
+    with pytest.raises(
+        ConfigError, match="reward.judge.structured_output='grammar' is invalid; valid: auto, json_schema"
+    ):
+        load_config(ROOT / "configs" / "tiny.yaml", ["reward.judge.structured_output=grammar"])
+    with pytest.raises(ConfigError, match="max_retries >= 0"):
+        load_config(ROOT / "configs" / "tiny.yaml", ["reward.judge.max_retries=-1"])

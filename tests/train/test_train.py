@@ -550,6 +550,49 @@ def test_metrics_lines_carry_rollout_values_forward_but_not_validation(tmp_path)
     assert "val/reward" not in second and second["loss"] == 0.4
 
 
+def test_the_judge_gets_the_configured_client_settings_and_a_cache_in_the_run_directory(tmp_path):
+    """reward.judge.* reach the judge's client; the cache lies under the run directory unless absolute."""
+    from eapo.testing import JudgeServer
+    from eapo.train import build_reward
+
+    with JudgeServer(response_formats=("json_object",)) as server:
+        judge_settings = [
+            "reward.weights.llm_judge=0.5",
+            f"reward.judge.base_url={server.base_url}",
+            f"reward.judge.model={server.model}",
+            "reward.judge.api_key_env=null",
+            "reward.judge.max_retries=1",
+            "reward.judge.timeout=7",
+            "reward.judge.structured_output=auto",
+        ]
+        reward = build_reward(tiny(*judge_settings), tmp_path / "run")
+        judge = reward.components["llm_judge"]
+        try:
+            assert (judge.max_retries, judge.timeout, judge.structured_output, judge.api_key_env) == (
+                1,
+                7.0,
+                "auto",
+                None,
+            )
+            assert judge.cache is not None and judge.cache.root == tmp_path / "run" / "judge_cache"
+            result = reward.score(["q"], ["<think>r</think><advice>a</advice>"], ["ref"])
+            assert result.components["llm_judge"] == [pytest.approx(0.8)]
+            assert judge.output_format == "json_object"  # probed: the server refuses json_schema
+            assert len(list((tmp_path / "run" / "judge_cache").rglob("*.json"))) == 1
+        finally:
+            reward.close()
+        elsewhere = build_reward(
+            tiny(*judge_settings, f"reward.judge.cache_dir={tmp_path / 'shared'}"), tmp_path / "r"
+        )
+        none = build_reward(tiny(*judge_settings, "reward.judge.cache_dir=null"), tmp_path / "r")
+        try:
+            assert elsewhere.components["llm_judge"].cache.root == tmp_path / "shared"
+            assert none.components["llm_judge"].cache is None
+        finally:
+            elsewhere.close()
+            none.close()
+
+
 def test_failed_judge_calls_in_a_training_run_are_unscorable_and_counted(tmp_path, monkeypatch):
     """A real judge endpoint that fails the first request of every question (HTTP 400, not retried):
     one rollout per group is unscored, and the step's line counts it in reward/llm_judge/none_frac."""

@@ -9,6 +9,11 @@ import typer
 
 
 def eval_command(
+    overrides: list[str] = typer.Argument(
+        None,
+        help="key=value overrides of the run's or --config's configuration, e.g. "
+        "reward.judge.base_url=http://127.0.0.1:8011/v1 reward.judge.model=judge reward.judge.api_key_env=null",
+    ),
     model: str = typer.Option(
         None,
         "--model",
@@ -77,13 +82,22 @@ def eval_command(
         help="auto, cross-encoder or bi-encoder (the offline stand-in). Default: the run's, else auto.",
     ),
     judge_base_url: str = typer.Option(
-        None, "--judge-base-url", help="OpenAI-compatible judge endpoint (enables LAAJ)."
+        None,
+        "--judge-base-url",
+        help="OpenAI-compatible judge endpoint (enables LAAJ). Default: the run's or --config's reward.judge, "
+        "when it names one.",
     ),
-    judge_model: str = typer.Option(None, "--judge-model", help="Judge model name."),
+    judge_model: str = typer.Option(
+        None, "--judge-model", help="Judge model name (default: reward.judge.model)."
+    ),
     judge_api_key_env: str = typer.Option(
-        "OPENAI_API_KEY",
+        None,
         "--judge-api-key-env",
-        help="NAME of the env variable holding the judge key ('' for none).",
+        help="NAME of the env variable holding the judge key ('' for none; default: reward.judge.api_key_env "
+        "with reward.judge's endpoint, else OPENAI_API_KEY).",
+    ),
+    no_judge: bool = typer.Option(
+        False, "--no-judge", help="No LAAJ, even where the run's configuration names a judge."
     ),
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for the 95% intervals."),
 ) -> None:
@@ -119,7 +133,9 @@ def eval_command(
             reranker_backend=reranker_backend,
             judge_base_url=judge_base_url,
             judge_model=judge_model,
-            judge_api_key_env=judge_api_key_env or None,
+            judge_api_key_env=judge_api_key_env,
+            judge=not no_judge,
+            overrides=overrides or [],
             n_resamples=bootstrap,
             progress=True,
         )

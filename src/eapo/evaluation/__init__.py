@@ -35,7 +35,7 @@ from eapo.evaluation.metrics import (
     bootstrap_interval,
     per_prompt_values,
 )
-from eapo.evaluation.runner import EvalError, build_scorers, resolve_target, run_eval
+from eapo.evaluation.runner import EvalError, build_scorers, judge_settings, resolve_target, run_eval
 
 __all__ = [
     "AVG_COLUMNS",
@@ -54,6 +54,7 @@ __all__ = [
     "bootstrap_interval",
     "build_scorers",
     "evaluate",
+    "judge_settings",
     "load_samples",
     "per_prompt_values",
     "resolve_target",

@@ -4,7 +4,9 @@ load the data and scorers, and call :func:`eapo.evaluation.harness.evaluate`.
 Defaults come, in order, from the explicit arguments, the run's ``config.yaml`` (for a run
 directory), the ``config`` file (a training config: evaluate its *base* model, the table's starting
 point), then built-in defaults. The scorers are built through :func:`eapo.rewards.make_reward` with the
-run's reward options, so evaluation scores exactly as training rewarded.
+run's reward options, so evaluation scores exactly as training rewarded. The LAAJ judge is the
+``--judge-*`` arguments' endpoint, else the run's (or config's) ``reward.judge`` when it names one;
+it is checked before any generation.
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ from eapo.evaluation.labels import run_label
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvalError", "run_eval", "resolve_target", "build_scorers", "DEFAULT_SCORERS", "SCORER_NAMES"]
+__all__ = [
+    "EvalError",
+    "run_eval",
+    "resolve_target",
+    "build_scorers",
+    "judge_settings",
+    "DEFAULT_SCORERS",
+    "SCORER_NAMES",
+]
 
 #: Scorers ``eapo eval`` runs by default (``laaj`` is added when a judge endpoint is given).
 DEFAULT_SCORERS = ("rouge_l", "reranker", "format")
@@ -38,12 +48,15 @@ class EvalError(ValueError):
     """The evaluation cannot start; the message says which argument or file is wrong."""
 
 
-def resolve_target(model: str | None, config: str | os.PathLike | None) -> dict[str, Any]:
+def resolve_target(
+    model: str | None, config: str | os.PathLike | None, overrides: Sequence[str] = ()
+) -> dict[str, Any]:
     """What to evaluate: ``{"model_path", "model", "display_name", "run_config", "run_dir"}``.
 
     ``model`` may be a run directory (its ``final/`` is evaluated), a model directory (a full model
     or a LoRA adapter), ``tiny``, ``smollm2-135m-instruct`` or a hub id. Without ``model``,
-    ``config``'s ``model.name_or_path`` (the base model) is evaluated.
+    ``config``'s ``model.name_or_path`` (the base model) is evaluated. ``overrides`` (``key=value``)
+    apply to the run's or the config's configuration, e.g. ``reward.judge.base_url=...``.
     """
     from eapo.config import ConfigError, load_config
     from eapo.models import resolve_model
@@ -51,9 +64,10 @@ def resolve_target(model: str | None, config: str | os.PathLike | None) -> dict[
 
     run_config = None
     run_dir = None
+    overrides = list(overrides)
     if config is not None:
         try:
-            run_config = load_config(config)
+            run_config = load_config(config, overrides)
         except ConfigError as error:
             raise EvalError(str(error)) from None
     if model is None:
@@ -72,7 +86,7 @@ def resolve_target(model: str | None, config: str | os.PathLike | None) -> dict[
         run_dir = path
         if (path / CONFIG_FILE).exists():
             try:
-                run_config = load_config(path / CONFIG_FILE)
+                run_config = load_config(path / CONFIG_FILE, overrides)
             except ConfigError as error:
                 raise EvalError(f"{path / CONFIG_FILE}: {error}") from None
         final = path / FINAL_DIR
@@ -92,6 +106,10 @@ def resolve_target(model: str | None, config: str | os.PathLike | None) -> dict[
         recorded = str(Path(model_path).resolve()) if Path(model_path).exists() and model != "tiny" else model
         if model == "tiny" and seed:
             recorded = f"tiny(seed={seed})"
+    if overrides and run_config is None:
+        raise EvalError(
+            f"the overrides {overrides} need a configuration to apply to: pass --config or a run directory as --model"
+        )
     return {
         "model_path": model_path,
         "model": recorded,
@@ -111,12 +129,14 @@ def build_scorers(
     judge_model: str | None = None,
     judge_api_key_env: str | None = "OPENAI_API_KEY",
     judge_cache_dir: str | os.PathLike | None = None,
+    judge_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``{column: reward function}`` through :func:`eapo.rewards.make_reward`.
 
     ``reward_options`` (a run's ``reward.options``) configure each component as in training; the
     keyword arguments override them. ``laaj`` is the LLM judge on the response (``target="response"``,
-    the paper's LAAJ evaluation prompt); it is added when ``judge_base_url`` is given.
+    the paper's LAAJ evaluation prompt); it is added when ``judge_base_url`` is given, with
+    ``judge_options`` (timeout, retries, structured_output, ...) passed to :class:`~eapo.rewards.judge.LLMJudge`.
     """
     from eapo.rewards import make_reward
 
@@ -142,6 +162,7 @@ def build_scorers(
                 )
             options = {
                 **{key: value for key, value in options.items() if key not in ("target",)},
+                **(judge_options or {}),
                 "base_url": judge_base_url,
                 "model": judge_model,
                 "api_key_env": judge_api_key_env,
@@ -154,6 +175,50 @@ def build_scorers(
         except (ValueError, ImportError, RuntimeError, FileNotFoundError) as error:
             raise EvalError(f"scorer {name!r}: {error}") from error
     return scorers
+
+
+def judge_settings(
+    config: Any, base_url: str | None, model: str | None, api_key_env: str | None
+) -> tuple[str | None, str | None, str | None, dict[str, Any]]:
+    """``(base_url, model, api_key_env, options)`` of the LAAJ judge.
+
+    Explicit values (``eapo eval --judge-*``) win; the rest comes from ``config.reward.judge`` (a run's
+    or a training config's), whose endpoint is used when ``base_url`` is not given. ``api_key_env``:
+    a variable's name, ``""`` for no key, ``None`` for the config's when its endpoint is used (else
+    ``OPENAI_API_KEY``).
+    """
+    judge = config.reward.judge if config is not None else None
+    options: dict[str, Any] = {}
+    configured_key: str | None = "OPENAI_API_KEY"
+    if judge is not None:
+        options = {
+            "timeout": judge.timeout,
+            "concurrency": judge.concurrency,
+            "max_retries": judge.max_retries,
+            "structured_output": judge.structured_output,
+        }
+        if base_url is None and judge.base_url and judge.model:
+            base_url, model = judge.base_url, model or judge.model
+            configured_key = judge.api_key_env  # the config's key goes with the config's endpoint
+    key = configured_key if api_key_env is None else (api_key_env or None)
+    return base_url, model, key, options
+
+
+def _check_judge(scorers: dict[str, Any]) -> None:
+    """An unreachable judge fails before any generation (else every LAAJ sample waits out its retries)."""
+    from eapo.rewards.judge import JudgeError
+
+    laaj = scorers["laaj"]
+    try:
+        laaj.check_reachable()
+    except JudgeError as error:
+        for scorer in scorers.values():
+            if hasattr(scorer, "close"):
+                scorer.close()
+        raise EvalError(
+            f"LAAJ: {error}. Start the judge (e.g. `eapo judge serve`), point --judge-base-url or "
+            "reward.judge.base_url at it, or pass --no-judge"
+        ) from None
 
 
 def _data_label(name: str, path: str | None, split: str, limit: int | None) -> str:
@@ -212,7 +277,9 @@ def run_eval(
     reranker_backend: str | None = None,
     judge_base_url: str | None = None,
     judge_model: str | None = None,
-    judge_api_key_env: str | None = "OPENAI_API_KEY",
+    judge_api_key_env: str | None = None,
+    judge: bool = True,
+    overrides: Sequence[str] = (),
     n_resamples: int = 1000,
     progress: bool = False,
 ) -> tuple[dict[str, Any], Path]:
@@ -220,14 +287,15 @@ def run_eval(
 
     Returns ``(results, output_dir)``. ``output_dir`` defaults to ``RUN_DIR/eval`` for a run directory.
     Generation defaults (temperature, top_p, max_new_tokens) are the run's rollout settings, else
-    1.0, 1.0 and 512.
+    1.0, 1.0 and 512. The LAAJ judge: see :func:`judge_settings`; ``judge=False`` runs none.
+    ``overrides`` (``key=value``) apply to the run's or the config's configuration.
     """
     from eapo.config import reward_options
     from eapo.data import DataError, default_prompt_for, load, render_prompts
     from eapo.evaluation.generate import choose_backend, make_generator
     from eapo.models import load_tokenizer
 
-    target = resolve_target(model, config)
+    target = resolve_target(model, config, overrides)
     cfg = target["run_config"]
     if output_dir is None:
         if target["run_dir"] is None:
@@ -307,16 +375,22 @@ def run_eval(
     if cfg is None or "prefix" not in cfg.reward.options.get("format", {}):
         # the format check reads prefix + completion: the prefix this evaluation's prompts end with
         options.setdefault("format", {})["prefix"] = response_prefix
+    judge_base_url, judge_model, judge_api_key_env, judge_options = judge_settings(
+        cfg, judge_base_url, judge_model, judge_api_key_env
+    )
     scorer_map = build_scorers(
         scorers,
         reward_options=options,
         rouge_level=rouge_level,
         reranker_backend=reranker_backend,
-        judge_base_url=judge_base_url,
+        judge_base_url=judge_base_url if judge else None,
         judge_model=judge_model,
         judge_api_key_env=judge_api_key_env,
         judge_cache_dir=output_dir / "judge_cache",
+        judge_options=judge_options,
     )
+    if "laaj" in scorer_map:
+        _check_judge(scorer_map)
     model_dtype = dtype if dtype != "auto" or cfg is None else cfg.model.dtype
     results = evaluate(
         records,

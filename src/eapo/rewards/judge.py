@@ -19,6 +19,14 @@ Departures: the appendix prints only the dimension titles and weights; we add an
 ``<think>`` content scores 0.0 under ``target="think"`` (there is no reasoning to credit; the
 judge is not called), and so does an empty answer under ``target="response"``. No Chinese variant of the prompts is shipped (the paper gives English).
 
+Structured outputs: every request asks for its exact answer shape — a JSON object with one
+integer 0–100 per dimension and nothing else (:func:`score_schema`) — through the OpenAI
+``response_format`` JSON-schema form, which constrained decoders (vLLM, SGLang) enforce, so a small
+judge cannot emit a weight or a 0–1 ratio where the 100-point score goes. ``structured_output``
+chooses the form: ``json_schema``, ``json_object`` (valid JSON only), ``plain`` (the prompt's output
+contract alone) or ``auto`` (default): one cheap probe request finds the first of those the server
+accepts (a server refuses a form with HTTP 400/422) and every later request uses it.
+
 Robustness: at most ``concurrency`` requests in flight; a per-request ``timeout``; 429, 408, 409,
 5xx, timeouts and connection errors are retried up to ``max_retries`` times with exponential
 backoff and jitter (honouring ``Retry-After``); an unparseable or out-of-range answer is asked for
@@ -27,8 +35,10 @@ fail); other 4xx score ``None``. Successful judgements are cached on disk (``cac
 ``sha256(model, prompt)``, so re-scoring the same completions makes no requests.
 
 Per-dimension scores of the last call are in :attr:`LLMJudge.last_details` (one flat dict per
-sample, e.g. ``{"think/logical_coherence": 80.0, …, "think/overall": 78.5}``), which the
-composite reward turns into ``reward/llm_judge/<key>/mean`` metrics.
+sample, e.g. ``{"think/judged": 1.0, "think/logical_coherence": 80.0, …, "think/overall": 78.5}``),
+which the composite reward turns into ``reward/llm_judge/<key>/mean`` metrics. ``<kind>/judged`` is
+1.0 when the judge was asked (whatever came of it) and 0.0 when there was nothing to judge, so
+``reward/llm_judge/think/judged/mean`` is the share of rollouts the judge read.
 """
 
 from __future__ import annotations
@@ -54,6 +64,8 @@ from eapo.rewards.extract import extract_answer, extract_think
 __all__ = [
     "LLMJudge",
     "Dimension",
+    "STRUCTURED_OUTPUTS",
+    "score_schema",
     "THINK_DIMENSIONS",
     "RESPONSE_DIMENSIONS",
     "THINK_PROMPT",
@@ -73,6 +85,9 @@ T = TypeVar("T")
 
 Target = Literal["think", "response", "both"]
 TARGETS = ("think", "response", "both")
+#: How a request asks for its answer's shape: ``auto`` probes the server once for the first of the
+#: others it accepts, in this order (see the module docstring).
+STRUCTURED_OUTPUTS = ("auto", "json_schema", "json_object", "plain")
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,17 @@ def _output_contract(dimensions: Sequence[Dimension]) -> str:
         "with exactly these keys, each an integer score from 0 to 100:\n{" + example + "}\n"
         "Do not include the overall score; it is computed from your dimension scores."
     )
+
+
+def score_schema(dimensions: Sequence[Dimension]) -> dict[str, Any]:
+    """The JSON schema of a judge's answer: every dimension an integer on the paper's 100-point scale
+    (0–100), nothing else. Sent as ``response_format``, it lets a constrained decoder emit no other shape."""
+    return {
+        "type": "object",
+        "properties": {d.key: {"type": "integer", "minimum": 0, "maximum": 100} for d in dimensions},
+        "required": [d.key for d in dimensions],
+        "additionalProperties": False,
+    }
 
 
 # The appendix prompts, word for word, with the output contract appended.
@@ -184,7 +210,9 @@ def parse_scores(content: str, dimensions: Sequence[Dimension]) -> dict[str, flo
 
     Accepts a JSON object, optionally inside a Markdown code fence or surrounded by text (the
     outermost ``{…}`` is used). Every dimension key must map to a finite number (not a bool or a
-    string) in [0, 100]; extra keys are ignored.
+    string) in [0, 100]; extra keys are ignored. A fraction below 1 (0.3, 0.25, …) is refused: on the
+    100-point scale it is a judge that copied a dimension's weight or answered on a 0–1 scale (a
+    135M judge in JSON mode did exactly that), and scoring it would put noise in the reward.
 
     Raises:
         JudgeParseError: naming what is wrong.
@@ -216,6 +244,11 @@ def parse_scores(content: str, dimensions: Sequence[Dimension]) -> dict[str, flo
         value = float(value)
         if not math.isfinite(value) or not 0.0 <= value <= 100.0:
             raise JudgeParseError(f"score {dimension.key!r} = {value} is outside [0, 100]")
+        if value < 1.0 and not value.is_integer():
+            raise JudgeParseError(
+                f"score {dimension.key!r} = {value} is a fraction below 1: the scale is 0-100, so this is "
+                f"a dimension's weight or a 0-1 ratio, not a score"
+            )
         scores[dimension.key] = value
     return scores
 
@@ -290,6 +323,13 @@ class _GiveUp(Exception):
     """Transport retries exhausted or a non-retryable 4xx: this sample scores None."""
 
 
+class _Refused(_GiveUp):
+    """HTTP 400/422: the server refused the request as formed (e.g. a ``response_format`` it lacks)."""
+
+
+_REFUSAL_STATUS = {400, 422}
+
+
 _RETRYABLE_STATUS = {408, 409, 429}
 
 
@@ -316,8 +356,11 @@ class LLMJudge:
             a jitter factor in [0.5, 1] (at least the server's ``Retry-After``, capped at ``backoff_max``).
         temperature, max_tokens: sampling settings of the judge request.
         cache_dir: directory of the disk cache (``None``: no cache).
-        json_mode: also send ``response_format={"type": "json_object"}`` (vLLM, OpenAI, DeepSeek
-            support it).
+        structured_output: how each request asks for the answer's shape: ``"json_schema"`` (the
+            exact shape, :func:`score_schema`; vLLM and SGLang enforce it while decoding),
+            ``"json_object"`` (any JSON object), ``"plain"`` (the prompt's output contract only) or
+            ``"auto"`` (default: the first of those the server accepts, probed once).
+        json_mode: the older switch for ``structured_output="json_object"``.
         extract: which part of the completion the ``"response"`` prompt judges (see
             :func:`eapo.rewards.extract_answer`).
         http_backend: the SDK's transport — ``"aiohttp"`` (``openai.DefaultAioHttpClient``),
@@ -345,6 +388,7 @@ class LLMJudge:
         temperature: float = 0.0,
         max_tokens: int = 512,
         cache_dir: str | os.PathLike[str] | None = None,
+        structured_output: str = "auto",
         json_mode: bool = False,
         http_backend: Literal["auto", "aiohttp", "httpx"] = "auto",
         extract: str = "advice",
@@ -370,6 +414,18 @@ class LLMJudge:
             raise ValueError(
                 f"llm_judge: backoff_base and backoff_max must be >= 0, got {backoff_base}, {backoff_max}"
             )
+        if structured_output not in STRUCTURED_OUTPUTS:
+            raise ValueError(
+                f"llm_judge: structured_output must be one of {', '.join(STRUCTURED_OUTPUTS)}, got "
+                f"{structured_output!r}"
+            )
+        if json_mode:
+            if structured_output not in ("auto", "json_object"):
+                raise ValueError(
+                    f"llm_judge: json_mode=True contradicts structured_output={structured_output!r}; "
+                    "set only structured_output"
+                )
+            structured_output = "json_object"
         extract_answer("", extract)  # validates the answer mode
         if http_backend not in ("auto", "aiohttp", "httpx"):
             raise ValueError(
@@ -390,7 +446,10 @@ class LLMJudge:
         self.backoff_max = float(backoff_max)
         self.temperature = float(temperature)
         self.max_tokens = int(max_tokens)
-        self.json_mode = bool(json_mode)
+        self.structured_output = structured_output
+        #: The response format requests use: the configured one, or with ``auto`` the one the probe
+        #: found (``None`` until the server has answered a probe).
+        self.output_format: str | None = None if structured_output == "auto" else structured_output
         self.http_backend = http_backend
         self.extract = extract
         self.__name__ = self.name  # TRL names reward functions by __name__
@@ -398,8 +457,10 @@ class LLMJudge:
         self.label = f"LLM judge ({model} at {base_url}, target={target})"
         #: Per-sample flat dicts from the last call (see the module docstring); None for unscored samples.
         self.last_details: list[dict[str, Any] | None] = []
-        #: Running counters: requests sent, retries, cache hits, re-asks after a bad answer, failures.
-        self.stats = {"requests": 0, "retries": 0, "cache_hits": 0, "reasks": 0, "failures": 0}
+        #: Running counters: requests sent (probes included), retries, cache hits, re-asks after a bad
+        #: answer, failures, and the probe requests of ``structured_output="auto"``.
+        self.stats = {"requests": 0, "retries": 0, "cache_hits": 0, "reasks": 0, "failures": 0, "probes": 0}
+        self._probe: asyncio.Future[str] | None = None
         self._runner: _LoopThread | None = None
         self._client: Any = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -462,7 +523,7 @@ class LLMJudge:
             runner, self._runner = self._runner, None
         if runner is None:
             return
-        client, self._client, self._semaphore = self._client, None, None
+        client, self._client, self._semaphore, self._probe = self._client, None, None, None
         if threading.current_thread() is runner.thread:  # closing from the judge's own loop: just stop it
             runner.loop.call_soon(runner.loop.stop)
             return
@@ -487,19 +548,39 @@ class LLMJudge:
 
     # -- one request -----------------------------------------------------------------------------
 
-    async def _request(self, prompt: str) -> str:
-        """The judge's answer text, after transport retries; raises _GiveUp or JudgeConfigError."""
-        import openai
-
-        client = self._get_client()
+    def request_body(
+        self, prompt: str, dimensions: Sequence[Dimension], output_format: str
+    ) -> dict[str, Any]:
+        """The chat-completion request for one filled prompt, asking for ``output_format`` (a
+        :data:`STRUCTURED_OUTPUTS` value other than ``auto``)."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
         }
-        if self.json_mode:
+        if output_format == "json_schema":
+            kind = "think" if tuple(dimensions) == THINK_DIMENSIONS else "response"
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": f"eapo_judge_{kind}",
+                    "schema": score_schema(dimensions),
+                    "strict": True,
+                },
+            }
+        elif output_format == "json_object":
             body["response_format"] = {"type": "json_object"}
+        return body
+
+    async def _post(self, body: dict[str, Any]) -> str:
+        """The answer text to one chat-completion body, after transport retries.
+
+        Raises _Refused (HTTP 400/422), _GiveUp (retries exhausted, other 4xx) or JudgeConfigError.
+        """
+        import openai
+
+        client = self._get_client()
         for attempt in range(self.max_retries + 1):
             retry_after: float | None = None
             try:
@@ -516,12 +597,14 @@ class LLMJudge:
                     + (f" and the key in ${self.api_key_env}" if self.api_key_env else "")
                 ) from error
             except openai.APIStatusError as error:
+                if error.status_code in _REFUSAL_STATUS:
+                    raise _Refused(f"HTTP {error.status_code}: {error.message}") from error
                 if error.status_code not in _RETRYABLE_STATUS and error.status_code < 500:
                     raise _GiveUp(f"HTTP {error.status_code}: {error.message}") from error
                 reason = f"HTTP {error.status_code}"
                 retry_after = _retry_after_seconds(error.response)
-            except openai.APITimeoutError:
-                reason = f"timeout after {self.timeout:g} s"
+            except openai.APITimeoutError as error:
+                reason = _timeout_or_connection_error(error, self.timeout)
             except openai.APIConnectionError as error:
                 reason = f"connection error ({error.__cause__ or error})"
             if attempt == self.max_retries:
@@ -529,6 +612,57 @@ class LLMJudge:
             self.stats["retries"] += 1
             await asyncio.sleep(self._backoff(attempt, retry_after))
         raise AssertionError("unreachable")
+
+    async def _probe_formats(self) -> str:
+        """``auto``: the first response format the server accepts, asked with a 4-token request each.
+
+        A server refuses a form it lacks with HTTP 400/422 (vLLM, SGLang, OpenAI, DeepSeek do); the
+        content of the answer does not matter. ``plain`` needs no probe. Transport failures propagate
+        (_GiveUp) and leave the format unknown, to be probed again with the next batch.
+        """
+        dimensions = THINK_DIMENSIONS if self.target != "response" else RESPONSE_DIMENSIONS
+        refusals = []
+        for output_format in ("json_schema", "json_object"):
+            body = self.request_body(
+                'Reply with a JSON object of scores, e.g. {"score": 50}.', dimensions, output_format
+            )
+            body["max_tokens"] = 4
+            self.stats["probes"] += 1
+            try:
+                await self._post(body)
+            except _Refused as refusal:
+                refusals.append(f"{output_format}: {refusal}")
+                continue
+            self.output_format = output_format
+            break
+        else:
+            self.output_format = "plain"
+        logger.info(
+            "llm_judge: %s accepts response_format %s%s",
+            self.base_url,
+            self.output_format,
+            f" (refused {'; '.join(refusals)})" if refusals else "",
+        )
+        return self.output_format
+
+    async def _output_format(self) -> str:
+        """The format to send; with ``auto`` one probe, shared by every request waiting for it."""
+        if self.output_format is not None:
+            return self.output_format
+        if self._probe is None:
+            self._probe = asyncio.ensure_future(self._probe_formats())
+        return await asyncio.shield(self._probe)
+
+    async def _request(self, prompt: str, dimensions: Sequence[Dimension]) -> str:
+        """The judge's answer text, after transport retries; raises _GiveUp or JudgeConfigError."""
+        output_format = await self._output_format()
+        try:
+            return await self._post(self.request_body(prompt, dimensions, output_format))
+        except _Refused as refusal:
+            hint = ""
+            if output_format != "plain" and self.structured_output != "auto":
+                hint = f" (structured_output={output_format}: structured_output=auto falls back to a form it accepts)"
+            raise _GiveUp(f"{refusal}{hint}") from refusal
 
     async def _judge(
         self, prompt: str, dimensions: Sequence[Dimension]
@@ -550,7 +684,7 @@ class LLMJudge:
             error: str | None = None
             for ask in range(2):  # one re-ask after an unparseable or out-of-range answer
                 try:
-                    content = await self._request(prompt)
+                    content = await self._request(prompt, dimensions)
                 except _GiveUp as give_up:
                     return None, str(give_up), False
                 try:
@@ -578,6 +712,7 @@ class LLMJudge:
             content = (
                 extract_think(completion) if kind == "think" else extract_answer(completion, self.extract)
             )
+            details[f"{kind}/judged"] = 1.0 if content else 0.0
             if content:
                 pending[kind] = self._judge(build_prompt(kind, query, reference, content), _PROMPTS[kind][1])
             else:  # nothing to judge: the lowest score, without a request
@@ -610,6 +745,8 @@ class LLMJudge:
             return await self._score_one(queries[index], reference, completions[index])
 
         self._get_client()  # a missing key fails here, before any request
+        if self.output_format is None and self._probe is not None and self._probe.done():
+            self._probe = None  # the last probe reached no server: this batch probes again
         try:
             # A TaskGroup cancels the other requests as soon as one raises (JudgeConfigError: every
             # sample would fail the same way).
@@ -724,6 +861,20 @@ def _message_content(response: Any) -> str:
     except (KeyError, IndexError, TypeError):
         return ""
     return content if isinstance(content, str) else ""
+
+
+def _timeout_or_connection_error(error: BaseException, timeout: float) -> str:
+    """What an ``APITimeoutError`` was. The SDK's aiohttp transport maps every aiohttp connection error
+    to a connect timeout, so a refused or dropped connection (a server that died) arrives as a
+    "timeout" within milliseconds; only a ``TimeoutError`` in the cause chain is a real one."""
+    causes: list[BaseException] = []
+    cause = error.__cause__ or error.__context__
+    while cause is not None and len(causes) < 8:
+        causes.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if causes and not any(isinstance(cause, TimeoutError) for cause in causes):
+        return f"connection error ({causes[-1]!r})"
+    return f"timeout after {timeout:g} s"
 
 
 def _retry_after_seconds(response: Any) -> float | None:

@@ -9,6 +9,8 @@ Faults are injected per prompt: ``server.inject("MARKER", Fault.status(429), Fau
 the next requests whose prompt contains ``MARKER`` get a 429, then a normal answer; once a
 marker's faults are used up its requests are answered normally. Concurrent requests for different
 markers therefore see deterministic faults. ``request_count`` counts chat-completion requests.
+``response_formats`` lists the ``response_format`` types the server accepts; a request asking for
+another gets HTTP 400, as from a server without structured outputs.
 
 Usage::
 
@@ -84,6 +86,8 @@ class JudgeServer:
         default_score: the score of a dimension not in ``scores``.
         model: the model name ``GET /v1/models`` lists.
         api_key: when set, requests without ``Authorization: Bearer <api_key>`` get HTTP 401.
+        response_formats: the ``response_format`` types accepted (``json_schema``, ``json_object``);
+            a request with any other gets HTTP 400. The answer is the same JSON either way.
         port: 0 picks a free port.
     """
 
@@ -95,6 +99,7 @@ class JudgeServer:
         default_score: float = 80.0,
         model: str = "test-judge",
         api_key: str | None = None,
+        response_formats: tuple[str, ...] = ("json_schema", "json_object"),
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -103,6 +108,7 @@ class JudgeServer:
         self.default_score = default_score
         self.model = model
         self.api_key = api_key
+        self.response_formats = tuple(response_formats)
         self.host = host
         self.port = port
         self.requests: list[dict[str, Any]] = []
@@ -267,6 +273,14 @@ class JudgeServer:
         try:
             if not self._authorised(request):
                 return self._respond(401, _error("invalid api key", "invalid_request_error"))
+            response_format = (body.get("response_format") or {}).get("type")
+            if response_format is not None and response_format not in self.response_formats:
+                return self._respond(
+                    400,
+                    _error(
+                        f"response_format type {response_format!r} is not supported", "invalid_request_error"
+                    ),
+                )
             fault = self._next_fault(prompt)
             if self.latency > 0:
                 await asyncio.sleep(self.latency)
