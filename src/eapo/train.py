@@ -526,6 +526,32 @@ def use_cpu() -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+def _changed_settings(saved: Path, config: EAPOConfig) -> list[str]:
+    """The dotted keys whose values differ between a run's saved config.yaml and ``config``. The saved
+    file is read through this version's defaults, so settings added since the run started (with their
+    defaults) do not count as changes."""
+    if not saved.exists():
+        return []
+    from eapo.config import load_config
+
+    try:
+        before = load_config(saved).to_dict()
+    except ConfigError as error:
+        return [f"unreadable: {error}"]
+
+    def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            if isinstance(value, dict) and value:
+                out.update(flat(value, f"{prefix}{key}."))
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    old, new = flat(before), flat(config.to_dict())
+    return [key for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
+
+
 def _prepare_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool, is_main: bool) -> Path | None:
     from eapo.validation import truncate_validation
 
@@ -537,13 +563,11 @@ def _prepare_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool, is_main
         )
     checkpoint = None
     if resume and existing:
-        saved = (
-            (run_dir / CONFIG_FILE).read_text(encoding="utf-8") if (run_dir / CONFIG_FILE).exists() else None
-        )
-        if saved is not None and saved != dump_config(config):
+        changed = _changed_settings(run_dir / CONFIG_FILE, config)
+        if changed:
             raise RunError(
-                f"{run_dir / CONFIG_FILE} differs from this run's configuration; resume with the same config "
-                "and overrides (or start a new --output-dir)"
+                f"{run_dir / CONFIG_FILE} differs from this run's configuration ({', '.join(changed)}); resume "
+                "with the same config and overrides (or start a new --output-dir)"
             )
         checkpoints = complete_checkpoints(run_dir)
         checkpoint = checkpoints[-1] if checkpoints else None

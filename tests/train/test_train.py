@@ -616,3 +616,24 @@ def test_failed_judge_calls_in_a_training_run_are_unscorable_and_counted(tmp_pat
     assert row["reward/llm_judge/none_frac"] == 2 / 8  # one rollout in each of the step's 2 groups
     assert row["reward/none_frac"] == 2 / 8  # unscorable, not rescored on format and Rouge-L
     assert row["reward/format/none_frac"] == 0.0 and row["reward/rouge_l/none_frac"] == 0.0
+
+
+def test_resume_accepts_a_config_saved_before_new_settings_existed_and_names_real_changes(tmp_path):
+    """A run's config.yaml from an older eapo lacks settings added since (read with their defaults): not a
+    change. A changed value is, and is named."""
+    import yaml
+
+    from eapo.config import dump_config
+    from eapo.train import _changed_settings
+
+    config = tiny("train.save_steps=0")
+    tree = yaml.safe_load(dump_config(config))
+    del tree["train"]["lm_head"], tree["train"]["share_frozen_layers"]  # added after this run started
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump(tree))
+    assert _changed_settings(saved, config) == []
+    assert _changed_settings(tmp_path / "missing.yaml", config) == []
+    tree["train"]["learning_rate"] = 0.5
+    tree["rollout"]["temperature"] = 0.5
+    saved.write_text(yaml.safe_dump(tree))
+    assert _changed_settings(saved, config) == ["rollout.temperature", "train.learning_rate"]
