@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from eapo.testing.judge_server import Fault, _error, _prompt_of
+from eapo.testing.judge_server import Fault, ThreadedServer, _error, _prompt_of
 
 __all__ = ["FaultProxy", "Exchange"]
 
@@ -47,8 +47,10 @@ class Exchange:
     fault: str  # "ok", "slow" or "status"
 
 
-class FaultProxy:
+class FaultProxy(ThreadedServer):
     """An aiohttp reverse proxy on its own thread, in front of ``upstream`` (a ``.../v1`` base URL)."""
+
+    _thread_name = "eapo-fault-proxy"
 
     def __init__(self, upstream: str, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.upstream = upstream.rstrip("/")
@@ -109,34 +111,6 @@ class FaultProxy:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> FaultProxy:
-        if self._thread is not None:
-            return self
-        self._loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def serve() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            try:
-                self._loop.run_until_complete(self._start_site())
-            except BaseException as error:  # surfaced to start()'s caller
-                failure.append(error)
-                ready.set()
-                return
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=serve, name="eapo-fault-proxy", daemon=True)
-        self._thread.start()
-        ready.wait(timeout=30)
-        if failure:
-            raise RuntimeError(
-                f"FaultProxy could not start on {self.host}:{self.port}: {failure[0]}"
-            ) from failure[0]
-        return self
-
     async def _start_site(self) -> None:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
         app = web.Application(client_max_size=64 * 1024**2)
@@ -148,28 +122,11 @@ class FaultProxy:
         await site.start()
         self.port = self._runner.addresses[0][1]
 
-    def stop(self) -> None:
-        if self._thread is None or self._loop is None:
-            return
-        loop = self._loop
-
-        async def shutdown() -> None:
-            if self._runner is not None:
-                await self._runner.cleanup()
-            if self._session is not None:
-                await self._session.close()
-
-        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=30)
-        loop.call_soon_threadsafe(loop.stop)
-        self._thread.join(timeout=10)
-        loop.close()
-        self._thread = self._loop = self._runner = self._session = None
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+    async def _shutdown(self) -> None:
+        await super()._shutdown()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     # -- handlers --------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from aiohttp import web
 
@@ -77,7 +77,71 @@ class Fault:
         return cls("content", text=text)
 
 
-class JudgeServer:
+class ThreadedServer:
+    """An aiohttp site on its own thread and event loop, with ``start()`` / ``stop()`` and a context
+    manager. Subclasses set ``_thread_name``, start their site in ``_start_site`` (setting
+    ``self._runner`` and ``self.port``) and close anything else they hold in ``_shutdown``."""
+
+    _thread_name = "eapo-server"
+    host: str
+    port: int
+    _runner: Any
+    _loop: asyncio.AbstractEventLoop | None
+    _thread: threading.Thread | None
+
+    async def _start_site(self) -> None:
+        raise NotImplementedError
+
+    async def _shutdown(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def start(self) -> Self:
+        if self._thread is not None:
+            return self
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            assert self._loop is not None
+            asyncio.set_event_loop(self._loop)
+            try:
+                self._loop.run_until_complete(self._start_site())
+            except BaseException as error:  # surfaced to start()'s caller
+                failure.append(error)
+                ready.set()
+                return
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=serve, name=self._thread_name, daemon=True)
+        self._thread.start()
+        ready.wait(timeout=30)
+        if failure:
+            raise RuntimeError(
+                f"{type(self).__name__} could not start on {self.host}:{self.port}: {failure[0]}"
+            ) from failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        loop = self._loop
+        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(timeout=10)
+        loop.close()
+        self._thread = self._loop = self._runner = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class JudgeServer(ThreadedServer):
     """An aiohttp chat-completions server on its own thread and event loop.
 
     Args:
@@ -90,6 +154,8 @@ class JudgeServer:
             a request with any other gets HTTP 400. The answer is the same JSON either way.
         port: 0 picks a free port.
     """
+
+    _thread_name = "eapo-judge-server"
 
     def __init__(
         self,
@@ -130,34 +196,6 @@ class JudgeServer:
             raise RuntimeError("JudgeServer is not running; call start() or use it as a context manager")
         return f"http://{self.host}:{self.port}/v1"
 
-    def start(self) -> JudgeServer:
-        if self._thread is not None:
-            return self
-        self._loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def serve() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            try:
-                self._loop.run_until_complete(self._start_site())
-            except BaseException as error:  # surfaced to start()'s caller
-                failure.append(error)
-                ready.set()
-                return
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=serve, name="eapo-judge-server", daemon=True)
-        self._thread.start()
-        ready.wait(timeout=30)
-        if failure:
-            raise RuntimeError(
-                f"JudgeServer could not start on {self.host}:{self.port}: {failure[0]}"
-            ) from failure[0]
-        return self
-
     async def _start_site(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
@@ -167,23 +205,6 @@ class JudgeServer:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         self.port = self._runner.addresses[0][1]
-
-    def stop(self) -> None:
-        if self._thread is None or self._loop is None:
-            return
-        loop = self._loop
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        self._thread.join(timeout=10)
-        loop.close()
-        self._thread = self._loop = self._runner = None
-
-    def __enter__(self) -> JudgeServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     # -- faults and counters ---------------------------------------------------------------------
 
