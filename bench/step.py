@@ -343,6 +343,7 @@ def summarise(result: dict[str, Any], rate_gflops: float) -> dict[str, Any]:
 
     shapes = Shapes(AutoConfig.from_pretrained(result["model_path"]))
     timed = list(range(1, len(result["steps"]))) or [0]  # the first step warms up
+    flops = [phase_flops(shapes, result["batches"][i], result["adapted_layers"]) for i in timed]
     phases: dict[str, dict[str, float | None]] = {}
     for name in PHASES:
         if name == "other":
@@ -350,9 +351,7 @@ def summarise(result: dict[str, Any], rate_gflops: float) -> dict[str, Any]:
         seconds = statistics.median(result["steps"][i].get(name, 0.0) for i in timed)
         gflop = None
         if name in MATMUL_PHASES:
-            gflop = statistics.median(
-                phase_flops(shapes, result["batches"][i], result["adapted_layers"])[name] / 1e9 for i in timed
-            )
+            gflop = statistics.median(step[name] / 1e9 for step in flops)
         phases[name] = {"s": seconds, "gflop": gflop}
     step_s = statistics.median(result["steps"][i]["step"] for i in timed)
     phases["other"] = {"s": max(step_s - sum(p["s"] for p in phases.values()), 0.0), "gflop": None}

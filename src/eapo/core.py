@@ -529,15 +529,14 @@ class _TokenLogProbs(torch.autograd.Function):
             )
             p = log_p.exp()
             # d log p_t / dz_j = 1[j = t] - p_j ;  dH / dz_j = -p_j (log p_j + H)
-            scale = torch.zeros(end - start, 1, dtype=torch.float32, device=hidden.device)
+            g_lp = grad_logps[start:end, None].float() if grad_logps is not None else None
             if grad_entropy is not None:
-                g_h = grad_entropy[start:end, None].float()
-                log_p.add_(entropy[start:end, None]).mul_(g_h)  # g_H (log p_j + H)
-                scale = log_p
-            if grad_logps is not None:
-                g_lp = grad_logps[start:end, None].float()
-                scale = scale + g_lp
-            grad_z = p.mul_(scale).neg_()  # -p_j (g_lp + g_H (log p_j + H))
+                coeff = log_p.add_(entropy[start:end, None]).mul_(grad_entropy[start:end, None].float())
+                if g_lp is not None:
+                    coeff.add_(g_lp)  # g_lp + g_H (log p_j + H)
+            else:
+                coeff = g_lp
+            grad_z = p.mul_(coeff).neg_()  # -p_j (g_lp + g_H (log p_j + H))
             if grad_logps is not None:
                 grad_z.scatter_add_(1, targets[start:end, None], g_lp)
             grad_z.div_(ctx.temperature)

@@ -49,8 +49,7 @@ _TEXT_ARGS = {"input_ids", "attention_mask", "use_cache", "return_dict"}
 class CompletionHead:
     """State of the installed forward: the frozen-prefix cache and what ran (for tests and logs)."""
 
-    def __init__(self, model: nn.Module, shared_layers: int, temperature: float, chunk_tokens: int) -> None:
-        self.model = model
+    def __init__(self, shared_layers: int, temperature: float, chunk_tokens: int) -> None:
         self.shared_layers = shared_layers
         self.temperature = temperature
         self.chunk_tokens = chunk_tokens
@@ -84,10 +83,7 @@ def frozen_prefix_layers(model: nn.Module) -> int:
         return 0
     if getattr(config, "attention_dropout", 0.0):
         return 0
-    try:
-        from peft.tuners.tuners_utils import BaseTunerLayer
-    except ImportError:  # pragma: no cover - peft is a dependency
-        BaseTunerLayer = ()  # noqa: N806
+    from peft.tuners.tuners_utils import BaseTunerLayer
 
     count = 0
     for layer in layers:
@@ -108,7 +104,7 @@ def install_completion_head(
     trl_forward = model.forward  # TRL's fused forward (bound), kept for what this one does not handle
     original_forward = types.MethodType(type(model).forward, model)
     shared = frozen_prefix_layers(model) if share_frozen_layers else 0
-    head = CompletionHead(model, shared, temperature, chunk_tokens)
+    head = CompletionHead(shared, temperature, chunk_tokens)
 
     def forward(
         self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs
