@@ -884,7 +884,23 @@ from eapo.core.entropy_control import (  # noqa: E402
     top_entropy_mask,
 )
 
+#: Every ``algorithm.method``: the polarity weighting schemes, then the entropy-control presets.
+METHODS: tuple[str, ...] = (*WEIGHTING_SCHEMES, *ENTROPY_CONTROLS)
+
+
+def method_scheme(method: str) -> str:
+    """The polarity weighting scheme of a method: the method itself, or ``grpo`` for an entropy-control
+    preset (GRPO's weights plus one control)."""
+    if method in WEIGHTING_SCHEMES:
+        return method
+    if method in ENTROPY_CONTROLS:
+        return "grpo"
+    raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+
+
 __all__ += [
+    "METHODS",
+    "method_scheme",
     "ENTROPY_CONTROLS",
     "LOSS_MODES",
     "AdaptiveEntropyCoef",
