@@ -462,7 +462,11 @@ def main() -> int:
                 f"running algorithm.method={method}, engine {engines[0]}, log-probs {variants[-1]} ...",
                 flush=True,
             )
-            overrides = [*args.overrides, f"algorithm.method={method}"]
+            # each method at its own defaults: the config's weights (e.g. demo.yaml's w0) are cleared
+            weights = [
+                f"algorithm.{key}=null" for key in ("w_pos", "w_neg", "w0", "w_min", "w_max", "anchor_steps")
+            ]
+            overrides = [*weights, *args.overrides, f"algorithm.method={method}"]
             result = _spawn(args.config, engines[0], variants[-1], str(args.steps), json.dumps(overrides))
             results.append({**result, "method": method})
     for engine in engines if not methods else []:
