@@ -21,6 +21,13 @@ checkpoint (``eapo_state.json``) and restored on resume, so a resumed run keeps 
 :class:`eapo.validation.Validation`, every ``train.eval_steps`` steps the policy answers a dev subset
 and ``val/*`` joins that step's log.
 
+The field's entropy controls (:mod:`eapo.core.entropy_control`) ride on the same step: TRL's own
+entropy bonus, Skywork-OR1 adaptive bonus (its target anchored at ``ratio × H_0`` here when asked),
+DAPO's clip-higher and the top-entropy mask come from ``args``; Clip-Cov and KL-Cov, which TRL lacks,
+replace its PPO-clip surrogate with :func:`eapo.core.clip_cov_policy_loss` /
+:func:`eapo.core.kl_cov_policy_loss` (:meth:`EAPOTrainer._covariance_loss`). What they act through is
+logged under :data:`CONTROL_METRICS` (``entropy_control/*``).
+
 Off CUDA/XPU the update's log-probs come from :mod:`eapo.policy_forward` (completion positions
 only; frozen leading layers shared with the reference), the same numbers as TRL's fused LM head.
 
