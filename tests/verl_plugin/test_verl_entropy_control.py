@@ -32,7 +32,7 @@ from eapo.core.entropy_control import (  # noqa: E402
     kl_cov_policy_loss,
     top_entropy_mask,
 )
-from eapo.integrations.verl import EAPOVerlTrainer, EapoSettings  # noqa: E402
+from eapo.integrations.verl import EapoSettings, EAPOVerlTrainer  # noqa: E402
 from eapo.integrations.verl.entropy_control import (  # noqa: E402
     ENTROPY_COEF_KEY,
     TOP_ENTROPY_LOSS_MODE,
