@@ -757,3 +757,21 @@ def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp
         ValueError, match=r"checkpointed adaptive entropy delta=0.01 differs from the configured delta=0.02"
     ):
         attach_checkpoint_io(EAPOVerlTrainer(changed), tmp_path)._load_checkpoint()
+
+
+def test_init_hands_the_workers_eapos_loss_only_with_a_control(verl_config, monkeypatch):
+    """After verl's init() built the workers (here: a recording stand-in), the trainer replaces their loss."""
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    def fake_init(self):  # what verl's init() leaves behind that the override touches
+        self.actor_rollout_wg = TinyActorWorkerGroup(queue=None, policy=TinyPolicy())
+
+    monkeypatch.setattr(PPOTrainerSync, "init", fake_init)
+    plain = EAPOVerlTrainer(verl_config.copy())
+    plain.init()
+    assert plain.actor_rollout_wg.loss_fn is None  # verl's own ppo_loss stays
+    controlled = EAPOVerlTrainer(preset_config(verl_config, "top_entropy"))
+    controlled.init()
+    installed = controlled.actor_rollout_wg.loss_fn
+    assert installed.func is entropy_control_loss and installed.keywords["top_entropy_quantile"] == 0.2
+    assert installed.keywords["config"].calculate_entropy is True

@@ -19,6 +19,17 @@ beside verl's checkpoint as ``global_step_N/eapo_weighting.json`` and restored o
 Enable it with ``trainer.use_v1=True trainer.v1.trainer_mode=eapo algorithm.adv_estimator=eapo``;
 settings come from ``algorithm.eapo.*`` (see :class:`EapoSettings`).
 
+Entropy controls (:mod:`eapo.integrations.verl.entropy_control`): ``algorithm.eapo.method=clip_cov``
+(and the other presets, with ``algorithm.adv_estimator=eapo_grpo``: GRPO's weights) or control keys
+beside any scheme (``algorithm.eapo.epsilon_high=0.28`` with ``method=eapo``). ``__init__`` writes
+their verl options into ``actor_rollout_ref.actor`` before verl's own ``__init__``; with a control
+set, ``init()`` hands the actor workers eapo's wrapper of verl's ``ppo_loss`` (``set_loss_fn``),
+``_compute_advantage`` also takes the step's entropy coefficient (moving the adaptive one with
+``H_t``), ``_update_actor`` passes it to the update in the batch's ``extra_info``, and the metrics
+add ``entropy_control/coef``, ``entropy_control/clip_low_frac``, ``entropy_control/clip_high_frac``,
+``entropy_control/cov_frac`` and ``entropy_control/top_entropy_frac``. The adaptive coefficient (its
+value, anchored target and last entropy) is saved in ``eapo_weighting.json`` with the scheme's state.
+
 verl's own ``actor/entropy`` is aggregated with the actor's ``loss_agg_mode`` (``seq-mean-token-mean``
 in the paper's setting); ``entropy/rollout`` (``H_t``) follows ``entropy_agg`` instead (default
 ``token-mean``, as on TRL), so the two differ when response lengths differ and
