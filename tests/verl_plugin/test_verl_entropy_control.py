@@ -752,6 +752,10 @@ def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp
     assert after_resume["entropy_control/coef"] == continued["entropy_control/coef"] == pytest.approx(0.02)
     assert resumed.adaptive_entropy.coef == trainer.adaptive_entropy.coef == pytest.approx(0.01)
 
+    other_method = preset_config(verl_config.copy(), "entropy_bonus")
+    with pytest.raises(ValueError, match=r"method=adaptive_entropy, but this run uses entropy_bonus"):
+        attach_checkpoint_io(EAPOVerlTrainer(other_method), tmp_path)._load_checkpoint()
+
     changed = preset_config(verl_config.copy(), "adaptive_entropy", entropy_coef_delta=0.02)
     with pytest.raises(
         ValueError, match=r"checkpointed adaptive entropy delta=0.01 differs from the configured delta=0.02"
@@ -775,3 +779,38 @@ def test_init_hands_the_workers_eapos_loss_only_with_a_control(verl_config, monk
     installed = controlled.actor_rollout_wg.loss_fn
     assert installed.func is entropy_control_loss and installed.keywords["top_entropy_quantile"] == 0.2
     assert installed.keywords["config"].calculate_entropy is True
+
+
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_eapo_grpo_estimator_equals_verls_grpo(norm_by_std):
+    """The presets' estimator is GRPO: on groups of two or more it gives verl's own ``grpo`` advantages."""
+    import numpy as np
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from eapo.integrations.verl.estimators import compute_eapo_grpo_advantage
+
+    generator = torch.Generator().manual_seed(3)
+    mask = (torch.arange(6)[None, :] < torch.tensor([3, 6, 2, 5, 4, 1, 6, 2])[:, None]).float()  # [8, 6]
+    rewards = torch.zeros(8, 6)
+    rewards[torch.arange(8), mask.sum(-1).long() - 1] = torch.rand(8, generator=generator)
+    index = np.array(["p", "q", "p", "q", "r", "r", "p", "q"], dtype=object)
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": norm_by_std})
+    ours, _ = compute_eapo_grpo_advantage(rewards, mask, index=index, config=config)
+    theirs, _ = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=norm_by_std)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert ours.abs().sum() > 0
+
+
+def test_resume_without_the_adaptive_control_is_refused(verl_config, in_memory_tq, tmp_path):
+    from test_verl_trainer import attach_checkpoint_io, run_step
+
+    with_control = preset_config(verl_config.copy(), "grpo", adaptive_entropy=True)
+    trainer = attach_checkpoint_io(EAPOVerlTrainer(with_control), tmp_path)
+    run_step(trainer, in_memory_tq, 1, entropy=1.0)
+    trainer.global_steps = 1
+    trainer._save_checkpoint()
+    without = preset_config(verl_config.copy(), "grpo")
+    with pytest.raises(
+        ValueError, match=r"was written with algorithm.eapo.adaptive_entropy=true, but this run has no"
+    ):
+        attach_checkpoint_io(EAPOVerlTrainer(without), tmp_path)._load_checkpoint()

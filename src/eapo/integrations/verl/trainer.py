@@ -312,8 +312,13 @@ def load_weighting_state(
         weighting.load_state_dict(state["weighting"])
     except (KeyError, ValueError) as error:
         raise ValueError(f"{path}: {error}") from error
+    saved = state.get("adaptive_entropy")
+    if adaptive_entropy is None and saved is not None:
+        raise ValueError(
+            f"{path} was written with algorithm.eapo.adaptive_entropy=true, but this run has no adaptive "
+            "entropy coefficient; resume with the same algorithm settings"
+        )
     if adaptive_entropy is not None:
-        saved = state.get("adaptive_entropy")
         if saved is None:
             logger.warning(
                 "%s has no adaptive entropy coefficient (written without adaptive_entropy): it starts afresh",
