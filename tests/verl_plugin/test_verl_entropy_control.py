@@ -814,3 +814,36 @@ def test_resume_without_the_adaptive_control_is_refused(verl_config, in_memory_t
         ValueError, match=r"was written with algorithm.eapo.adaptive_entropy=true, but this run has no"
     ):
         attach_checkpoint_io(EAPOVerlTrainer(without), tmp_path)._load_checkpoint()
+
+
+def _gather_worker(rank: int, world: int, port: int, results) -> None:
+    import torch.distributed as dist
+
+    from eapo.integrations.verl.entropy_control import _dp_gather
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        values = [torch.tensor([0.1, 0.9, 0.5]), torch.tensor([0.7, 0.3])][rank]  # uneven per rank
+        gather = _dp_gather(dist.group.WORLD)
+        mask = torch.ones(1, len(values))
+        kept = top_entropy_mask(values[None, :], mask, 0.4, gather=gather)
+        results[rank] = (gather(values).tolist(), kept[0].tolist())
+    finally:
+        dist.destroy_process_group()
+
+
+def test_top_entropy_threshold_is_taken_over_the_data_parallel_group():
+    """Two ranks with 3 and 2 tokens: each gathers all five (the quantile of the by-hand test, 0.58),
+    so rank 0 keeps 0.9 and rank 1 keeps 0.7, as one process holding all five would."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(_gather_worker, args=(2, port, results), nprocs=2, join=True)
+    assert results[0][0] == results[1][0] == pytest.approx([0.1, 0.9, 0.5, 0.7, 0.3])
+    assert results[0][1] == [False, True, False]
+    assert results[1][1] == [True, False]
