@@ -148,7 +148,13 @@ def preset_config(verl_config, method, **keys):
 
 
 def test_every_preset_is_covered():
+    import dataclasses
+
+    from eapo.integrations.verl.estimators import CONTROL_KEYS, SETTING_KEYS
+
     assert set(PRESET_OPTIONS) == set(ENTROPY_CONTROLS)
+    assert [f.name for f in dataclasses.fields(EntropyControls)] == list(CONTROL_KEYS)
+    assert {f.name for f in dataclasses.fields(EapoSettings)} == set(SETTING_KEYS)
     assert sum(len(row) for row in TOKENS) == N_TOKENS
 
 
