@@ -246,10 +246,15 @@ class _SweepJobs:
             update_manifest(self.manifest_path, {}, {name: fields})
 
     def evaluate(self, name: str, model_args: list[str], eval_dir: Path) -> bool:
-        """Run ``eapo eval`` unless ``eval_dir`` holds results made with the same options; True if it ran."""
+        """Run ``eapo eval`` unless ``eval_dir`` holds results made with the same options; True if it ran.
+
+        Results from before the strict columns (no ``avg_strict``) whose ``samples.jsonl`` is there are
+        recomputed from the stored samples (``eapo eval`` on the same directory generates nothing)."""
         existing = read_json(eval_dir / "results.json")
         if existing is not None and self.eval_options.matches(existing):
-            return False
+            stale = "avg_strict" not in existing.get("metrics", {}) and (eval_dir / "samples.jsonl").exists()
+            if not stale:
+                return False
         self.runner.evaluate(
             [*model_args, "--output-dir", str(eval_dir), *self.eval_args],
             self.logs / f"{name}.eval.log",

@@ -14,14 +14,17 @@ from typing import Any
 from eapo.evaluation.labels import METHOD_NAMES, METHOD_ORDER, effective_weights, method_label
 from eapo.evaluation.metrics import METRIC_KEYS
 from eapo.evaluation.report import (
+    STRICT_TITLE,
     column_title,
     comparison_notes,
     csv_text,
     format_value,
     has_laaj,
+    has_strict,
     markdown_table,
     reported_columns,
     stand_in_columns,
+    stand_in_mark,
     table_notes,
     upgrade_results,
 )
@@ -155,9 +158,10 @@ def _comparison_rows(entries: Sequence[Entry], columns: Sequence[str]) -> list[l
 def comparison_table(
     entries: Sequence[Entry], *, failures: Mapping[str, str] | None = None
 ) -> tuple[str, str]:
-    """The paper's "Performance comparison" table (Rouge-L, Reranker, RL@k, RR@k, Avg), and, when a
-    judge ran, its LLM-as-a-Judge layout (Rouge-L, Reranker, LAAJ, Avg over those three):
-    ``(markdown, csv)``. The best trained value per column is bold."""
+    """The paper's "Performance comparison" table (Rouge-L, Reranker, RL@k, RR@k, Avg), when a judge
+    ran its LLM-as-a-Judge layout (Rouge-L, Reranker, LAAJ, Avg over those three), and when the format
+    scorer ran the strict table (the same columns, an answer without its ``<advice>`` block scoring 0;
+    ``avg_strict``): ``(markdown, csv)``. The best trained value per column is bold."""
     results = _all_results(entries)
     k = _common_k(results)
     labels = _labels(results)
@@ -174,9 +178,11 @@ def comparison_table(
         "",
     ]
     layouts = [("avg", "")] + ([("avg_laaj", "## With LLM-as-a-Judge")] if judged else [])
+    if has_strict(results):
+        layouts.append(("avg_strict", STRICT_TITLE))
     for avg, title in layouts:
         columns = reported_columns(results, avg)
-        header = ["Methods"] + [column_title(c, k) + ("†" if c in flagged else "") for c in columns]
+        header = ["Methods"] + [column_title(c, k) + stand_in_mark(c, flagged) for c in columns]
         if title:
             lines += [title, ""]
         rows = _comparison_rows(entries, columns)
