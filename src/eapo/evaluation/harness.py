@@ -16,7 +16,9 @@ In ``results.json``: ``avg_of`` maps each Avg to its columns (``avg_strict_of`` 
 not run: see :mod:`eapo.evaluation.metrics`); ``extract`` names the part of the
 response each scorer read (``advice`` / ``whole``); ``unscored`` counts, per scorer, the samples it
 could not score (``None`` or NaN, e.g. a judge call that failed after its retries), out of
-``n_samples``; ``n_scored`` counts, per column, the prompts with at least one scored sample.
+``n_samples``; ``n_scored`` counts, per column, the prompts with at least one scored sample; ``per_prompt`` holds each
+column's per-prompt value (``ids`` in order; null: no scored sample) — what a bootstrap over prompts
+across evaluations needs (``eapo study``'s tuning-free claim) without the samples.
 
 Resuming: a prompt whose ``k`` samples are all in ``samples.jsonl`` (keyed by record id and sample
 index, with the same prompt text) is not generated again. A torn last line or a prompt with fewer
@@ -414,6 +416,13 @@ def evaluate(
             if isinstance(getattr(scorer, "extract", None), str)
         },
         "n_scored": n_scored,
+        "per_prompt": {
+            "ids": list(ids),
+            "columns": {
+                column: [None if math.isnan(v) else float(v) for v in values]
+                for column, values in table.items()
+            },
+        },
         "n_samples": len(all_samples),
         "unscored": unscored_counts(per_prompt_scores),
         "extra": extra,
