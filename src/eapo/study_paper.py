@@ -654,6 +654,11 @@ def _band(interval: Interval | None, band: float) -> str:
     return band_verdict(interval, 1 - band, 1 + band)
 
 
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell (a ``|`` would end the cell)."""
+    return text.replace("|", "\\|")
+
+
 def paper_claims_markdown(claims: Sequence[PaperClaim], tables: Mapping[str, Any]) -> str:
     """The claims.md section: the verdict table, each rule verbatim, and the entropy-control comparison."""
     lines = [
@@ -668,7 +673,8 @@ def paper_claims_markdown(claims: Sequence[PaperClaim], tables: Mapping[str, Any
     ]
     for claim in claims:
         said = claim.quote if claim.basis == "beyond" else f'"{claim.quote}" ({claim.section})'
-        lines.append(f"| {claim.statement} | {said} | **{claim.verdict}** | {claim.evidence} |")
+        cells = [_cell(claim.statement), _cell(said), f"**{claim.verdict}**", _cell(claim.evidence)]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "### The rules (fixed before the data)", ""]
     seen: set[str] = set()
     for claim in claims:
@@ -685,7 +691,7 @@ def paper_claims_markdown(claims: Sequence[PaperClaim], tables: Mapping[str, Any
             "Entropy end/start ratio and its deviation |end/start − 1|; Avg and strict Avg with 95% intervals; "
             "EAPO − method: the difference with its interval (positive: EAPO higher).",
             "",
-            "| Method | Runs | Entropy end/start | |end/start − 1| | Avg | EAPO − method | Avg (strict) | EAPO − method (strict) |",
+            "| Method | Runs | Entropy end/start | \\|end/start − 1\\| | Avg | EAPO − method | Avg (strict) | EAPO − method (strict) |",
             "|---|---|---|---|---|---|---|---|",
         ]
         for role, row in controls.items():
