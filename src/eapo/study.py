@@ -44,6 +44,22 @@ whether it *held*, *did not hold*, or is *within noise* in this run, with the nu
 
 A claim whose runs are missing (failed, not finished, a metric not logged) is *not measured*, with
 the reason. Nothing else decides a verdict: the wording in ``claims.md`` is generated from these rules.
+
+``study.runs`` replaces the five methods with labelled runs (:func:`study_runs`), e.g.::
+
+    study:
+      seeds: [0, 1, 2]
+      runs:
+        - {label: W-REINFORCE w+=0.1, method: w_reinforce, overrides: {w_pos: 0.1}}
+        - {label: W-REINFORCE w+=0.05, method: w_reinforce, overrides: {w_pos: 0.05}, seeds: [0, 1]}
+        - {label: Clip-higher, method: clip_higher, overrides: {algorithm.epsilon_high: 0.28}, seeds: [0, 1]}
+
+The claims find runs by method and effective weights (:func:`run_role`), so the eight claims above
+read the w+ = 0.1 / w0 = 0.2 runs whatever they are labelled. With such runs, ``claims.md`` also judges
+the paper's own sentences (:mod:`eapo.study_paper`), ``sensitivity.md`` shows every metric and both
+Avgs, and ``dynamics.png`` draws each configuration's mean over seeds with a band across them
+(:func:`write_study_tables`). A run whose weights are gone but whose committed small outputs are
+complete counts as finished (:func:`eapo.run_dir.training_finished`, :mod:`eapo.sweep.run`).
 """
 
 from __future__ import annotations
@@ -507,6 +523,7 @@ def assess_claims(
             "length_start": window_interval(length, fraction=window, end=False),
             "length_end": window_interval(length, fraction=window, end=True),
             "avg": avg_interval(d.results),
+            "avg_strict": avg_interval(d.results, "avg_strict"),
             "reward_slope": slope_interval(d.series.get(REWARD_KEY, [])),
             "steps": max((len(s) for s in entropy), default=0),
         }
@@ -636,10 +653,10 @@ def claims_markdown(
         "## Per method",
         "",
         "Entropy in nats/token, length in tokens: start / end = first / last window of steps with a 95% "
-        "interval; Avg with its 95% interval.",
+        "interval; Avg with its 95% interval (strict: an answer without its <advice> block scores 0).",
         "",
-        "| Method | Seeds | Steps | Entropy start | Entropy end | Length start | Length end | Reward slope /step | Avg |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Method | Seeds | Steps | Entropy start | Entropy end | Length start | Length end | Reward slope /step | Avg | Avg (strict) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method in STUDY_METHODS:
         row = table[method]
@@ -647,7 +664,7 @@ def claims_markdown(
         lines.append(
             f"| {_LABELS[method]} | {row['seeds']} | {row['steps']} | {_cell(row['entropy_start'])} | "
             f"{_cell(row['entropy_end'])} | {_cell(row['length_start'])} | {_cell(row['length_end'])} | "
-            f"{'–' if slope is None else slope.text(5)} | {_cell(row['avg'])} |"
+            f"{'–' if slope is None else slope.text(5)} | {_cell(row['avg'])} | {_cell(row.get('avg_strict'))} |"
         )
     lines += [
         "",

@@ -448,7 +448,7 @@ def assess_paper_claims(
             else _missing(data, ("nsr", "psr"), "entropy"),
             {"nsr_end": nsr_end, "psr_end": psr_end},
             quote="PSR causes the model entropy to drop rapidly, whereas NSR maintains a higher entropy",
-            section="Section 2.5 (Different Training Dynamics of Positive and Negative Sample Reinforcement)",
+            section="Section 2.5, Different Training Dynamics of Positive and Negative Sample Reinforcement",
             rule=rules["nsr_entropy_above_psr"],
         )
     )
@@ -466,7 +466,7 @@ def assess_paper_claims(
             else _missing(data, (role,), "entropy"),
             {"start": first, "end": last},
             quote="NSR and PSR0.2-NSR1 exhibit entropy explosion",
-            section="Section 5.2 (Main Results)",
+            section="Section 5.2, Main Results",
             rule=rules["w_reinforce_0.2_raises_entropy"],
         )
     )
@@ -487,7 +487,7 @@ def assess_paper_claims(
             else _missing(data, ("eapo",), "entropy"),
             {"ratio": eapo_ratio},
             quote="EAPO maintains a stable entropy level",
-            section="Section 5.2 (Main Results)",
+            section="Section 5.2, Main Results",
             rule=rules["eapo_stable_entropy"],
         )
     )
@@ -518,7 +518,7 @@ def assess_paper_claims(
             "; ".join(parts),
             {"eapo_end": eapo_len, "psr_end": psr_len, "nsr_end": nsr_len, "clipped_end": clipped},
             quote="EAPO maintains a stable entropy level and confines the response length within a reasonable range",
-            section="Section 5.2 (Main Results)",
+            section="Section 5.2, Main Results",
             rule=rules["eapo_confines_length"],
         )
     )
@@ -588,7 +588,7 @@ def assess_paper_claims(
                 evidence,
                 {"eapo": eapo_avg, "fixed": others, "differences": differences, "margin": margin},
                 quote="EAPO approaches the optimum on every metric and achieves the best overall performance",
-                section='Section 5.2 (Main Results); appendix "Different Fixed Weighting Configurations"',
+                section='Section 5.2, Main Results; appendix "Different Fixed Weighting Configurations"',
                 rule=rules["eapo_approaches_best_fixed"],
             )
         )
@@ -607,7 +607,7 @@ def assess_paper_claims(
             + "; ".join(f"{_name(r)} {_text(v)}" for r, v in {**others_strict, "eapo": eapo_strict}.items()),
             {"eapo": eapo_strict, **others_strict},
             quote="EAPO approaches the optimum on every metric and achieves the best overall performance",
-            section="Section 5.2 (Main Results)",
+            section="Section 5.2, Main Results",
             rule=rules["eapo_best_overall_strict"],
         )
     )
@@ -672,7 +672,7 @@ def paper_claims_markdown(claims: Sequence[PaperClaim], tables: Mapping[str, Any
         "|---|---|---|---|",
     ]
     for claim in claims:
-        said = claim.quote if claim.basis == "beyond" else f'"{claim.quote}" ({claim.section})'
+        said = claim.quote if claim.basis == "beyond" else f'"{claim.quote}" — {claim.section}'
         cells = [_cell(claim.statement), _cell(said), f"**{claim.verdict}**", _cell(claim.evidence)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "### The rules (fixed before the data)", ""]

@@ -208,7 +208,7 @@ def test_every_paper_claim_held_on_scripted_dynamics():
     assert controls["adaptive_entropy"]["avg_eapo_minus"].mean == pytest.approx(0.03)
     markdown = paper_claims_markdown(claims, tables)
     assert (
-        '| EAPO keeps a stable entropy level | "EAPO maintains a stable entropy level" (Section 5.2'
+        '| EAPO keeps a stable entropy level | "EAPO maintains a stable entropy level" — Section 5.2, Main Results |'
         in markdown
     )
     assert "\\|end/start − 1\\|" in markdown and "### The rules (fixed before the data)" in markdown
