@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,17 @@ from matplotlib.ticker import MaxNLocator
 from eapo.evaluation.labels import run_label
 from eapo.run_dir import read_metrics
 
-__all__ = ["plot_runs", "ema", "auto_smoothing", "panel_keys", "PANELS", "RAW_PREFIX"]
+__all__ = [
+    "plot_runs",
+    "plot_seed_bands",
+    "seed_band",
+    "ema",
+    "auto_smoothing",
+    "panel_keys",
+    "PANELS",
+    "BAND_PANELS",
+    "RAW_PREFIX",
+]
 
 #: Fixed panels: metrics.jsonl key -> title. Reward components (``reward/<name>/mean``) go after reward/mean.
 PANELS: tuple[tuple[str, str], ...] = (
@@ -215,6 +225,118 @@ def plot_runs(
         output = Path(output)
         if output.suffix.lower() in (".png", ".svg"):
             output = output.with_suffix("")  # FILE.png -> FILE.png + FILE.svg; any other name is a stem
+        output.parent.mkdir(parents=True, exist_ok=True)
+        _save(figure, output.with_name(output.name + ".png"), "png")
+        _save(figure, output.with_name(output.name + ".svg"), "svg")
+    return figure
+
+
+#: The panels of :func:`plot_seed_bands` (a study's dynamics): the quantities its claims read.
+BAND_PANELS: tuple[tuple[str, str], ...] = (
+    ("entropy/rollout", "Entropy (rollout, nats/token)"),
+    ("reward/mean", "Reward"),
+    ("completion/mean_length", "Response length (tokens)"),
+    ("completions/clipped_ratio", "Share cut at the length cap"),
+    ("eapo/w_pos", "w+ (positive weight)"),
+)
+
+
+def seed_band(
+    seeds: Sequence[Sequence[dict[str, Any]]], key: str, smoothing: float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One configuration's band over its seeds: ``(steps, mean, low, high)`` of ``key``.
+
+    Each seed's values are smoothed (:func:`ema`) first; at each step logged by any seed, ``mean`` is
+    the mean over the seeds that logged it and ``low`` / ``high`` their minimum / maximum (the spread
+    across seeds; one seed: low = high = mean).
+    """
+    by_step: dict[int, list[float]] = {}
+    for rows in seeds:
+        points = [(row["step"], row.get(key)) for row in rows if "step" in row]
+        values = [v if isinstance(v, int | float) and not isinstance(v, bool) else None for _, v in points]
+        smooth = ema(values, smoothing)
+        for (step, _), value in zip(points, smooth, strict=True):
+            if not math.isnan(value):
+                by_step.setdefault(int(step), []).append(float(value))
+    steps = np.array(sorted(by_step), dtype=float)
+    mean = np.array([np.mean(by_step[int(s)]) for s in steps])
+    low = np.array([np.min(by_step[int(s)]) for s in steps])
+    high = np.array([np.max(by_step[int(s)]) for s in steps])
+    return steps, mean, low, high
+
+
+def plot_seed_bands(
+    groups: Mapping[str, Sequence[str | os.PathLike]],
+    output: str | os.PathLike | None = None,
+    *,
+    smoothing: float | None = None,
+    title: str | None = None,
+) -> Figure:
+    """A study's training dynamics: per configuration the mean over its seeds (a line) and the spread
+    across them (a band from the lowest to the highest seed), in the panels of :data:`BAND_PANELS`.
+
+    Args:
+        groups: ``{label: [run directory of each seed]}``.
+        output: ``FILE.png`` (``FILE.svg`` too), as :func:`plot_runs`.
+        smoothing: EMA weight applied to each seed before the band (default :func:`auto_smoothing`).
+    """
+    runs = {label: [read_metrics(d) for d in dirs] for label, dirs in groups.items() if dirs}
+    runs = {label: [rows for rows in seeds if rows] for label, seeds in runs.items()}
+    runs = {label: seeds for label, seeds in runs.items() if seeds}
+    if not runs:
+        raise ValueError("plot_seed_bands needs at least one run directory with metrics")
+    longest = max(len(rows) for seeds in runs.values() for rows in seeds)
+    if smoothing is None:
+        smoothing = auto_smoothing(longest)
+    panels = [
+        (key, panel_title)
+        for key, panel_title in BAND_PANELS
+        if any(key in row for seeds in runs.values() for rows in seeds for row in rows)
+    ]
+    if not panels:
+        raise ValueError(f"none of the runs logged a plotted key ({', '.join(k for k, _ in BAND_PANELS)})")
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    figure = Figure(
+        figsize=(4.6 * ncols, 3.2 * nrows + 0.5 + 0.25 * math.ceil(len(runs) / 3)), layout="constrained"
+    )
+    axes = figure.subplots(nrows, ncols, squeeze=False).ravel()
+    handles: dict[str, Any] = {}
+    for axis, (key, panel_title) in zip(axes, panels, strict=False):
+        for index, (label, seeds) in enumerate(runs.items()):
+            steps, mean, low, high = seed_band(seeds, key, smoothing)
+            if not steps.size:
+                continue
+            color = f"C{index % 10}"
+            axis.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
+            (line,) = axis.plot(
+                steps, mean, color=color, linewidth=1.6, label=f"{label} ({len(seeds)} seeds)"
+            )
+            handles.setdefault(label, line)
+        axis.set_title(panel_title, fontsize=10)
+        axis.set_xlabel("step")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.ticklabel_format(axis="y", useOffset=False)
+        axis.grid(alpha=0.3)
+    for axis in axes[len(panels) :]:
+        axis.set_visible(False)
+    figure.legend(
+        handles=list(handles.values()),
+        loc="outside lower center",
+        ncols=min(3, len(handles)),
+        fontsize=9,
+        frameon=False,
+    )
+    figure.suptitle(
+        (title + "\n" if title else "")
+        + "line: mean over seeds; band: lowest to highest seed"
+        + (f" (each seed EMA-smoothed, {smoothing:.2f})" if smoothing else ""),
+        fontsize=10,
+    )
+    if output is not None:
+        output = Path(output)
+        if output.suffix.lower() in (".png", ".svg"):
+            output = output.with_suffix("")
         output.parent.mkdir(parents=True, exist_ok=True)
         _save(figure, output.with_name(output.name + ".png"), "png")
         _save(figure, output.with_name(output.name + ".svg"), "svg")

@@ -100,6 +100,30 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
+def training_finished(run_dir: str | os.PathLike) -> bool:
+    """Whether the run's training finished, judged from its files: ``final/`` exists, or — its weights
+    gone (a new machine with only the committed small outputs) — ``metrics.jsonl`` logged the step
+    ``train.max_steps`` of its ``config.yaml`` (a run without a step limit: ``summary.json`` exists,
+    written at the end of training)."""
+    run_dir = Path(run_dir)
+    if (run_dir / FINAL_DIR).exists():
+        return True
+    if not (run_dir / CONFIG_FILE).exists() or not (run_dir / METRICS_FILE).exists():
+        return False
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8")) or {}
+        rows = read_metrics(run_dir)
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    max_steps = (config.get("train") or {}).get("max_steps")
+    if not isinstance(max_steps, int) or max_steps <= 0:
+        return (run_dir / SUMMARY_FILE).exists()
+    steps = [row.get("step") for row in rows if isinstance(row.get("step"), int)]
+    return bool(steps) and max(steps) >= max_steps
+
+
 def truncate_metrics(run_dir: Path, last_step: int) -> None:
     """Keep only lines with ``step <= last_step`` (used when resuming from checkpoint ``last_step``)."""
     path = run_dir / METRICS_FILE

@@ -44,6 +44,22 @@ whether it *held*, *did not hold*, or is *within noise* in this run, with the nu
 
 A claim whose runs are missing (failed, not finished, a metric not logged) is *not measured*, with
 the reason. Nothing else decides a verdict: the wording in ``claims.md`` is generated from these rules.
+
+``study.runs`` replaces the five methods with labelled runs (:func:`study_runs`), e.g.::
+
+    study:
+      seeds: [0, 1, 2]
+      runs:
+        - {label: W-REINFORCE w+=0.1, method: w_reinforce, overrides: {w_pos: 0.1}}
+        - {label: W-REINFORCE w+=0.05, method: w_reinforce, overrides: {w_pos: 0.05}, seeds: [0, 1]}
+        - {label: Clip-higher, method: clip_higher, overrides: {algorithm.epsilon_high: 0.28}, seeds: [0, 1]}
+
+The claims find runs by method and effective weights (:func:`run_role`), so the eight claims above
+read the w+ = 0.1 / w0 = 0.2 runs whatever they are labelled. With such runs, ``claims.md`` also judges
+the paper's own sentences (:mod:`eapo.study_paper`), ``sensitivity.md`` shows every metric and both
+Avgs, and ``dynamics.png`` draws each configuration's mean over seeds with a band across them
+(:func:`write_study_tables`). A run whose weights are gone but whose committed small outputs are
+complete counts as finished (:func:`eapo.run_dir.training_finished`, :mod:`eapo.sweep.run`).
 """
 
 from __future__ import annotations
@@ -60,9 +76,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from eapo.run_dir import SUMMARY_FILE, atomic_write_text, read_metrics
+from eapo.run_dir import SUMMARY_FILE, atomic_write_text, read_metrics, training_finished
 from eapo.sweep.manifest import MANIFEST, read_json
-from eapo.sweep.plan import EvalOptions, SweepError, SweepRun, plan_runs
+from eapo.sweep.plan import WEIGHT_KEYS, EvalOptions, SweepError, SweepRun, plan_runs
 from eapo.sweep.run import SweepReport, run_sweep
 
 __all__ = [
@@ -103,6 +119,8 @@ NOT_MEASURED = "not measured"
 
 #: Claim 4: "near H_0" means within ±10% of H_0.
 ENTROPY_BAND = 0.10
+#: "Not cut at the cap": at most 10% of the end window's completions hit max_completion_tokens.
+CUT_SHARE = 0.10
 #: A start/end window has at least this many steps (when the run has them).
 MIN_WINDOW_STEPS = 3
 _Z95 = 1.959963984540054
@@ -111,6 +129,8 @@ ENTROPY_KEY = "entropy/rollout"
 LENGTH_KEY = "completion/mean_length"
 REWARD_KEY = "reward/mean"
 H0_KEY = "eapo/H0"
+#: TRL's share of a step's completions that hit max_completion_tokens (kept in metrics.jsonl as logged).
+CLIPPED_KEY = "completions/clipped_ratio"
 
 VERDICT_RULES = (
     "- **start / end**: mean of the metric over the first / last {window:.0%} of optimisation steps (at least "
@@ -150,7 +170,12 @@ class StudySettings:
     eval_batch_size: int | None = None  # prompts per generation call (None: eapo eval's default)
     backend: str = "auto"  # eval generation backend
     window: float = 0.1  # fraction of steps in the start / end windows
-    entropy_band: float = ENTROPY_BAND  # claim 4's tolerance around H_0
+    entropy_band: float = ENTROPY_BAND  # claim 4's tolerance around H_0 (and the stable-entropy band)
+    max_clipped_share: float = (
+        CUT_SHARE  # "not cut at the cap": at most this share of completions hit the cap
+    )
+    # labelled runs, each {label, method, overrides, seeds}; None: the paper's five methods x seeds
+    runs: list[dict[str, Any]] | None = None
 
     def validate(self, where: str = "study") -> StudySettings:
         if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
@@ -163,6 +188,10 @@ class StudySettings:
             raise SweepError(f"{where}.window must be in (0, 0.5], got {self.window}")
         if not 0 < self.entropy_band < 1:
             raise SweepError(f"{where}.entropy_band must be in (0, 1), got {self.entropy_band}")
+        if not 0 < self.max_clipped_share < 1:
+            raise SweepError(f"{where}.max_clipped_share must be in (0, 1), got {self.max_clipped_share}")
+        if self.runs is not None:
+            study_runs(self.runs, self.seeds, where=f"{where}.runs")  # raises on a bad entry
         return self
 
 
@@ -191,9 +220,97 @@ def read_study_config(path: str | os.PathLike) -> tuple[StudySettings, dict[str,
     return StudySettings(**section).validate(f"{path}: study"), tree
 
 
-def plan_study(seeds: Sequence[int]) -> list[SweepRun]:
-    """The study's runs: the five methods × ``seeds``, every method from the same base and seed."""
+def plan_study(seeds: Sequence[int], runs: Sequence[Mapping[str, Any]] | None = None) -> list[SweepRun]:
+    """The study's runs: without ``runs``, the five methods × ``seeds``, every method from the same
+    base and seed; with ``runs`` (the ``study.runs`` entries), those labelled runs (:func:`study_runs`)."""
+    if runs is not None:
+        return study_runs(runs, seeds)
     return plan_runs(STUDY_METHODS, STUDY_GRIDS, list(seeds))
+
+
+_RUN_FIELDS = ("label", "method", "overrides", "seeds")
+
+
+def study_runs(
+    entries: Sequence[Mapping[str, Any]], seeds: Sequence[int], *, where: str = "study.runs"
+) -> list[SweepRun]:
+    """The labelled runs of a study config's ``runs:`` list, each × its seeds (default: ``study.seeds``).
+
+    Each entry: ``label`` (names the run directory ``<label>-seed<N>`` and its table row; distinct),
+    ``method`` (an ``algorithm.method``), ``overrides`` (optional mapping: a weight — ``w_pos``,
+    ``w_neg``, ``w0``, ``w_min``, ``w_max``, ``anchor_steps``, bare or as ``algorithm.KEY`` — or any
+    dotted config key, e.g. ``algorithm.epsilon_high: 0.28``) and ``seeds`` (optional list of ints).
+    Two entries of the same method with different weights are two configurations (the sensitivity
+    points); the claims find runs by method and effective weights (:func:`run_role`), not by label.
+    """
+    from eapo.core import METHODS
+
+    if not isinstance(entries, Sequence) or isinstance(entries, str) or not entries:
+        raise SweepError(f"{where} must be a non-empty list of {{label, method, overrides, seeds}} mappings")
+    planned: list[SweepRun] = []
+    labels: set[str] = set()
+    for index, entry in enumerate(entries):
+        here = f"{where}[{index}]"
+        if not isinstance(entry, Mapping):
+            raise SweepError(f"{here} must be a mapping with keys {', '.join(_RUN_FIELDS)}, got {entry!r}")
+        unknown = sorted(set(entry) - set(_RUN_FIELDS))
+        if unknown:
+            raise SweepError(f"{here}: unknown key {unknown[0]!r}; valid keys: {', '.join(_RUN_FIELDS)}")
+        label, method = entry.get("label"), entry.get("method")
+        if not isinstance(label, str) or not label.strip():
+            raise SweepError(f"{here}.label must be a non-empty string (it names the run directory)")
+        if label in labels:
+            raise SweepError(f"{here}.label {label!r} is used twice; every run needs its own label")
+        labels.add(label)
+        if method not in METHODS:
+            raise SweepError(f"{here}.method {method!r} is not a method; valid: {', '.join(METHODS)}")
+        overrides = entry.get("overrides") or {}
+        if not isinstance(overrides, Mapping):
+            raise SweepError(f"{here}.overrides must be a mapping like {{w_pos: 0.05}}, got {overrides!r}")
+        weights: dict[str, float] = {}
+        extra: list[tuple[str, Any]] = []
+        for key, value in overrides.items():
+            bare = key.removeprefix("algorithm.")
+            if bare in WEIGHT_KEYS:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise SweepError(f"{here}.overrides.{key} must be a number, got {value!r}")
+                weights[bare] = float(value)
+            elif "." in key:
+                extra.append((key, value))
+            else:
+                raise SweepError(
+                    f"{here}.overrides.{key}: not a weight ({', '.join(WEIGHT_KEYS)}); write other settings "
+                    f"as dotted config keys, e.g. algorithm.{key}"
+                )
+        run_seeds = entry.get("seeds", list(seeds))
+        if isinstance(run_seeds, int) and not isinstance(run_seeds, bool):
+            run_seeds = [run_seeds]
+        if not run_seeds or not all(isinstance(v, int) and not isinstance(v, bool) for v in run_seeds):
+            raise SweepError(f"{here}.seeds must be a non-empty list of integers, got {run_seeds!r}")
+        for seed in dict.fromkeys(run_seeds):
+            planned.append(SweepRun(method, tuple(sorted(weights.items())), seed, label, tuple(extra)))
+    return planned
+
+
+#: The weights the study's main rows run with (the paper's table): W-REINFORCE w+ = 0.1, EAPO w0 = 0.2.
+STUDY_WEIGHTS: dict[str, dict[str, float]] = {"w_reinforce": {"w_pos": 0.1}, "eapo": {"w0": 0.2}}
+
+
+def run_role(method: str, weights: Mapping[str, float] | None = None) -> str:
+    """The name the claims know a configuration by: the method alone for its study weights
+    (:data:`STUDY_WEIGHTS`, else the method's defaults), else ``method:key=value,...`` with the
+    effective weights that differ from them: ``w_reinforce:w_pos=0.2``, ``eapo:w0=0.05``."""
+    from eapo.evaluation.labels import effective_weights
+
+    try:
+        actual = effective_weights(method, dict(weights or {}))
+        reference = effective_weights(method, STUDY_WEIGHTS.get(method))
+    except ValueError:
+        return method
+    differ = {key: value for key, value in actual.items() if value != reference.get(key)}
+    if not differ:
+        return method
+    return method + ":" + ",".join(f"{key}={value:g}" for key, value in sorted(differ.items()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,6 +523,7 @@ def assess_claims(
             "length_start": window_interval(length, fraction=window, end=False),
             "length_end": window_interval(length, fraction=window, end=True),
             "avg": avg_interval(d.results),
+            "avg_strict": avg_interval(d.results, "avg_strict"),
             "reward_slope": slope_interval(d.series.get(REWARD_KEY, [])),
             "steps": max((len(s) for s in entropy), default=0),
         }
@@ -535,10 +653,10 @@ def claims_markdown(
         "## Per method",
         "",
         "Entropy in nats/token, length in tokens: start / end = first / last window of steps with a 95% "
-        "interval; Avg with its 95% interval.",
+        "interval; Avg with its 95% interval (strict: an answer without its <advice> block scores 0).",
         "",
-        "| Method | Seeds | Steps | Entropy start | Entropy end | Length start | Length end | Reward slope /step | Avg |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Method | Seeds | Steps | Entropy start | Entropy end | Length start | Length end | Reward slope /step | Avg | Avg (strict) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method in STUDY_METHODS:
         row = table[method]
@@ -546,7 +664,7 @@ def claims_markdown(
         lines.append(
             f"| {_LABELS[method]} | {row['seeds']} | {row['steps']} | {_cell(row['entropy_start'])} | "
             f"{_cell(row['entropy_end'])} | {_cell(row['length_start'])} | {_cell(row['length_end'])} | "
-            f"{'–' if slope is None else slope.text(5)} | {_cell(row['avg'])} |"
+            f"{'–' if slope is None else slope.text(5)} | {_cell(row['avg'])} | {_cell(row.get('avg_strict'))} |"
         )
     lines += [
         "",
@@ -583,10 +701,15 @@ class StudyReport:
     claims: list[Claim]
     files: list[Path]
     wall_time_s: float
+    paper_claims: list[Claim] = field(default_factory=list)  # eapo.study_paper: the paper's sentences
 
 
 def collect_method_data(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str, MethodData]:
-    """Read each planned run's metrics.jsonl and eval/results.json, grouped by method (seeds pooled)."""
+    """Read each planned run's metrics.jsonl and eval/results.json, grouped by configuration
+    (:func:`run_role`: ``"eapo"``, ``"w_reinforce:w_pos=0.2"``, ...; seeds pooled).
+
+    An evaluation counts once its run's training finished (:func:`eapo.run_dir.training_finished`:
+    ``final/`` exists, or — the weights gone — ``metrics.jsonl`` reached ``train.max_steps``)."""
     data: dict[str, MethodData] = {}
     for run in runs:
         run_dir = output_dir / "runs" / run.name
@@ -594,15 +717,48 @@ def collect_method_data(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str,
         results = read_json(run_dir / "eval" / "results.json")
         if not rows and results is None:
             continue
-        d = data.setdefault(run.method, MethodData())
+        d = data.setdefault(run_role(run.method, dict(run.weights)), MethodData())
         d.runs.append(run.name)
         if rows:
-            for key in (ENTROPY_KEY, LENGTH_KEY, "reward/mean", "eapo/w_pos"):
+            for key in (ENTROPY_KEY, LENGTH_KEY, "reward/mean", "eapo/w_pos", CLIPPED_KEY):
                 d.series.setdefault(key, []).append([row.get(key) for row in rows])
             d.h0.append(next((row[H0_KEY] for row in rows if row.get(H0_KEY) is not None), None))
-        if results is not None and (run_dir / "final").exists():
+        if results is not None and training_finished(run_dir):
             d.results.append(results)
     return data
+
+
+#: The metric columns of the study's sensitivity.md (the paper's layout, every metric, both Avgs).
+SENSITIVITY_COLUMNS = ("rouge_l", "reranker", "rl_at_k", "rr_at_k", "avg", "avg_strict")
+
+
+def write_study_tables(output_dir: Path, runs: Sequence[SweepRun]) -> list[Path]:
+    """The study's versions of the sweep's sensitivity table and figure (they replace the sweep's):
+    ``sensitivity.md`` / ``.csv`` with every metric and both Avgs (:data:`SENSITIVITY_COLUMNS`), and
+    ``dynamics.png`` / ``.svg`` with one line per configuration (the mean over its seeds) and a band
+    from its lowest to its highest seed."""
+    from eapo.plot import plot_seed_bands
+    from eapo.sweep.manifest import update_manifest
+    from eapo.sweep.tables import collect_entries, sensitivity_table
+
+    manifest = update_manifest(output_dir / MANIFEST, {}, {})
+    written: list[Path] = []
+    markdown, table_csv = sensitivity_table(
+        collect_entries(output_dir, manifest, include_base=False), columns=SENSITIVITY_COLUMNS
+    )
+    for name, text in (("sensitivity.md", markdown), ("sensitivity.csv", table_csv)):
+        atomic_write_text(output_dir / name, text)
+        written.append(output_dir / name)
+    groups: dict[str, list[Path]] = {}
+    for run in runs:
+        run_dir = output_dir / "runs" / run.name
+        metrics = run_dir / "metrics.jsonl"
+        if metrics.exists() and metrics.stat().st_size:
+            groups.setdefault(run.label, []).append(run_dir)
+    if groups:
+        plot_seed_bands(groups, output_dir / "dynamics.png", title="Training dynamics")
+        written += [output_dir / "dynamics.png", output_dir / "dynamics.svg"]
+    return written
 
 
 def _engines(output_dir: Path, runs: Sequence[SweepRun]) -> list[str]:
@@ -635,7 +791,7 @@ def run_study(
     output_dir = Path(output_dir)
     from_file, tree = read_study_config(config)
     settings = (settings or from_file).validate()
-    runs = plan_study(settings.seeds)
+    runs = plan_study(settings.seeds, settings.runs)
 
     # The training config every run starts from: the study config without its study section.
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -659,8 +815,7 @@ def run_study(
         base,
         output_dir,
         methods=STUDY_METHODS,
-        grids=STUDY_GRIDS,
-        seeds=settings.seeds,
+        planned=runs,
         overrides=list(overrides),
         eval_options=eval_options,
         include_base=True,
@@ -669,8 +824,17 @@ def run_study(
         jobs=settings.jobs,
     )
 
+    from eapo.study_paper import assess_paper_claims, paper_claims_markdown
+
     data = collect_method_data(output_dir, runs)
     claims, table = assess_claims(data, window=settings.window, entropy_band=settings.entropy_band)
+    paper_claims, paper_tables = assess_paper_claims(
+        data,
+        window=settings.window,
+        entropy_band=settings.entropy_band,
+        max_clipped_share=settings.max_clipped_share,
+    )
+    study_files = write_study_tables(output_dir, runs)
     wall = time.time() - started
     engines = _engines(output_dir, runs)
     context = [
@@ -685,6 +849,7 @@ def run_study(
     markdown = claims_markdown(
         claims, table, window=settings.window, entropy_band=settings.entropy_band, context=context
     )
+    markdown += "\n" + paper_claims_markdown(paper_claims, paper_tables)
     atomic_write_text(output_dir / "claims.md", markdown)
     payload = {
         "config": str(config),
@@ -693,9 +858,12 @@ def run_study(
         "engines": engines,
         "claims": [_jsonable(asdict(claim)) for claim in claims],
         "methods": _jsonable(table),
+        "paper_claims": [_jsonable(asdict(claim)) for claim in paper_claims],
+        "entropy_controls": _jsonable(paper_tables["entropy_controls"]),
+        "configurations": {role: list(d.runs) for role, d in data.items()},
         "manifest": MANIFEST,
     }
     atomic_write_text(output_dir / "claims.json", json.dumps(payload, indent=2, default=str) + "\n")
-    files = [*sweep.files, output_dir / "claims.md", output_dir / "claims.json"]
+    files = [*sweep.files, *study_files, output_dir / "claims.md", output_dir / "claims.json"]
     echo(f"wrote {output_dir / 'claims.md'}")
-    return StudyReport(output_dir, sweep, claims, files, wall)
+    return StudyReport(output_dir, sweep, claims, files, wall, list(paper_claims))

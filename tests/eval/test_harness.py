@@ -245,7 +245,24 @@ def test_eval_cli_on_a_run_directory_uses_the_runs_settings(tmp_path, monkeypatc
     # --backend auto follows the engine the run pinned (tiny.yaml: generate), also where vLLM is installed
     assert config["rollout"]["engine"] == "generate" and results["settings"]["backend"] == "transformers"
     assert results["display_name"] == "W-REINFORCE (w+=0.2, w−=1)"
-    assert set(results["metrics"]) == {"rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj", "avg", "avg_laaj"}
+    assert set(results["metrics"]) == {
+        "rouge_l",
+        "reranker",
+        "rl_at_k",
+        "rr_at_k",
+        "laaj",
+        "avg",
+        "avg_laaj",
+    } | {
+        "rouge_l_strict",
+        "reranker_strict",
+        "rl_at_k_strict",
+        "rr_at_k_strict",
+        "avg_strict",
+    }
+    # format ran: Rouge-L has its strict column; no reranker, so neither Avg can be formed
+    assert results["metrics"]["rouge_l_strict"] is not None and results["metrics"]["avg_strict"] is None
+    assert results["metrics"]["rouge_l_strict"] <= results["metrics"]["rouge_l"] + 1e-12
     assert "W-REINFORCE (w+=0.2, w−=1)" in (run_dir / "eval" / "results.md").read_text()
     # a different k in the same directory is refused with the field named
     result = CliRunner().invoke(app, [*args[:3], "--k", "3", *args[5:]])
@@ -502,3 +519,79 @@ def test_eval_stops_before_generating_when_its_judge_is_unreachable(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert json.loads((out / "results.json").read_text())["metrics"]["laaj"] is None
+
+
+class ScriptedGenerator:
+    """Returns fixed completions per prompt (no model)."""
+
+    backend = "scripted"
+
+    def __init__(self, texts: dict[str, list[str]]) -> None:
+        self.texts = texts
+
+    def generate(self, prompts, *, k, **kwargs):
+        from eapo.evaluation.generate import Completion
+
+        return [[Completion(text, len(text.split()), True) for text in self.texts[p][:k]] for p in prompts]
+
+
+class ConstantScorer:
+    """A stand-in reranker: the same score for every sample (the strict column then shows the gating alone)."""
+
+    name = "reranker"
+    label = "constant 0.8 (test)"
+    extract = "advice"
+
+    def __call__(self, prompts, completions, references, **kwargs):
+        return [0.8] * len(completions)
+
+
+def test_strict_scores_zero_an_answer_without_its_advice_block(tmp_path):
+    """Word-level Rouge-L of the <advice> answer, hand-computed. Without an <advice> block the lenient
+    Rouge-L falls back to the text after </think> (or the whole text); the strict one scores 0."""
+    records = [
+        Record(id="a", question="q a", reference="rest and drink water"),
+        Record(id="b", question="q b", reference="see a doctor"),
+    ]
+    texts = {
+        "A": [
+            "<think>x</think><advice>rest and drink water</advice>",
+            "<think>x</think> rest and drink water",
+        ],
+        "B": ["<think>y</think><advice>see a doctor now</advice>", "see a doctor"],
+    }
+    scorers = {
+        "rouge_l": make_reward("rouge_l", level="word"),
+        "reranker": ConstantScorer(),
+        "format": make_reward("format"),
+    }
+    settings = EvalSettings(k=2, max_new_tokens=16, n_resamples=200)
+    results = evaluate(
+        records,
+        ["A", "B"],
+        scorers,
+        tmp_path,
+        model="scripted",
+        data="hand",
+        generator=ScriptedGenerator(texts),
+        settings=settings,
+    )
+    m = results["metrics"]
+    # lenient: a = [1, 1], b = [6/7 (P 3/4, R 1), 1]
+    assert m["rouge_l"] == pytest.approx((1.0 + (6 / 7 + 1) / 2) / 2, abs=1e-12)
+    assert m["rl_at_k"] == pytest.approx(1.0, abs=1e-12)
+    assert m["avg"] == pytest.approx((m["rouge_l"] + 0.8 + 1.0 + 0.8) / 4, abs=1e-12)
+    # strict: a = [1, 0], b = [6/7, 0]; reranker [0.8, 0] for both
+    assert m["rouge_l_strict"] == pytest.approx((0.5 + 3 / 7) / 2, abs=1e-12)
+    assert m["rl_at_k_strict"] == pytest.approx((1 + 6 / 7) / 2, abs=1e-12)
+    assert m["reranker_strict"] == pytest.approx(0.4, abs=1e-12)
+    assert m["rr_at_k_strict"] == pytest.approx(0.8, abs=1e-12)
+    expected = ((0.5 + 3 / 7) / 2 + 0.4 + (1 + 6 / 7) / 2 + 0.8) / 4
+    assert m["avg_strict"] == pytest.approx(expected, abs=1e-12)
+    low, high = results["ci95"]["avg_strict"]
+    assert low <= expected <= high and results["ci95"]["reranker_strict"] == pytest.approx([0.4, 0.4])
+    assert results["strict_gate"] == "format" and results["avg_strict_of"] == {
+        "avg_strict": ["rouge_l_strict", "reranker_strict", "rl_at_k_strict", "rr_at_k_strict"]
+    }
+    assert results["extra"]["format"] == pytest.approx(0.5)
+    assert "## Strict: an answer without its <advice> block scores 0" in (tmp_path / "results.md").read_text()

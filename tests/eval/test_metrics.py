@@ -10,6 +10,8 @@ import pytest
 from eapo.evaluation.metrics import (
     AVG_COLUMNS,
     METRIC_KEYS,
+    STRICT_AVG_COLUMNS,
+    STRICT_COLUMNS,
     aggregate,
     bootstrap_ci,
     bootstrap_interval,
@@ -245,3 +247,95 @@ def test_both_avgs_get_intervals_from_the_shared_resampling():
     without = {key: values for key, values in per_prompt.items() if key not in ("reranker", "rr_at_k")}
     ci = bootstrap_ci(without, n_resamples=50)
     assert ci["avg"] is None and ci["avg_laaj"] is None and ci["rouge_l"] is not None
+
+
+# --------------------------------------------------------------------------------------------
+# The strict columns: an answer that fails the format check scores 0 (it has no <advice> to score)
+# --------------------------------------------------------------------------------------------
+
+
+def test_strict_columns_score_a_sample_that_failed_the_format_check_as_empty():
+    # SCORES: prompt 1's format [1, 0, 1] -> Rouge-L [0.1, 0, 0.3], reranker [0.9, 0, 0.4];
+    # prompt 2's format [0, 0, 0] -> all zero.
+    per_prompt = per_prompt_values(SCORES)
+    np.testing.assert_allclose(per_prompt["rouge_l_strict"], [0.4 / 3, 0.0], atol=1e-12)
+    np.testing.assert_allclose(per_prompt["reranker_strict"], [1.3 / 3, 0.0], atol=1e-12)
+    np.testing.assert_allclose(per_prompt["rl_at_k_strict"], [0.3, 0.0], atol=1e-12)
+    np.testing.assert_allclose(per_prompt["rr_at_k_strict"], [0.9, 0.0], atol=1e-12)
+    metrics = aggregate(per_prompt)
+    assert metrics["rouge_l_strict"] == pytest.approx(0.4 / 6, abs=1e-12)
+    assert metrics["reranker_strict"] == pytest.approx(1.3 / 6, abs=1e-12)
+    assert metrics["rl_at_k_strict"] == pytest.approx(0.15, abs=1e-12)
+    assert metrics["rr_at_k_strict"] == pytest.approx(0.45, abs=1e-12)
+    assert metrics["avg_strict"] == pytest.approx((0.4 / 6 + 1.3 / 6 + 0.15 + 0.45) / 4, abs=1e-12)
+    # the lenient columns are untouched
+    assert metrics["avg"] == pytest.approx((0.35 + 0.55 + 0.65 + 0.80) / 4, abs=1e-12)
+    assert STRICT_AVG_COLUMNS == {
+        "avg_strict": ("rouge_l_strict", "reranker_strict", "rl_at_k_strict", "rr_at_k_strict")
+    }
+    assert set(METRIC_KEYS) >= {
+        "rouge_l_strict",
+        "reranker_strict",
+        "rl_at_k_strict",
+        "rr_at_k_strict",
+        "avg_strict",
+    }
+
+
+def test_strict_columns_need_the_format_score():
+    without = [{k: v for k, v in prompt.items() if k != "format"} for prompt in SCORES]
+    metrics = aggregate(per_prompt_values(without))
+    assert all(metrics[key] is None for key in (*STRICT_COLUMNS, "avg_strict"))
+    assert metrics["avg"] == pytest.approx((0.35 + 0.55 + 0.65 + 0.80) / 4, abs=1e-12)
+    # a sample whose format was not scored is left out; an unscored Rouge-L that failed the format check is a 0
+    scores = [{"rouge_l": [0.6, None, 0.2], "format": [None, 0.0, 1.0]}]
+    per_prompt = per_prompt_values(scores)
+    assert per_prompt["rouge_l_strict"][0] == pytest.approx(0.1)  # mean of [0, 0.2]
+    assert per_prompt["rl_at_k_strict"][0] == pytest.approx(0.2)
+    assert per_prompt["rouge_l"][0] == pytest.approx(0.4)  # lenient: mean of [0.6, 0.2]
+    with pytest.raises(ValueError, match="format scores"):
+        per_prompt_values([{"rouge_l": [0.1, 0.2], "format": [1.0]}])
+
+
+def test_strict_avg_gets_its_interval_from_the_shared_resampling():
+    rng = np.random.default_rng(4)
+    scores = [
+        {
+            "rouge_l": list(rng.uniform(0, 1, 4)),
+            "reranker": list(rng.uniform(0, 1, 4)),
+            "format": list(rng.integers(0, 2, 4).astype(float)),
+        }
+        for _ in range(40)
+    ]
+    per_prompt = per_prompt_values(scores)
+    point = aggregate(per_prompt)
+    ci = bootstrap_ci(per_prompt, n_resamples=300, seed=7)
+    indices = np.random.default_rng(7).integers(0, 40, size=(300, 40))
+    replicates = [per_prompt[column][indices].mean(axis=1) for column in STRICT_COLUMNS]
+    expected = np.mean(replicates, axis=0)
+    assert ci["avg_strict"] == pytest.approx(
+        (np.percentile(expected, 2.5), np.percentile(expected, 97.5)), abs=1e-12
+    )
+    assert ci["avg_strict"][0] < point["avg_strict"] < ci["avg_strict"][1]
+    assert point["avg_strict"] < point["avg"]  # zeroing samples can only lower the scores
+
+
+def test_results_markdown_and_csv_carry_the_strict_table():
+    results = _results(SCORES)
+    markdown = results_markdown(results)
+    lenient, strict = markdown.split("## Strict: an answer without its <advice> block scores 0")
+    header = "| Model | Rouge-L | Reranker† | RL@3 | RR@3† | Avg |"
+    assert header in lenient and header in strict
+    row = strict.split(header)[1].splitlines()[2]
+    avg_strict = (0.4 / 6 + 1.3 / 6 + 0.15 + 0.45) / 4
+    assert row.startswith("| m | 0.067 [") and row.split(" | ")[-1].startswith(f"{avg_strict:.3f} [")
+    assert "Strict: a sample that fails the format reward's check" in markdown
+    header_csv, row_csv = results_csv(results).strip().splitlines()
+    csv_row = dict(zip(header_csv.split(","), row_csv.split(","), strict=True))
+    assert float(csv_row["avg_strict"]) == pytest.approx(avg_strict, abs=1e-12)
+    assert float(csv_row["avg_strict_ci_low"]) <= avg_strict <= float(csv_row["avg_strict_ci_high"])
+    # results written before the strict columns: null, and no strict table
+    old = {**results, "metrics": {k: v for k, v in results["metrics"].items() if "strict" not in k}}
+    upgraded = upgrade_results(old)
+    assert upgraded["metrics"]["avg_strict"] is None and upgraded["ci95"]["avg"] == results["ci95"]["avg"]
+    assert "## Strict" not in results_markdown(old)

@@ -720,3 +720,39 @@ def test_concurrent_manifest_writers_lose_nothing(tmp_path):
 def test_jobs_must_be_positive(tmp_path):
     with pytest.raises(SweepError, match="--jobs must be >= 1"):
         sweep(tmp_path, FakeRunner(), methods=["grpo"], grids=[], jobs=0)
+
+
+def test_comparison_table_shows_the_strict_table_beside_the_lenient_one():
+    from eapo.sweep.tables import Entry, comparison_table
+
+    def with_strict(rouge, reranker, passed):
+        # a share `passed` of the samples has its <advice> block; the others score 0 when strict
+        results = fake_results(rouge, reranker)
+        for key in ("rouge_l", "reranker", "rl_at_k", "rr_at_k", "avg"):
+            value = results["metrics"][key] * passed
+            results["metrics"][f"{key}_strict"] = value
+            results["ci95"][f"{key}_strict"] = [value - 0.01, value + 0.01]
+        return results
+
+    entries = [
+        Entry("nsr", "nsr", "NSR", {"w_pos": 0.0, "w_neg": 1.0}, [with_strict(0.30, 0.90, 0.5)], ["nsr"]),
+        Entry("eapo", "eapo", "EAPO (w0=0.2)", {"w0": 0.2}, [with_strict(0.28, 0.88, 1.0)], ["eapo"]),
+    ]
+    markdown, table_csv = comparison_table(entries)
+    lenient, strict = markdown.split("## Strict: an answer without its <advice> block scores 0")
+    header = "| Methods | Rouge-L | Reranker† | RL@8 | RR@8† | Avg |"
+    assert header in lenient and header in strict
+    # lenient Avg: NSR (0.30 + 0.90 + 0.33 + 0.92) / 4 = 0.6125 (bold); EAPO 0.5925
+    assert "| NSR | **0.300** [0.290, 0.310] |" in lenient
+    # strict: NSR halves to 0.30625, EAPO keeps 0.5925 and is now best
+    nsr_row = next(line for line in strict.splitlines() if line.startswith("| NSR |"))
+    eapo_row = next(line for line in strict.splitlines() if line.startswith("| EAPO (w0=0.2) |"))
+    assert nsr_row.endswith("| 0.306 [0.296, 0.316] |")
+    assert eapo_row.endswith("| **0.593** [0.583, 0.603] |")
+    rows = read_csv_text(table_csv)
+    assert float(rows[0]["avg_strict"]) == pytest.approx(0.6125 / 2, abs=1e-12)
+    assert float(rows[1]["avg_strict_ci_low"]) == pytest.approx(0.5925 - 0.01, abs=1e-12)
+
+
+def read_csv_text(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text)))

@@ -33,8 +33,10 @@ def study_command(
     eval_batch_size: int = typer.Option(None, "--eval-batch-size", help="Prompts per generation call."),
     backend: str = typer.Option(None, "--backend", help="Eval generation: auto, transformers, paged, vllm."),
 ) -> None:
-    """GRPO, PSR, NSR, W-REINFORCE (w+=0.1) and EAPO (w0=0.2) from the same base and seed(s): the comparison
-    table, the dynamics figure and claims.md (each paper claim: held / did not hold / within noise).
+    """GRPO, PSR, NSR, W-REINFORCE (w+=0.1) and EAPO (w0=0.2) from the same base and seed(s) — or the
+    config's study.runs (labelled runs: sensitivity points, entropy-control comparators, per-run seeds):
+    the comparison table, the sensitivity table, the dynamics figure and claims.md (each paper claim:
+    held / did not hold / within noise).
 
     Built on `eapo sweep`: finished runs are skipped on rerun, a failed run is reported and the others go on.
     """

@@ -11,10 +11,14 @@ Files in the output directory::
     results.csv        the same numbers as one CSV row
     results.md         the paper-layout Markdown tables
 
-In ``results.json``: ``avg_of`` maps each Avg to its columns; ``extract`` names the part of the
+In ``results.json``: ``avg_of`` maps each Avg to its columns (``avg_strict_of`` the strict Avg's;
+``strict_gate`` names the scorer whose check gates the strict columns, ``format``, or null when it did
+not run: see :mod:`eapo.evaluation.metrics`); ``extract`` names the part of the
 response each scorer read (``advice`` / ``whole``); ``unscored`` counts, per scorer, the samples it
 could not score (``None`` or NaN, e.g. a judge call that failed after its retries), out of
-``n_samples``; ``n_scored`` counts, per column, the prompts with at least one scored sample.
+``n_samples``; ``n_scored`` counts, per column, the prompts with at least one scored sample; ``per_prompt`` holds each
+column's per-prompt value (``ids`` in order; null: no scored sample) — what a bootstrap over prompts
+across evaluations needs (``eapo study``'s tuning-free claim) without the samples.
 
 Resuming: a prompt whose ``k`` samples are all in ``samples.jsonl`` (keyed by record id and sample
 index, with the same prompt text) is not generated again. A torn last line or a prompt with fewer
@@ -43,7 +47,9 @@ import numpy as np
 from eapo.evaluation.generate import Completion, Generator
 from eapo.evaluation.metrics import (
     AVG_COLUMNS,
+    FORMAT_SCORER,
     METRIC_KEYS,
+    STRICT_AVG_COLUMNS,
     aggregate,
     bootstrap_ci,
     per_prompt_values,
@@ -401,6 +407,8 @@ def evaluate(
         "data": data,
         "display_name": display_name or model,
         "avg_of": {key: list(columns) for key, columns in AVG_COLUMNS.items()},
+        "avg_strict_of": {key: list(columns) for key, columns in STRICT_AVG_COLUMNS.items()},
+        "strict_gate": FORMAT_SCORER if FORMAT_SCORER in scorers else None,
         "labels": {name: scorer.label for name, scorer in scorers.items()},
         "extract": {
             name: scorer.extract
@@ -408,6 +416,13 @@ def evaluate(
             if isinstance(getattr(scorer, "extract", None), str)
         },
         "n_scored": n_scored,
+        "per_prompt": {
+            "ids": list(ids),
+            "columns": {
+                column: [None if math.isnan(v) else float(v) for v in values]
+                for column, values in table.items()
+            },
+        },
         "n_samples": len(all_samples),
         "unscored": unscored_counts(per_prompt_scores),
         "extra": extra,

@@ -18,6 +18,17 @@ different Avg columns, so there are two, each over a fixed set of columns (:data
 An Avg is null when any of its columns is null (e.g. ``--scorers rouge_l``): a mean over fewer
 columns would be a number no table of the paper reports.
 
+Strict variants (ours, not the paper's): ``rouge_l_strict``, ``reranker_strict``, ``rl_at_k_strict``,
+``rr_at_k_strict`` and their mean ``avg_strict`` (:data:`STRICT_COLUMNS`, :data:`STRICT_AVG_COLUMNS`).
+Rouge-L and the reranker read the ``<advice>`` part of a response, and when it has none they fall
+back to the text after ``</think>`` or the whole response (:func:`eapo.rewards.extract_answer`): a
+model that stopped writing ``<advice>`` still has its whole answer scored. The strict columns score
+such an answer as the empty answer it is: a sample whose ``format`` score is not 1 — the format
+reward's own check, :meth:`eapo.rewards.FormatReward.check` (by default the ``<think>`` and
+``<advice>`` blocks present, in order, non-empty) — scores 0 on Rouge-L and the reranker; a sample
+that passes keeps its score. Without a ``format`` score (``--scorers rouge_l,reranker``) the strict
+columns are null; a sample whose format score is ``None`` is left out, like any unscored sample.
+
 A sample a scorer could not score (``None``) is left out of its prompt's mean and max; a prompt
 with no scored sample is left out of that column (the count is reported as ``n_scored``).
 
@@ -36,8 +47,12 @@ import numpy as np
 __all__ = [
     "AVG_COLUMNS",
     "COLUMNS",
+    "FORMAT_SCORER",
     "METRIC_KEYS",
     "SCORE_COLUMNS",
+    "STRICT_AVG_COLUMNS",
+    "STRICT_COLUMNS",
+    "strict_key",
     "average_columns",
     "per_prompt_values",
     "unscored_counts",
@@ -53,8 +68,34 @@ AVG_COLUMNS: dict[str, tuple[str, ...]] = {
     "avg": ("rouge_l", "reranker", "rl_at_k", "rr_at_k"),
     "avg_laaj": ("rouge_l", "reranker", "laaj"),
 }
+#: The scorer whose per-sample score (1: the tags are there) gates the strict columns.
+FORMAT_SCORER = "format"
+#: Strict column -> the column it gates with the format check (see the module docstring).
+STRICT_COLUMNS: dict[str, str] = {
+    "rouge_l_strict": "rouge_l",
+    "reranker_strict": "reranker",
+    "rl_at_k_strict": "rl_at_k",
+    "rr_at_k_strict": "rr_at_k",
+}
+#: The strict Avg and its columns (the paper's ``avg`` with every column strict).
+STRICT_AVG_COLUMNS: dict[str, tuple[str, ...]] = {"avg_strict": tuple(STRICT_COLUMNS)}
 #: Every key of ``results.json``'s ``metrics`` and ``ci95``.
-METRIC_KEYS = (*COLUMNS, *AVG_COLUMNS)
+METRIC_KEYS = (*COLUMNS, *AVG_COLUMNS, *STRICT_COLUMNS, *STRICT_AVG_COLUMNS)
+#: Every per-prompt column (plain and strict) and every Avg with its columns.
+_ALL_COLUMNS = (*COLUMNS, *STRICT_COLUMNS)
+_ALL_AVGS: dict[str, tuple[str, ...]] = {**AVG_COLUMNS, **STRICT_AVG_COLUMNS}
+
+
+def strict_key(key: str) -> str:
+    """``rouge_l`` -> ``rouge_l_strict``, ``avg`` -> ``avg_strict``; ValueError for a key with no strict variant."""
+    strict = f"{key}_strict"
+    if strict not in STRICT_COLUMNS and strict not in STRICT_AVG_COLUMNS:
+        raise ValueError(
+            f"{key!r} has no strict variant; those with one: rouge_l, reranker, rl_at_k, rr_at_k, avg"
+        )
+    return strict
+
+
 #: scorer name -> (column of the mean over k samples, column of the best of k samples or None).
 SCORE_COLUMNS: dict[str, tuple[str, str | None]] = {
     "rouge_l": ("rouge_l", "rl_at_k"),
@@ -76,24 +117,46 @@ def per_prompt_values(scores: Sequence[Mapping[str, Sequence[float | None]]]) ->
 
     Returns:
         ``{column: (n_prompts,) float array}`` for every column whose scorer appears in any prompt,
-        NaN where a prompt had no scored sample.
+        NaN where a prompt had no scored sample; with a ``format`` score, also the strict variant of
+        each Rouge-L / reranker column (:data:`STRICT_COLUMNS`).
     """
     names = [name for name in SCORE_COLUMNS if any(name in prompt for prompt in scores)]
+    gated = any(FORMAT_SCORER in prompt for prompt in scores)
     out: dict[str, np.ndarray] = {}
     for name in names:
         mean_column, best_column = SCORE_COLUMNS[name]
-        means = np.full(len(scores), np.nan)
-        bests = np.full(len(scores), np.nan)
-        for index, prompt in enumerate(scores):
-            values = np.array([_as_float(v) for v in prompt.get(name, [])], dtype=float)  # [k]
-            values = values[~np.isnan(values)]
-            if values.size:
-                means[index] = values.mean()
-                bests[index] = values.max()
-        out[mean_column] = means
-        if best_column is not None:
-            out[best_column] = bests
+        strict = gated and f"{mean_column}_strict" in STRICT_COLUMNS
+        variants = [(mean_column, best_column, False)]
+        if strict:
+            variants.append((f"{mean_column}_strict", f"{best_column}_strict", True))
+        for mean_key, best_key, is_strict in variants:
+            means = np.full(len(scores), np.nan)
+            bests = np.full(len(scores), np.nan)
+            for index, prompt in enumerate(scores):
+                values = np.array([_as_float(v) for v in prompt.get(name, [])], dtype=float)  # [k]
+                if is_strict:
+                    values = _gate(values, prompt.get(FORMAT_SCORER))
+                values = values[~np.isnan(values)]
+                if values.size:
+                    means[index] = values.mean()
+                    bests[index] = values.max()
+            out[mean_key] = means
+            if best_key is not None:
+                out[best_key] = bests
     return out
+
+
+def _gate(values: np.ndarray, format_scores: Sequence[float | None] | None) -> np.ndarray:
+    """One prompt's ``[k]`` scores with the format check applied: 0 where the sample failed the
+    check (its answer counts as empty), NaN where its format was not scored, unchanged otherwise."""
+    if format_scores is None:
+        return np.full(values.shape, np.nan)
+    passed = np.array([_as_float(v) for v in format_scores], dtype=float)  # [k]
+    if passed.shape != values.shape:
+        raise ValueError(
+            f"a prompt has {passed.size} format scores for {values.size} samples; every scorer scores every sample"
+        )
+    return np.where(np.isnan(passed), np.nan, np.where(passed == 1.0, values, 0.0))
 
 
 def unscored_counts(scores: Sequence[Mapping[str, Sequence[float | None]]]) -> dict[str, int]:
@@ -120,10 +183,11 @@ def _nanmean(values: np.ndarray, axis: int | None = None) -> np.ndarray | float:
 def aggregate(per_prompt: Mapping[str, np.ndarray]) -> dict[str, float | None]:
     """Point estimates: every key of :data:`METRIC_KEYS`, ``None`` for a column nobody scored.
 
-    Each Avg of :data:`AVG_COLUMNS` is the mean of its columns, ``None`` when one of them is ``None``.
+    Each Avg of :data:`AVG_COLUMNS` / :data:`STRICT_AVG_COLUMNS` is the mean of its columns, ``None``
+    when one of them is ``None``.
     """
     metrics: dict[str, float | None] = {}
-    for column in COLUMNS:
+    for column in _ALL_COLUMNS:
         values = per_prompt.get(column)
         mean = float(_nanmean(values)) if values is not None and values.size else math.nan
         metrics[column] = None if math.isnan(mean) else mean
@@ -132,9 +196,10 @@ def aggregate(per_prompt: Mapping[str, np.ndarray]) -> dict[str, float | None]:
 
 
 def average_columns(metrics: Mapping[str, float | None]) -> dict[str, float | None]:
-    """``{avg key: mean of its columns}`` for :data:`AVG_COLUMNS`; ``None`` where a column is missing or null."""
+    """``{avg key: mean of its columns}`` for :data:`AVG_COLUMNS` and :data:`STRICT_AVG_COLUMNS`;
+    ``None`` where a column is missing or null."""
     out: dict[str, float | None] = {}
-    for key, columns in AVG_COLUMNS.items():
+    for key, columns in _ALL_AVGS.items():
         values = [metrics.get(column) for column in columns]
         out[key] = None if any(v is None for v in values) else math.fsum(values) / len(values)  # type: ignore[arg-type]
     return out
@@ -174,11 +239,11 @@ def bootstrap_ci(
     indices = rng.integers(0, n_prompts, size=(n_resamples, n_prompts))  # [R, n_prompts]
     low_q, high_q = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
     replicates: dict[str, np.ndarray] = {}
-    for column in COLUMNS:
+    for column in _ALL_COLUMNS:
         if point[column] is None:
             continue
         replicates[column] = _nanmean(per_prompt[column][indices], axis=1)  # [R]
-    for key, columns in AVG_COLUMNS.items():
+    for key, columns in _ALL_AVGS.items():
         if point[key] is None:
             continue
         # A replicate that drew only unscored prompts for a column is NaN there, and so is its Avg

@@ -7,6 +7,10 @@ Reranker, RL@k, RR@k, Avg (``avg``); the LLM-as-a-Judge layout is Rouge-L, Reran
 stand-in instead of a cross-encoder reranker is marked ``†``. Under every table: each scorer's
 label, which part of the response Rouge-L and the reranker scored (``extract``), and how many
 samples each scorer could not score.
+
+Beside the paper's layout, a strict table (ours) with the same columns, in which an answer that
+failed the format check (no ``<advice>`` block) scores 0 on Rouge-L and the reranker, and its Avg
+``avg_strict`` (:data:`eapo.evaluation.metrics.STRICT_COLUMNS`); shown when the format scorer ran.
 """
 
 from __future__ import annotations
@@ -17,7 +21,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eapo.evaluation.metrics import AVG_COLUMNS, METRIC_KEYS, average_columns
+from eapo.evaluation.metrics import (
+    AVG_COLUMNS,
+    METRIC_KEYS,
+    STRICT_AVG_COLUMNS,
+    STRICT_COLUMNS,
+    average_columns,
+)
 
 __all__ = [
     "comparison_notes",
@@ -27,8 +37,12 @@ __all__ = [
     "markdown_table",
     "scorer_notes",
     "stand_in_columns",
+    "stand_in_mark",
     "reported_columns",
     "has_laaj",
+    "has_strict",
+    "strict_note",
+    "STRICT_TITLE",
     "avg_note",
     "extract_modes",
     "extract_note",
@@ -53,11 +67,19 @@ _SCORER_TITLES = {"rouge_l": "Rouge-L", "reranker": "Reranker", "laaj": "LAAJ", 
 _AVG_TABLES = {
     "avg": 'the paper\'s "Performance comparison" table',
     "avg_laaj": "the paper's per-dataset tables with LLM-as-a-Judge",
+    "avg_strict": "the strict table; ours, not the paper's",
 }
+#: Every Avg a table can carry, with its columns.
+_AVGS: dict[str, tuple[str, ...]] = {**AVG_COLUMNS, **STRICT_AVG_COLUMNS}
+#: The heading of the strict table (``results.md`` and ``comparison.md``).
+STRICT_TITLE = "## Strict: an answer without its <advice> block scores 0"
 
 
 def column_title(key: str, k: int | None) -> str:
-    """``rl_at_k`` -> ``RL@8``; ``rouge_l`` -> ``Rouge-L``; ..."""
+    """``rl_at_k`` -> ``RL@8``; ``rouge_l`` -> ``Rouge-L``; ...; a strict key has its plain column's
+    title (the strict table's heading says it is strict)."""
+    if key in STRICT_COLUMNS or key in STRICT_AVG_COLUMNS:
+        key = key.removesuffix("_strict")
     if key == "rl_at_k":
         return f"RL@{k}" if k else "RL@k"
     if key == "rr_at_k":
@@ -90,9 +112,15 @@ def markdown_table(
 
 
 def stand_in_columns(labels: Mapping[str, str]) -> set[str]:
-    """Metric keys whose scorer's label says it is a stand-in (the offline reranker fallback)."""
+    """Metric keys whose scorer's label says it is a stand-in (the offline reranker fallback); a
+    strict column is flagged with its plain column (:func:`stand_in_mark`)."""
     flagged = {name for name, label in labels.items() if "stand-in" in label}
     return {key for key, scorer in _SCORER_OF.items() if scorer in flagged}
+
+
+def stand_in_mark(key: str, flagged: set[str]) -> str:
+    """``"†"`` when ``key`` (or, for a strict column, its plain column) is in ``flagged``, else ``""``."""
+    return "†" if key.removesuffix("_strict") in flagged else ""
 
 
 def scorer_notes(labels: Mapping[str, str]) -> list[str]:
@@ -113,7 +141,7 @@ def scorer_notes(labels: Mapping[str, str]) -> list[str]:
 def reported_columns(results: Sequence[Mapping[str, Any]], avg: str = "avg") -> list[str]:
     """The metric keys of one table layout: the columns of ``avg`` (a key of ``AVG_COLUMNS``) that
     some result has a value for, then ``avg`` itself (always shown, ``–`` when it could not be computed)."""
-    shown = [key for key in AVG_COLUMNS[avg] if any(r["metrics"].get(key) is not None for r in results)]
+    shown = [key for key in _AVGS[avg] if any(r["metrics"].get(key) is not None for r in results)]
     return [*shown, avg]
 
 
@@ -122,9 +150,24 @@ def has_laaj(results: Sequence[Mapping[str, Any]]) -> bool:
     return any(r["metrics"].get("laaj") is not None for r in results)
 
 
+def has_strict(results: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any of ``results`` has a strict column (the format scorer ran; then the strict table is shown)."""
+    return any(r["metrics"].get(key) is not None for r in results for key in STRICT_COLUMNS)
+
+
+def strict_note() -> str:
+    """What the strict table's cells are."""
+    return (
+        "Strict: a sample that fails the format reward's check (Format, below: the <think> and <advice> "
+        "blocks present, in order, non-empty) has no answer to score, so it scores 0 on Rouge-L and the "
+        "reranker (in the lenient table Rouge-L and the reranker fall back to the text after </think>, or "
+        "the whole response). Avg (strict): mean of the four strict columns (ours, not the paper's)."
+    )
+
+
 def avg_note(avg: str, k: int | None) -> str:
     """``Avg: mean of Rouge-L, Reranker, RL@8 and RR@8 (the paper's ... table); – when ...``."""
-    titles = [column_title(key, k) for key in AVG_COLUMNS[avg]]
+    titles = [column_title(key, k) for key in _AVGS[avg]]
     listed = ", ".join(titles[:-1]) + " and " + titles[-1]
     return f"Avg: mean of {listed} ({_AVG_TABLES[avg]}); – when one of them was not measured."
 
@@ -213,6 +256,8 @@ def comparison_notes(
     ]
     if judged:
         lines += ["", "With LLM-as-a-Judge: " + avg_note("avg_laaj", k)]
+    if has_strict(results):
+        lines += ["", strict_note()]
     return [*lines, "", *(f"- {note}" for note in table_notes(results, labels))]
 
 
@@ -234,14 +279,31 @@ def upgrade_results(results: Mapping[str, Any]) -> dict[str, Any]:
     """
     metrics = results.get("metrics") or {}
     if isinstance(results.get("avg_of"), Mapping) and "avg_laaj" in metrics:
-        return dict(results)
+        if all(key in metrics for key in (*STRICT_COLUMNS, *STRICT_AVG_COLUMNS)):
+            return dict(results)
+        # written before the strict columns: null (the samples are needed; rerun eapo eval on the directory)
+        missing = dict.fromkeys((*STRICT_COLUMNS, *STRICT_AVG_COLUMNS))
+        return {
+            **results,
+            "metrics": {**missing, **metrics},
+            "ci95": {**missing, **(results.get("ci95") or {})},
+        }
     upgraded = dict(results)
-    upgraded["metrics"] = {**metrics, **average_columns(metrics)}
+    upgraded["metrics"] = {
+        **dict.fromkeys((*STRICT_COLUMNS, *STRICT_AVG_COLUMNS)),
+        **metrics,
+        **average_columns(metrics),
+    }
     ci95 = dict(results.get("ci95") or {})
     # An old avg over exactly today's four columns keeps its interval; any other is dropped.
     old_avg_of = results.get("avg_of")
     keep = isinstance(old_avg_of, Sequence) and list(old_avg_of) == list(AVG_COLUMNS["avg"])
-    upgraded["ci95"] = {**ci95, "avg": ci95.get("avg") if keep else None, "avg_laaj": None}
+    upgraded["ci95"] = {
+        **dict.fromkeys((*STRICT_COLUMNS, *STRICT_AVG_COLUMNS)),
+        **ci95,
+        "avg": ci95.get("avg") if keep else None,
+        "avg_laaj": None,
+    }
     upgraded["avg_of"] = {key: list(columns) for key, columns in AVG_COLUMNS.items()}
     return upgraded
 
@@ -250,7 +312,7 @@ def _results_table(results: Mapping[str, Any], avg: str) -> str:
     k = results["k"]
     columns = reported_columns([results], avg)
     flagged = stand_in_columns(results.get("labels", {}))
-    header = ["Model"] + [column_title(key, k) + ("†" if key in flagged else "") for key in columns]
+    header = ["Model"] + [column_title(key, k) + stand_in_mark(key, flagged) for key in columns]
     row = [str(results.get("display_name") or results["model"])]
     row += [format_cell(results["metrics"].get(key), results["ci95"].get(key)) for key in columns]
     return markdown_table(header, [row])
@@ -260,7 +322,7 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     """``results.md``: one evaluation in the paper's layouts, with 95% CIs and the scorers used.
 
     The "Performance comparison" table (Avg = ``avg``), then, when a judge ran, the LLM-as-a-Judge
-    table (Avg = ``avg_laaj``).
+    table (Avg = ``avg_laaj``), then, when the format scorer ran, the strict table (Avg = ``avg_strict``).
     """
     results = upgrade_results(results)
     k = results["k"]
@@ -279,6 +341,8 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     lines += [_results_table(results, "avg")]
     if judged:
         lines += ["## With LLM-as-a-Judge", "", _results_table(results, "avg_laaj")]
+    if has_strict([results]):
+        lines += [STRICT_TITLE, "", _results_table(results, "avg_strict")]
     lines += comparison_notes([results], results.get("labels", {}), k=k, judged=judged)
     extra = results.get("extra", {})
     if extra:

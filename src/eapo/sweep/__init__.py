@@ -24,8 +24,9 @@ Layout of ``--output-dir``::
     runs/<name>/               one run directory per configuration (eapo train), with eval/ (eapo eval)
     logs/<name>.{train,eval}.log
     comparison.md / .csv       the paper's "Performance comparison" table (base model first; Avg over
-                               Rouge-L, Reranker, RL@k, RR@k), and with a judge its LAAJ layout
-                               (Avg over Rouge-L, Reranker, LAAJ)
+                               Rouge-L, Reranker, RL@k, RR@k), with a judge its LAAJ layout
+                               (Avg over Rouge-L, Reranker, LAAJ), and the strict table (an answer
+                               without its <advice> block scores 0; avg_strict)
     sensitivity.md / .csv      per method and varied weight: one row per value and Range = max − min
                                (Rouge-L, Reranker; ``--side-by-side DIR`` adds another sweep's dataset)
     fixed_weights.md / .csv    PSR, NSR, GRPO and the W-REINFORCE blocks with w+, w− and w+/w−

@@ -4,7 +4,9 @@ options every ``eapo eval`` of the sweep runs with."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -75,15 +77,25 @@ def parse_grid(spec: str) -> GridAxis:
 
 @dataclass(frozen=True)
 class SweepRun:
-    """One configuration of the sweep: a method, the grid weights it overrides, and a seed."""
+    """One configuration of the sweep: a method, the grid weights it overrides, and a seed.
+
+    A labelled run (a study's ``runs:`` entry) also carries ``tag`` — its label, which then names the
+    run directory (``<tag>-seed<N>``) and its table row — and ``extra``: further ``key=value``
+    overrides of the training config (dotted keys, e.g. ``("algorithm.epsilon_high", 0.28)``).
+    """
 
     method: str
     weights: tuple[tuple[str, float], ...] = ()
     seed: int | None = None
+    tag: str | None = None
+    extra: tuple[tuple[str, Any], ...] = ()
 
     @property
     def name(self) -> str:
-        parts = [self.method] + [f"{key}{value:g}" for key, value in self.weights]
+        if self.tag is not None:
+            parts = [_slug(self.tag)]
+        else:
+            parts = [self.method] + [f"{key}{value:g}" for key, value in self.weights]
         if self.seed is not None:
             parts.append(f"seed{self.seed}")
         return "-".join(parts)
@@ -93,13 +105,24 @@ class SweepRun:
         items = [f"algorithm.method={self.method}"] + [
             f"algorithm.{key}={value!r}" for key, value in self.weights
         ]
+        items += [f"{key}={_override_value(value)}" for key, value in self.extra]
         if self.seed is not None:
             items.append(f"train.seed={self.seed}")
         return items
 
     @property
     def label(self) -> str:
-        return method_label(self.method, dict(self.weights))
+        return self.tag if self.tag is not None else method_label(self.method, dict(self.weights))
+
+
+def _slug(tag: str) -> str:
+    """A directory-safe form of a run label: ``"W-REINFORCE w+=0.05"`` -> ``"W-REINFORCE_w+=0.05"``."""
+    return re.sub(r"[^A-Za-z0-9_.+=-]+", "_", tag).strip("_") or "run"
+
+
+def _override_value(value: Any) -> str:
+    """A ``key=value`` override's value, read back as YAML by :func:`eapo.config.parse_overrides`."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def plan_runs(

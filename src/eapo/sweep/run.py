@@ -21,7 +21,7 @@ import yaml
 
 from eapo.config import ConfigError, EAPOConfig, dump_config, load_config, parse_overrides
 from eapo.core import WEIGHTING_SCHEMES, method_scheme
-from eapo.run_dir import atomic_write_text
+from eapo.run_dir import FINAL_DIR, atomic_write_text, training_finished
 from eapo.sweep.manifest import MANIFEST, read_json, update_manifest
 from eapo.sweep.plan import WEIGHT_KEYS, EvalOptions, GridAxis, SweepError, SweepRun, plan_runs
 from eapo.sweep.tables import write_reports
@@ -203,6 +203,8 @@ def _register_runs(
             "label": planned.run.label,
             "run_dir": f"runs/{name}",
             "overrides": planned.overrides,
+            "tag": planned.run.tag,
+            "extra": {key: value for key, value in planned.run.extra},
         }
         for name, planned in configured.items()
     }
@@ -245,11 +247,21 @@ class _SweepJobs:
         with self.lock:
             update_manifest(self.manifest_path, {}, {name: fields})
 
+    def finished_evaluation(self, eval_dir: Path) -> bool:
+        """Whether ``eval_dir`` holds results made with this sweep's evaluation options."""
+        existing = read_json(eval_dir / "results.json")
+        return existing is not None and self.eval_options.matches(existing)
+
     def evaluate(self, name: str, model_args: list[str], eval_dir: Path) -> bool:
-        """Run ``eapo eval`` unless ``eval_dir`` holds results made with the same options; True if it ran."""
+        """Run ``eapo eval`` unless ``eval_dir`` holds results made with the same options; True if it ran.
+
+        Results from before the strict columns (no ``avg_strict``) whose ``samples.jsonl`` is there are
+        recomputed from the stored samples (``eapo eval`` on the same directory generates nothing)."""
         existing = read_json(eval_dir / "results.json")
         if existing is not None and self.eval_options.matches(existing):
-            return False
+            stale = "avg_strict" not in existing.get("metrics", {}) and (eval_dir / "samples.jsonl").exists()
+            if not stale:
+                return False
         self.runner.evaluate(
             [*model_args, "--output-dir", str(eval_dir), *self.eval_args],
             self.logs / f"{name}.eval.log",
@@ -272,9 +284,25 @@ class _SweepJobs:
             self.say(f"[base] FAILED (evaluation); see {self.logs / 'base.eval.log'}")
 
     def train_and_evaluate(self, prefix: str, name: str, planned: _ConfiguredRun) -> None:
-        """One configuration: train (or resume, or skip if ``final/`` exists), then evaluate (or skip)."""
+        """One configuration: train (or resume, or skip if ``final/`` exists), then evaluate (or skip).
+
+        A run whose weights are gone (a new machine with only the committed small outputs) but whose
+        ``config.yaml`` is this plan's, whose ``metrics.jsonl`` reached ``train.max_steps``
+        (:func:`eapo.run_dir.training_finished`) and whose ``eval/results.json`` was made with this
+        sweep's evaluation options is finished: it is skipped, and the tables are built from those files.
+        """
         run_dir = self.output_dir / "runs" / name
         actions = []
+        if (
+            not (run_dir / FINAL_DIR).exists()
+            and training_finished(run_dir)
+            and self.finished_evaluation(run_dir / "eval")
+        ):
+            with self.lock:
+                self.statuses[name] = "skipped (finished; committed outputs, no weights)"
+            self.say(f"{prefix}: {self.statuses[name]}")
+            self.record(name, {"status": "done", "error": None})
+            return
         try:
             if not (run_dir / "final").exists():
                 resume = (run_dir / "config.yaml").exists() or (run_dir / "metrics.jsonl").exists()
@@ -334,6 +362,7 @@ def run_sweep(
     echo: Callable[[str], None] = print,
     side_by_side: Sequence[str | os.PathLike] = (),
     jobs: int = 1,
+    planned: Sequence[SweepRun] | None = None,
 ) -> SweepReport:
     """Train and evaluate every planned configuration, then write the tables and the figure.
 
@@ -351,12 +380,20 @@ def run_sweep(
         jobs: configurations run at the same time (each its own subprocesses; on one GPU they share
             it, which pays off when a small model leaves it idle between kernel launches). The base
             model's evaluation counts as one job.
+        planned: the runs themselves (e.g. a study's labelled ``runs:``), instead of ``methods`` ×
+            ``grids`` × ``seeds``.
     """
     base_config = Path(base_config)
     output_dir = Path(output_dir)
     eval_options = eval_options or EvalOptions()
     runner = runner or SubprocessRunner()
-    runs = plan_runs(methods, grids, seeds)
+    runs = list(planned) if planned is not None else plan_runs(methods, grids, seeds)
+    names = [run.name for run in runs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise SweepError(
+            f"two planned runs share the directory name(s) {duplicates}; give them distinct labels"
+        )
     for other in side_by_side:
         if not (Path(other) / MANIFEST).is_file():
             raise SweepError(

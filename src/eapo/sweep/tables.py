@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -14,14 +15,17 @@ from typing import Any
 from eapo.evaluation.labels import METHOD_NAMES, METHOD_ORDER, effective_weights, method_label
 from eapo.evaluation.metrics import METRIC_KEYS
 from eapo.evaluation.report import (
+    STRICT_TITLE,
     column_title,
     comparison_notes,
     csv_text,
     format_value,
     has_laaj,
+    has_strict,
     markdown_table,
     reported_columns,
     stand_in_columns,
+    stand_in_mark,
     table_notes,
     upgrade_results,
 )
@@ -68,15 +72,21 @@ def collect_entries(
             continue
         method = record["method"]
         weights = effective_weights(method, record.get("weights") or {})
-        key = (method, tuple(sorted(weights.items())))
+        # A labelled run (a study's runs: entry) is its own row, whatever its method and weights.
+        tag = record.get("tag")
+        key = (
+            method,
+            tuple(sorted(weights.items())),
+            tag,
+            json.dumps(record.get("extra") or {}, sort_keys=True),
+        )
         # The same configuration and seed reached twice (e.g. `w_reinforce` with its default w+ and
         # a grid point w_pos=0.1 in a later sweep) is one run, not two seeds.
         if (key, record.get("seed")) in seen:
             continue
         seen.add((key, record.get("seed")))
-        entry = grouped.setdefault(
-            key, Entry(name, method, method_label(method, record.get("weights")), weights, [])
-        )
+        label = tag if tag is not None else method_label(method, record.get("weights"))
+        entry = grouped.setdefault(key, Entry(name, method, label, weights, []))
         entry.results.append(upgrade_results(results))
         entry.runs.append(name)
     entries = sorted(grouped.values(), key=_sort_key)
@@ -155,9 +165,10 @@ def _comparison_rows(entries: Sequence[Entry], columns: Sequence[str]) -> list[l
 def comparison_table(
     entries: Sequence[Entry], *, failures: Mapping[str, str] | None = None
 ) -> tuple[str, str]:
-    """The paper's "Performance comparison" table (Rouge-L, Reranker, RL@k, RR@k, Avg), and, when a
-    judge ran, its LLM-as-a-Judge layout (Rouge-L, Reranker, LAAJ, Avg over those three):
-    ``(markdown, csv)``. The best trained value per column is bold."""
+    """The paper's "Performance comparison" table (Rouge-L, Reranker, RL@k, RR@k, Avg), when a judge
+    ran its LLM-as-a-Judge layout (Rouge-L, Reranker, LAAJ, Avg over those three), and when the format
+    scorer ran the strict table (the same columns, an answer without its ``<advice>`` block scoring 0;
+    ``avg_strict``): ``(markdown, csv)``. The best trained value per column is bold."""
     results = _all_results(entries)
     k = _common_k(results)
     labels = _labels(results)
@@ -174,9 +185,11 @@ def comparison_table(
         "",
     ]
     layouts = [("avg", "")] + ([("avg_laaj", "## With LLM-as-a-Judge")] if judged else [])
+    if has_strict(results):
+        layouts.append(("avg_strict", STRICT_TITLE))
     for avg, title in layouts:
         columns = reported_columns(results, avg)
-        header = ["Methods"] + [column_title(c, k) + ("†" if c in flagged else "") for c in columns]
+        header = ["Methods"] + [column_title(c, k) + stand_in_mark(c, flagged) for c in columns]
         if title:
             lines += [title, ""]
         rows = _comparison_rows(entries, columns)
@@ -237,14 +250,19 @@ def _data_label(entries: Sequence[Entry]) -> str:
     return str(data[0]) if data else "?"
 
 
-def sensitivity_table(entries: Sequence[Entry] | Mapping[str, Sequence[Entry]]) -> tuple[str, str]:
+def sensitivity_table(
+    entries: Sequence[Entry] | Mapping[str, Sequence[Entry]], *, columns: Sequence[str] = PAPER_WEIGHT_COLUMNS
+) -> tuple[str, str]:
     """The paper's "Sensitivity" table: per method and varied weight, one row per value and
     ``Range (max−min)`` per metric, with Rouge-L and Reranker per dataset. ``(markdown, csv)``.
 
     Args:
         entries: one sweep's entries, or ``{dataset label: entries}`` for several datasets side by
             side (the paper puts RJUA and CMD next to each other).
+        columns: the metric keys shown (default the paper's Rouge-L and Reranker; ``eapo study``
+            shows every metric and both Avgs); the CSV always has every metric.
     """
+    shown_columns = list(columns)
     datasets: dict[str, list[Entry]] = (
         {name: [e for e in group if e.method is not None] for name, group in entries.items()}
         if isinstance(entries, Mapping)
@@ -259,10 +277,12 @@ def sensitivity_table(entries: Sequence[Entry] | Mapping[str, Sequence[Entry]]) 
     for name, group in datasets.items():
         for method, key, fixed, members in sensitivity_blocks(group):
             merged.setdefault((method, key, fixed), {})[name] = dict(members)
-    columns = [(name, column) for name in datasets for column in PAPER_WEIGHT_COLUMNS]
+    k = _common_k(results)
+    columns = [(name, column) for name in datasets for column in shown_columns]
     header = ["Methods"] + [
-        column_title(column, None)
-        + ("†" if column in flagged[name] else "")
+        column_title(column, k)
+        + (" (strict)" if column.endswith("_strict") else "")
+        + stand_in_mark(column, flagged[name])
         + (f" ({name})" if side_by_side else "")
         for name, column in columns
     ]
@@ -301,7 +321,15 @@ def sensitivity_table(entries: Sequence[Entry] | Mapping[str, Sequence[Entry]]) 
         lines += [
             "Range = max − min over the values of the varied weight (the paper's Sensitivity table); "
             "a small range means the method is insensitive to that weight. Cells: value [95% CI] "
-            "(or mean ± sd over seeds). Columns: Rouge-L and Reranker, as in the paper"
+            "(or mean ± sd over seeds). Columns: "
+            + (
+                "Rouge-L and Reranker, as in the paper"
+                if tuple(shown_columns) == PAPER_WEIGHT_COLUMNS
+                else ", ".join(
+                    column_title(c, k) + (" (strict)" if c.endswith("_strict") else "") for c in shown_columns
+                )
+                + " (strict: an answer without its <advice> block scores 0)"
+            )
             + (f", for each of {', '.join(datasets)}" if side_by_side else f" (data: {next(iter(datasets))})")
             + "; sensitivity.csv has every metric.",
             "",

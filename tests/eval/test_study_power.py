@@ -1,0 +1,98 @@
+"""eapo.study_power: the detection bar of each verdict with S seeds, by hand, and its command line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from statistics import NormalDist
+
+import pytest
+
+from eapo.study_power import main, minimum_detectable
+
+Z = 1.959963984540054
+Z80 = NormalDist().inv_cdf(0.8)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _interval(mean: float, se: float) -> dict:
+    return {"mean": mean, "low": mean - Z * se, "high": mean + Z * se, "n": 4}
+
+
+def _payload(seeds: int = 1) -> dict:
+    row = {
+        "seeds": seeds,
+        "entropy_start": _interval(3.0, 0.2),
+        "entropy_end": _interval(2.0, 0.1),
+        "length_start": _interval(100.0, 10.0),
+        "length_end": _interval(60.0, 2.0),
+        "avg": _interval(0.45, 0.02),
+        "reward_slope": _interval(0.001, 0.0005),
+    }
+    methods = {m: dict(row) for m in ("grpo", "psr", "nsr", "w_reinforce")}
+    methods["eapo"] = dict(row, avg=_interval(0.5, 0.01))
+    claims = [{"key": "eapo_holds_entropy", "numbers": {"ratio": _interval(1.05, 0.02)}}]
+    return {"methods": methods, "claims": claims, "settings": {"entropy_band": 0.1}}
+
+
+def test_disjoint_intervals_bar_by_hand():
+    rows = {(r.claim, r.compares): r for r in minimum_detectable(_payload(), seeds=4)}
+    psr = rows[("PSR lowers entropy", "psr entropy: end vs start window")]
+    # one seed: SE 0.2 (start), 0.1 (end); four seeds: 0.1, 0.05
+    assert psr.se_one_seed == pytest.approx((0.2, 0.1))
+    assert psr.threshold == pytest.approx(Z * 0.15)
+    assert psr.mdd == pytest.approx(Z * 0.15 + Z80 * math.sqrt(0.1**2 + 0.05**2))
+    assert psr.observed == pytest.approx(1.0) and psr.held_at_observed is True
+
+
+def test_avg_bar_counts_the_seed_spread():
+    rows = {(r.claim, r.compares): r for r in minimum_detectable(_payload(), seeds=2)}
+    best = rows[("EAPO scores best on Avg", "Avg: eapo vs grpo")]
+    # one seed: SE² = prompt SE² + seed sd² with sd = prompt SE (the stated default)
+    assert best.se_one_seed == pytest.approx((math.sqrt(2) * 0.01, math.sqrt(2) * 0.02))
+    assert best.threshold == pytest.approx(Z * (0.01 + 0.02))  # two seeds: / sqrt(2)
+    assert best.observed == pytest.approx(0.05) and best.held_at_observed is False
+    assert "seed sd assumed = prompt SE" in best.note
+    given = {(r.claim, r.compares): r for r in minimum_detectable(_payload(), seeds=2, seed_sd=0.0)}
+    assert given[("EAPO scores best on Avg", "Avg: eapo vs grpo")].threshold == pytest.approx(
+        Z * 0.03 / math.sqrt(2)
+    )
+    # a study with 3 seeds: its pooled interval already holds the seed spread
+    pooled = {(r.claim, r.compares): r for r in minimum_detectable(_payload(seeds=3), seeds=3)}
+    assert pooled[("PSR lowers entropy", "psr entropy: end vs start window")].threshold == pytest.approx(
+        Z * 0.3
+    )
+
+
+def test_band_and_difference_bars_by_hand():
+    rows = {(r.claim, r.compares): r for r in minimum_detectable(_payload(), seeds=4)}
+    near = rows[("EAPO holds entropy near H_0", "eapo end/H_0 in 1 ± band")]
+    assert near.threshold == pytest.approx(0.1 - Z * 0.01) and near.mdd == pytest.approx(
+        0.1 - (Z + Z80) * 0.01
+    )
+    assert near.observed == pytest.approx(0.05) and near.held_at_observed is True
+    approach = next(
+        r for r in rows.values() if r.claim == "EAPO approaches the best fixed-weight configuration"
+    )
+    se_d = math.sqrt(2 * 0.01**2 + 0.988**2 * 2 * 0.02**2)  # one seed each, seed sd = prompt SE
+    assert approach.se_one_seed == pytest.approx((se_d,))
+    assert approach.threshold == pytest.approx(Z * se_d / 2) and approach.mdd == pytest.approx(
+        (Z + Z80) * se_d / 2
+    )
+    assert approach.observed == pytest.approx(0.5 - 0.988 * 0.45)
+    with pytest.raises(ValueError, match="seeds must be >= 1"):
+        minimum_detectable(_payload(), seeds=0)
+
+
+def test_command_line_on_the_first_study(capsys):
+    assert main([str(ROOT / "docs" / "results" / "study-cpu-smollm2-medquad"), "--seeds", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Minimum detectable differences with 3 seed(s)")
+    assert "| PSR lowers entropy | psr entropy: end vs start window | disjoint | 1.073 |" in out
+    assert main([str(ROOT / "docs" / "results" / "study-cpu-smollm2-medquad"), "--seeds", "3", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {row["claim"] for row in rows} >= {
+        "NSR keeps a higher entropy than PSR",
+        "EAPO keeps a stable entropy level",
+    }
