@@ -844,15 +844,22 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not path.exists():
             raise ConfigError(f"config file {path} does not exist (presets live in configs/)")
         tree = read_config_tree(path)
+    return config_from_tree(tree, overrides, source=path)
+
+
+def config_from_tree(
+    tree: dict[str, Any], overrides: list[str] | None = None, *, source: str | Path | None = None
+) -> EAPOConfig:
+    """:func:`load_config` of a tree already read (``source`` names where it came from in errors)."""
     overrides = list(overrides or [])
     tree = _merge(tree, parse_overrides(overrides))
     try:
         return _build(EAPOConfig, tree, "").validate()
     except ConfigError as error:
-        where = f"{path}: " if path is not None else ""
+        where = f"{source}: " if source is not None else ""
         given = [item for item in overrides if error.key and _overrides_key(item, error.key)]
-        source = f" (set by the override {given[-1]!r})" if given else ""
-        raise ConfigError(f"{where}{error}{source}", key=error.key) from None
+        set_by = f" (set by the override {given[-1]!r})" if given else ""
+        raise ConfigError(f"{where}{error}{set_by}", key=error.key) from None
 
 
 def _overrides_key(item: str, key: str) -> bool:

@@ -48,6 +48,7 @@ the reason. Nothing else decides a verdict: the wording in ``claims.md`` is gene
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -637,7 +638,14 @@ def run_study(
     settings = (settings or from_file).validate()
     runs = plan_study(settings.seeds)
 
-    # The training config every run starts from: the study config without its study section.
+    # The training config every run starts from: the study config without its study section, checked
+    # (with the overrides) before anything is written.
+    from eapo.config import ConfigError, config_from_tree
+
+    try:
+        config_from_tree(copy.deepcopy(tree), list(overrides), source=config)
+    except ConfigError as error:
+        raise SweepError(str(error)) from None
     output_dir.mkdir(parents=True, exist_ok=True)
     base = output_dir / "study-base.yaml"
     text = f"# The training part of {config} (written by eapo study)\n" + yaml.safe_dump(

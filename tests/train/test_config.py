@@ -178,7 +178,10 @@ def test_defaults_of_the_issue_12_options(tmp_path):
             "rollout.vllm_importance_correction=tis",
             "rollout.vllm_importance_correction='tis' is invalid; valid: ",
         ),
-        ("rollout.vllm_importance_cap=1.0", "rollout.vllm_importance_cap=1.0 is invalid; valid: a number > 1"),
+        (
+            "rollout.vllm_importance_cap=1.0",
+            "rollout.vllm_importance_cap=1.0 is invalid; valid: a number > 1",
+        ),
         ("train.eval_sampling=beam", "train.eval_sampling='beam' is invalid; valid: greedy, sampled"),
         ("train.eval_limit=0", "train.eval_limit=0 is invalid; valid: an integer >= 1"),
         ("train.eval_steps=-1", "train.eval_steps=-1 is invalid; valid: an integer >= 0"),
@@ -198,7 +201,10 @@ LINEAR = "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_pr
     [
         (["model.lora.layers=2"], "model.lora.layers needs model.lora.target_modules as a list"),
         ([LINEAR, "model.lora.layers=0"], "model.lora.layers=0 is invalid; valid: an integer N >= 1"),
-        ([LINEAR, "model.lora.layers=[1,-1]"], "model.lora.layers=[1, -1] is invalid; valid: an integer N >= 1 (the last N layers) or a list of layer indices >= 0"),
+        (
+            [LINEAR, "model.lora.layers=[1,-1]"],
+            "model.lora.layers=[1, -1] is invalid; valid: an integer N >= 1 (the last N layers) or a list of layer indices >= 0",
+        ),
         ([LINEAR, "model.lora.layers=[]"], "model.lora.layers=[] is invalid"),
     ],
 )

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eapo.config import ConfigError
 from eapo.evaluation.harness import (
     EVAL_CONFIG_FILE,
     EvalSettings,
@@ -48,6 +49,10 @@ class EvalError(ValueError):
     """The evaluation cannot start; the message says which argument or file is wrong."""
 
 
+class EvalConfigError(EvalError, ConfigError):
+    """A setting of the run's or ``--config``'s configuration is invalid (``eapo eval`` exits 2)."""
+
+
 def resolve_target(
     model: str | None, config: str | os.PathLike | None, overrides: Sequence[str] = ()
 ) -> dict[str, Any]:
@@ -69,7 +74,7 @@ def resolve_target(
         try:
             run_config = load_config(config, overrides)
         except ConfigError as error:
-            raise EvalError(str(error)) from None
+            raise EvalConfigError(str(error), key=error.key) from None
     if model is None:
         if run_config is None:
             raise EvalError(
@@ -87,8 +92,8 @@ def resolve_target(
         if (path / CONFIG_FILE).exists():
             try:
                 run_config = load_config(path / CONFIG_FILE, overrides)
-            except ConfigError as error:
-                raise EvalError(f"{path / CONFIG_FILE}: {error}") from None
+            except ConfigError as error:  # load_config names the file
+                raise EvalConfigError(str(error), key=error.key) from None
         final = path / FINAL_DIR
         if not final.exists():
             raise EvalError(
