@@ -272,3 +272,23 @@ def test_loss_types_are_trls_own():
 
     help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
     assert all(f"'{name}'" in help_text for name in LOSS_TYPES)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "--config", str(TINY)],
+        ["sweep", "--config", str(TINY), "--methods", "eapo"],
+        ["study", "--config", str(TINY)],
+    ],
+    ids=["eval", "sweep", "study"],
+)
+def test_eval_sweep_and_study_report_a_bad_setting_as_one_line_and_exit_2(command, tmp_path, runner):
+    output_dir = tmp_path / "out"
+    result = runner.invoke(app, [*command, "--output-dir", str(output_dir), "train.learning_rate=-1e-5"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith("error: ") and f"{TINY}: train.learning_rate=-1e-05 is invalid" in lines[0]
+    assert "valid: a number > 0 (set by the override 'train.learning_rate=-1e-5')" in lines[0]
+    assert not output_dir.exists()
