@@ -73,6 +73,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+class WriteFailedError(OSError):
+    """Writing part of a run (a checkpoint, ``final/``) failed: a full disk, a quota, an I/O error. The
+    message names the path, the cause and what was kept."""
+
+
+def describe_write_error(error: BaseException) -> str:
+    """``error`` as the cause of a failed write: its kind, message and the file it names."""
+    if isinstance(error, OSError) and error.strerror:
+        where = f": {error.filename}" if error.filename else ""
+        return f"{error.strerror} (errno {error.errno}){where}"
+    return f"{type(error).__name__}: {error}"
+
+
 def is_run_dir(path: Path) -> bool:
     return (path / CONFIG_FILE).exists() or (path / METRICS_FILE).exists()
 

@@ -26,8 +26,10 @@ from eapo.run_dir import (
     LOCK_FILE,
     METRICS_FILE,
     SUMMARY_FILE,
+    WriteFailedError,
     atomic_write_text,
     complete_checkpoints,
+    describe_write_error,
     is_run_dir,
     read_metrics,
     remove_incomplete_checkpoints,
@@ -157,7 +159,15 @@ def run(
 
         # 8. Train (TRL restores model, optimizer, scheduler, RNG and data position; EAPOTrainer the scheme).
         started = time.time()
-        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        if checkpoint is not None and 0 < config.train.max_steps <= launch.start_step:
+            # Every step is done (the last launch failed writing final/): the checkpoint's weights are the
+            # final ones. trainer.train would take one step more (it checks max_steps after a step).
+            trainer._load_from_checkpoint(str(checkpoint))
+            trainer.state.global_step = launch.start_step
+            train_loss = None
+        else:
+            result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+            train_loss = result.training_loss
 
         # 9. Save the final model or adapter atomically (every process: a sharded model is gathered from
         #    all of them), the summary and the dynamics figure.
@@ -166,7 +176,7 @@ def run(
             summary = {
                 "global_step": trainer.state.global_step,
                 "train_runtime_s": time.time() - started,
-                "train_loss": result.training_loss,
+                "train_loss": train_loss,
                 "method": config.algorithm.method,
                 "weighting": repr(weighting),
                 "model_path": model_path,
@@ -261,7 +271,7 @@ class _Launch:
             if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: keep their meaning
                 logger.error(hint)
                 return False
-            if not isinstance(error, RunError):
+            if not isinstance(error, RunError | WriteFailedError):  # those say all there is to say
                 logger.error("training failed", exc_info=(kind, error, traceback))
             raise RunError(hint) from error
         finally:
@@ -730,15 +740,23 @@ def _save_final(trainer, tokenizer, run_dir: Path, *, is_main: bool) -> None:
     staging = run_dir / f".{FINAL_DIR}.tmp"
     if is_main:
         shutil.rmtree(staging, ignore_errors=True)
-    with full_state_dict(trainer.accelerator):
-        trainer.save_model(str(staging))
-    if is_main:
-        tokenizer.save_pretrained(str(staging))
-        trainer.create_model_card(model_name=run_dir.name)  # RUN_DIR/README.md, naming the base model
-        shutil.copyfile(run_dir / "README.md", staging / "README.md")  # replaces PEFT's empty template
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
+    try:
+        with full_state_dict(trainer.accelerator):
+            trainer.save_model(str(staging))
+        if is_main:
+            tokenizer.save_pretrained(str(staging))
+            trainer.create_model_card(model_name=run_dir.name)  # RUN_DIR/README.md, naming the base model
+            shutil.copyfile(run_dir / "README.md", staging / "README.md")  # replaces PEFT's empty template
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(staging, final)
+    except Exception as error:  # a full disk, a quota: nothing half-written stays
+        if is_main:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise WriteFailedError(
+            f"writing the final model into {staging} (renamed to {final} once complete) failed: "
+            f"{describe_write_error(error)}; the half-written copy was removed"
+        ) from error
     trainer.accelerator.wait_for_everyone()
 
 

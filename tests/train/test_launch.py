@@ -241,3 +241,80 @@ def test_the_lock_is_exclusive_and_released(tmp_path):
     assert not (tmp_path / "d" / LOCK_FILE).exists()
     with DirectoryLock(tmp_path / "d", "third") as third:
         assert third.held and json.loads((tmp_path / "d" / LOCK_FILE).read_text())["command"] == "third"
+
+
+def _disk_full_under(monkeypatch, owner, name: str, part: str) -> list[str]:
+    """Make ``owner.name`` (a writer taking the destination path first) fail with ENOSPC for paths
+    containing ``part``, as a full disk would; returns the paths it refused."""
+    import errno
+
+    original = getattr(owner, name)
+    refused: list[str] = []
+
+    def writer(obj, destination, *args, **kwargs):
+        if part in str(destination):
+            refused.append(str(destination))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(destination))
+        return original(obj, destination, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, writer)
+    return refused
+
+
+def test_a_full_disk_during_a_checkpoint_or_final_keeps_the_last_complete_checkpoint(tmp_path):
+    """torch.save (optimizer, scheduler, RNG state) fails inside checkpoint-2, then safetensors fails
+    inside final/: each error names the path and the cause, nothing half-written stays, and --resume
+    continues from the last complete checkpoint. save_total_limit=1: the rotation must not delete
+    checkpoint-1 for a checkpoint-2 that never completed."""
+    import torch
+    import transformers.modeling_utils
+
+    run_dir = tmp_path / "run"
+    overrides = ["train.save_steps=1", "train.max_steps=2", "train.save_total_limit=1"]
+    with pytest.MonkeyPatch.context() as patch:
+        refused = _disk_full_under(patch, torch, "save", "checkpoint-2")
+        with pytest.raises(RunError) as raised:
+            run(tiny(*overrides), run_dir)
+    message = str(raised.value)
+    assert (
+        refused
+        and f"writing checkpoint {run_dir / 'checkpoint-2'} failed: No space left on device" in message
+    )
+    assert refused[0] in message  # the file the write was refused for
+    assert "continues from checkpoint-1" in message
+    assert [path.name for path in complete_checkpoints(run_dir)] == ["checkpoint-1"]
+    assert not (run_dir / "checkpoint-2").exists()
+
+    with pytest.MonkeyPatch.context() as patch:
+        refused = _disk_full_under(patch, transformers.modeling_utils, "safe_save_file", ".final.tmp")
+        with pytest.raises(RunError) as raised:
+            run(tiny(*overrides), run_dir, resume=True)
+    message = str(raised.value)
+    assert refused and f"writing the final model into {run_dir / '.final.tmp'}" in message
+    assert "No space left on device" in message and refused[0] in message
+    assert "continues from checkpoint-2" in message
+    assert not (run_dir / "final").exists() and not (run_dir / ".final.tmp").exists()
+    assert [path.name for path in complete_checkpoints(run_dir)] == ["checkpoint-2"]  # rotated once complete
+
+    rows = read_metrics(run(tiny(*overrides), run_dir, resume=True))
+    assert [row["step"] for row in rows] == [1, 2]
+    assert (run_dir / "final" / "config.json").exists()
+
+
+def test_resume_drops_a_checkpoint_left_without_its_marker(tmp_path):
+    """A checkpoint killed mid-write (no eapo_state.json) is never resumed from, and is removed."""
+    from eapo.config import dump_config
+    from eapo.run_dir import EAPO_STATE_FILE, remove_incomplete_checkpoints
+    from eapo.train import _inspect_run_dir
+
+    config = tiny("train.save_steps=1")
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoint-1").mkdir(parents=True)
+    (run_dir / "checkpoint-1" / EAPO_STATE_FILE).write_text("{}")
+    (run_dir / "config.yaml").write_text(dump_config(config))
+    torn = run_dir / "checkpoint-7"
+    torn.mkdir()
+    (torn / "model.safetensors").write_bytes(b"half")
+    assert _inspect_run_dir(run_dir, config, resume=True).name == "checkpoint-1"
+    assert remove_incomplete_checkpoints(run_dir) == [torn] and not torn.exists()
+    assert (run_dir / "checkpoint-1").exists()
