@@ -77,125 +77,127 @@ def run(
     # Every process has looked at the directory before the main one writes into it (else another
     # process would take the fresh config.yaml for an earlier run's and refuse to start).
     state.wait_for_everyone()
-    launch = _Launch(run_dir, is_main=state.is_main_process, checkpoint=checkpoint)
-    with launch:
-        # 2. The policy (TRL loads it, and its frozen reference, from this path).
-        from eapo.models import load_tokenizer, resolve_model
+    with _Launch(run_dir, is_main=state.is_main_process, checkpoint=checkpoint) as launch:
+        _train(config, launch, state=state, rollout=rollout, callbacks=callbacks)
+    return run_dir
 
-        try:
-            # The main process builds a model cached on first use (tiny, the embedded SmolLM2) before
-            # the others look: under a process group save_pretrained writes weights only on rank 0, so
-            # a copy built by another rank would have none.
-            with state.main_process_first():
-                model_path = resolve_model(config.model.name_or_path, seed=config.train.seed)
-            tokenizer = load_tokenizer(model_path)
-        except Exception as error:
-            raise RunError(
-                f"model.name_or_path={config.model.name_or_path!r} cannot be loaded: {error}"
-            ) from error
 
-        # 3. Prompts and references.
-        dataset = build_dataset(config, tokenizer)
-        if len(dataset) < config.train.prompts_per_step:
-            raise RunError(
-                f"the dataset has {len(dataset)} prompts, fewer than one step's train.prompts_per_step="
-                f"{config.train.prompts_per_step}; lower train.prompts_per_step or use more data (data.limit)"
-            )
+def _train(config: EAPOConfig, launch: _Launch, *, state, rollout, callbacks: list[Any] | None) -> None:
+    """:func:`run`'s steps 2-9, inside the launch that owns the run directory."""
+    run_dir, checkpoint = launch.run_dir, launch.checkpoint
 
-        # 4. The composite reward (the same scorer as `eapo eval`); the judge is checked before step 1.
-        reward = build_reward(config, run_dir)
+    # 2. The policy (TRL loads it, and its frozen reference, from this path).
+    from eapo.models import load_tokenizer, resolve_model
 
-        # 5. The polarity weighting scheme, and the dev subset validated every train.eval_steps steps.
-        from eapo.core import make_weighting
+    try:
+        # The main process builds a model cached on first use (tiny, the embedded SmolLM2) before the
+        # others look: under a process group save_pretrained writes weights only on rank 0, so a copy
+        # built by another rank would have none.
+        with state.main_process_first():
+            model_path = resolve_model(config.model.name_or_path, seed=config.train.seed)
+        tokenizer = load_tokenizer(model_path)
+    except Exception as error:
+        raise RunError(
+            f"model.name_or_path={config.model.name_or_path!r} cannot be loaded: {error}"
+        ) from error
 
-        weighting = make_weighting(config.algorithm.method, **config.algorithm.weighting_overrides())
-        validation = (
-            build_validation(config, model_path, reward, run_dir) if config.train.eval_steps else None
+    # 3. Prompts and references.
+    dataset = build_dataset(config, tokenizer)
+    if len(dataset) < config.train.prompts_per_step:
+        raise RunError(
+            f"the dataset has {len(dataset)} prompts, fewer than one step's train.prompts_per_step="
+            f"{config.train.prompts_per_step}; lower train.prompts_per_step or use more data (data.limit)"
         )
 
-        # 6. The trainer.
-        from transformers.trainer_callback import PrinterCallback
+    # 4. The composite reward (the same scorer as `eapo eval`); the judge is checked before step 1.
+    reward = build_reward(config, run_dir)
 
-        from eapo.callbacks import MetricsCallback, ProgressCallback
-        from eapo.trainer import EAPOTrainer
+    # 5. The polarity weighting scheme, and the dev subset validated every train.eval_steps steps.
+    from eapo.core import make_weighting
 
-        metrics_callback = MetricsCallback(run_dir, tensorboard=config.logging.tensorboard)
-        all_callbacks: list[Any] = [metrics_callback, *(callbacks or [])]
-        if config.logging.progress:
-            all_callbacks.append(ProgressCallback(metrics_callback))
-        from eapo.vllm_engine import VLLMEngineError
+    weighting = make_weighting(config.algorithm.method, **config.algorithm.weighting_overrides())
+    validation = build_validation(config, model_path, reward, run_dir) if config.train.eval_steps else None
 
-        try:
-            trainer = EAPOTrainer(
-                model=model_path,
-                reward_funcs=[reward_function(reward)],
-                args=grpo_args(config, run_dir, num_processes=state.num_processes, model_path=model_path),
-                train_dataset=dataset,
-                processing_class=tokenizer,
-                peft_config=lora_config(config, model_path),
-                callbacks=all_callbacks,
-                weighting=weighting,
-                split_by=config.algorithm.split_by,
-                entropy_agg=config.algorithm.entropy_agg,
-                validation=validation,
-                vllm_settings=vllm_settings(config, rollout),
-                lm_head=config.train.lm_head,
-                share_frozen_layers=config.train.share_frozen_layers,
-            )
-        except VLLMEngineError as error:  # the colocated engine could not start: say why and what to do
-            raise RunError(str(error)) from error
-        launch.trainer = trainer
-        trainer.remove_callback(
-            PrinterCallback
-        )  # our progress bar and metrics.jsonl replace its raw dict prints
-        if rollout.compile and rollout.engine == "generate":
-            # TRL builds its GenerationConfig with disable_compile=True; a static cache on CUDA compiles when allowed.
-            trainer.generation_config.disable_compile = False
-        logger.info("rollout engine: %s", rollout.describe())
-        trainer.base_model_id = base_model_id(config.model.name_or_path)  # named by the model card
+    # 6. The trainer.
+    from transformers.trainer_callback import PrinterCallback
 
-        # 7. Everything is accepted: the run's config.yaml (on resume, metrics cut back to the checkpoint).
-        launch.start(config)
+    from eapo.callbacks import MetricsCallback, ProgressCallback
+    from eapo.trainer import EAPOTrainer
 
-        # 8. Train (TRL restores model, optimizer, scheduler, RNG and data position; EAPOTrainer the scheme).
-        started = time.time()
-        if checkpoint is not None and 0 < config.train.max_steps <= launch.start_step:
-            # Every step is done (the last launch failed writing final/): the checkpoint's weights are the
-            # final ones. trainer.train would take one step more (it checks max_steps after a step).
-            trainer._load_from_checkpoint(str(checkpoint))
-            trainer.state.global_step = launch.start_step
-            train_loss = None
-        else:
-            result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-            train_loss = result.training_loss
+    metrics_callback = MetricsCallback(run_dir, tensorboard=config.logging.tensorboard)
+    all_callbacks: list[Any] = [metrics_callback, *(callbacks or [])]
+    if config.logging.progress:
+        all_callbacks.append(ProgressCallback(metrics_callback))
+    from eapo.vllm_engine import VLLMEngineError
 
-        # 9. Save the final model or adapter atomically (every process: a sharded model is gathered from
-        #    all of them), the summary and the dynamics figure.
-        _save_final(trainer, tokenizer, run_dir, is_main=state.is_main_process)
-        if state.is_main_process:
-            summary = {
-                "global_step": trainer.state.global_step,
-                "train_runtime_s": time.time() - started,
-                "train_loss": train_loss,
-                "method": config.algorithm.method,
-                "weighting": repr(weighting),
-                "model_path": model_path,
-                "rollout/engine": rollout.engine,
-                "rollout": dataclasses.asdict(rollout),
-                # how the processes shared the work: NO (one), MULTI_CPU / MULTI_GPU (DDP), FSDP, DEEPSPEED
-                "distributed": str(trainer.accelerator.distributed_type.value),
-                "num_processes": state.num_processes,
-                "final_metrics": metrics_callback.last,
-            }
-            atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
-            if config.logging.plot:
-                _plot(run_dir)
-        close = getattr(reward, "close", None)
-        if close is not None:
-            close()
-        # The other processes return once final/ and summary.json exist, so a caller may read them on any rank.
-        state.wait_for_everyone()
-    return run_dir
+    try:
+        trainer = EAPOTrainer(
+            model=model_path,
+            reward_funcs=[reward_function(reward)],
+            args=grpo_args(config, run_dir, num_processes=state.num_processes, model_path=model_path),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=lora_config(config, model_path),
+            callbacks=all_callbacks,
+            weighting=weighting,
+            split_by=config.algorithm.split_by,
+            entropy_agg=config.algorithm.entropy_agg,
+            validation=validation,
+            vllm_settings=vllm_settings(config, rollout),
+            lm_head=config.train.lm_head,
+            share_frozen_layers=config.train.share_frozen_layers,
+        )
+    except VLLMEngineError as error:  # the colocated engine could not start: say why and what to do
+        raise RunError(str(error)) from error
+    launch.trainer = trainer
+    trainer.remove_callback(PrinterCallback)  # our progress bar and metrics.jsonl replace its raw dict prints
+    if rollout.compile and rollout.engine == "generate":
+        # TRL builds its GenerationConfig with disable_compile=True; a static cache on CUDA compiles when allowed.
+        trainer.generation_config.disable_compile = False
+    logger.info("rollout engine: %s", rollout.describe())
+    trainer.base_model_id = base_model_id(config.model.name_or_path)  # named by the model card
+
+    # 7. Everything is accepted: the run's config.yaml (on resume, metrics cut back to the checkpoint).
+    launch.start(config)
+
+    # 8. Train (TRL restores model, optimizer, scheduler, RNG and data position; EAPOTrainer the scheme).
+    started = time.time()
+    if checkpoint is not None and 0 < config.train.max_steps <= launch.start_step:
+        # Every step is done (the last launch failed writing final/): the checkpoint's weights are the
+        # final ones. trainer.train would take one step more (it checks max_steps after a step).
+        trainer._load_from_checkpoint(str(checkpoint))
+        trainer.state.global_step = launch.start_step
+        train_loss = None
+    else:
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        train_loss = result.training_loss
+
+    # 9. Save the final model or adapter atomically (every process: a sharded model is gathered from
+    #    all of them), the summary and the dynamics figure.
+    _save_final(trainer, tokenizer, run_dir, is_main=state.is_main_process)
+    if state.is_main_process:
+        summary = {
+            "global_step": trainer.state.global_step,
+            "train_runtime_s": time.time() - started,
+            "train_loss": train_loss,
+            "method": config.algorithm.method,
+            "weighting": repr(weighting),
+            "model_path": model_path,
+            "rollout/engine": rollout.engine,
+            "rollout": dataclasses.asdict(rollout),
+            # how the processes shared the work: NO (one), MULTI_CPU / MULTI_GPU (DDP), FSDP, DEEPSPEED
+            "distributed": str(trainer.accelerator.distributed_type.value),
+            "num_processes": state.num_processes,
+            "final_metrics": metrics_callback.last,
+        }
+        atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
+        if config.logging.plot:
+            _plot(run_dir)
+    close = getattr(reward, "close", None)
+    if close is not None:
+        close()
+    # The other processes return once final/ and summary.json exist, so a caller may read them on any rank.
+    state.wait_for_everyone()
 
 
 class _Launch:
