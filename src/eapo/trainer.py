@@ -39,9 +39,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,7 +62,14 @@ from eapo.core import (
     rollout_entropy,
     weight_advantages,
 )
-from eapo.run_dir import EAPO_STATE_FILE, FINAL_DIR, atomic_write_text
+from eapo.run_dir import (
+    EAPO_STATE_FILE,
+    FINAL_DIR,
+    WriteFailedError,
+    atomic_write_text,
+    complete_checkpoints,
+    describe_write_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -535,15 +544,39 @@ class EAPOTrainer(GRPOTrainer):
             config._name_or_path, self.hub_model_id = saved
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        # Every process has written its part (e.g. rng_state_<rank>.pth) before the marker goes in.
-        self.accelerator.wait_for_everyone()
-        if self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            # Written last and atomically: a checkpoint without it is incomplete and never resumed from.
-            atomic_write_text(os.path.join(folder, EAPO_STATE_FILE), json.dumps(self.eapo_state(), indent=2))
+        """TRL's checkpoint, then ``eapo_state.json`` (the completeness marker), then the rotation.
+
+        transformers rotates (``save_total_limit``) inside its own save, before the marker exists: a
+        failed write would then leave the new, incomplete checkpoint and delete the complete one
+        ``--resume`` needs. Here rotation waits until the new checkpoint is complete and counts complete
+        checkpoints only. A failed write (a full disk, a quota) removes the half-written checkpoint and
+        raises :class:`eapo.run_dir.WriteFailedError` naming the path and the cause."""
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            super()._save_checkpoint(model, trial)
+            # Every process has written its part (e.g. rng_state_<rank>.pth) before the marker goes in.
+            self.accelerator.wait_for_everyone()
+            if self.args.should_save:
+                # Written last and atomically: a checkpoint without it is incomplete and never resumed from.
+                atomic_write_text(
+                    os.path.join(folder, EAPO_STATE_FILE), json.dumps(self.eapo_state(), indent=2)
+                )
+        except Exception as error:
+            if self.args.should_save:
+                shutil.rmtree(folder, ignore_errors=True)
+            kept = complete_checkpoints(Path(run_dir))
+            raise WriteFailedError(
+                f"writing checkpoint {folder} failed: {describe_write_error(error)}; the half-written "
+                f"checkpoint was removed; the last complete one is "
+                f"{kept[-1] if kept else 'none (a resume starts from step 0)'}"
+            ) from error
+        finally:
+            self.args.save_total_limit = limit
+        if self.args.should_save and limit:
+            for old in complete_checkpoints(Path(run_dir))[:-limit]:
+                shutil.rmtree(old, ignore_errors=True)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         if self.args.device.type == "cpu":

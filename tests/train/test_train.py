@@ -530,10 +530,9 @@ def test_validation_subset_settings(tmp_path):
 
     train_ids = {record.id for record in load("demo", split="train")}
     assert len(subset.ids) == 3 and not set(subset.ids) & train_ids  # the dev split, disjoint from train
-    with pytest.raises(RunError, match="train.eval_split='nope'"):
-        build_validation(
-            tiny("train.eval_steps=1", "train.eval_split=nope"), resolve_model("tiny"), None, tmp_path
-        )
+    # an unknown split is refused with the rest of the settings, before anything is loaded
+    with pytest.raises(ConfigError, match="train.eval_split='nope' is invalid; valid: a split name"):
+        tiny("train.eval_steps=1", "train.eval_split=nope")
 
 
 def test_metrics_lines_carry_rollout_values_forward_but_not_validation(tmp_path):

@@ -76,7 +76,10 @@ def train(
         output_dir = Path("runs") / f"{cfg.algorithm.method}-{start_time()}"
     try:
         run_dir = run(cfg, output_dir, resume=resume)
-    except (ConfigError, RunError, FileNotFoundError) as error:
+    except ConfigError as error:  # a setting that only this machine or launch refuses
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    except (RunError, FileNotFoundError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"run directory: {run_dir}")
