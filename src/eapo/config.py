@@ -266,8 +266,38 @@ class TrainConfig:
     )
 
 
+#: logging.report_to's trackers: transformers' integrations (TRL's report_to), less "all" (it would add a
+#: second TensorBoard writer); "tensorboard" is eapo's own writer under RUN_DIR/tensorboard.
+TRACKERS = (
+    "tensorboard",
+    "wandb",
+    "trackio",
+    "mlflow",
+    "comet_ml",
+    "neptune",
+    "clearml",
+    "dvclive",
+    "swanlab",
+    "azure_ml",
+    "dagshub",
+    "flyte",
+    "codecarbon",
+    "kubeflow",
+)
+
+
 @dataclass
 class LoggingConfig:
+    report_to: list[str] = _help(
+        "Experiment trackers that receive every step's metrics: tensorboard (eapo's writer, RUN_DIR/tensorboard, "
+        "with logging.tensorboard), wandb, trackio, mlflow, ... (transformers' integrations, configured by their "
+        "own environment variables, e.g. WANDB_MODE, TRACKIO_DIR, MLFLOW_TRACKING_URI); [] for none. "
+        "metrics.jsonl is always written.",
+        factory=lambda: ["tensorboard"],
+    )
+    project: str = _help(
+        "Project name the trackers file the run under (its run name is the run directory's).", "eapo"
+    )
     tensorboard: bool = _help("Write TensorBoard events under RUN_DIR/tensorboard.", True)
     progress: bool = _help("Show a progress bar with ETA, entropy, w+ and reward.", True)
     plot: bool = _help("Write RUN_DIR/dynamics.png at the end.", True)
@@ -322,6 +352,8 @@ class EAPOConfig:
         _choice("rollout.vllm_importance_correction", r.vllm_importance_correction, IMPORTANCE_CORRECTIONS)
         _choice("train.eval_sampling", t.eval_sampling, ("greedy", "sampled"))
         _choice("train.lm_head", t.lm_head, ("auto", "eapo", "trl"))
+        for tracker in self.logging.report_to:
+            _choice("logging.report_to[]", tracker, TRACKERS)
         if not r.vllm_kv_cache_gib > 0:
             raise ConfigError(
                 f"rollout.vllm_kv_cache_gib must be > 0 (GiB of KV cache), got {r.vllm_kv_cache_gib}"
