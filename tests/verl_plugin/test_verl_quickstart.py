@@ -34,7 +34,9 @@ def quickstart_overrides(page: Path) -> list[str]:
     assert MARKER in text, f"{page} has no verl quick start ({MARKER})"
     block = re.search(r"```bash\n(.*?)```", text[text.index(MARKER) :], flags=re.S).group(1)
     command = block.replace("\\\n", " ")
-    (line,) = [line for line in command.splitlines() if line.strip().startswith("python -m verl.trainer.main_ppo")]
+    (line,) = [
+        line for line in command.splitlines() if line.strip().startswith("python -m verl.trainer.main_ppo")
+    ]
     return shlex.split(line, comments=True)[3:]
 
 
@@ -46,7 +48,9 @@ def test_verl_quickstart_composes_into_an_eapo_run(page):
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         config = compose(config_name="ppo_trainer", overrides=overrides)
     OmegaConf.resolve(config)
-    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    validate_config(
+        config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
     actor = config.actor_rollout_ref.actor
     assert config.actor_rollout_ref.rollout.n == 4
     # the paper's objective, not verl's defaults: 1/|y_i| and a k3 ("low_var_kl") KL loss at 0.001
