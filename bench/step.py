@@ -36,6 +36,8 @@ In one run:
     python bench/step.py [--config configs/demo.yaml] [--engines auto,generate] [--variants trl,eapo]
                          [--steps 4] [--json OUT] [--set KEY=VALUE ...]
     python bench/step.py --quick     # the tiny model with LoRA, generate, 2 steps: checks the script (CI)
+    python bench/step.py --methods grpo,entropy_bonus,adaptive_entropy,clip_higher,clip_cov,kl_cov,top_entropy
+                     # each algorithm.method once (first engine, last variant), its step time against the first's
 
 Timings mean something only on a quiet machine. The run fails only on errors, never on a ratio.
 """
@@ -415,6 +417,11 @@ def main() -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="Config override.")
     parser.add_argument("--json", help="Also write the report as JSON here.")
     parser.add_argument("--quick", action="store_true", help="tiny + LoRA, generate, 2 steps (CI).")
+    parser.add_argument(
+        "--methods",
+        help="Comma-separated algorithm.method values, each run once on the first engine and the last variant, "
+        "in this order; prints each one's step time against the first's (e.g. grpo,clip_cov,top_entropy).",
+    )
     parser.add_argument("--worker", nargs=5, metavar=("CONFIG", "ENGINE", "VARIANT", "STEPS", "OVERRIDES"))
     args = parser.parse_args()
 
@@ -448,7 +455,21 @@ def main() -> int:
 
     print(f"# bench/step.py: {args.config}, {args.steps} steps per run")
     results = []
-    for engine in engines:
+    methods = [m.strip() for m in (args.methods or "").split(",") if m.strip()]
+    if methods:
+        for method in methods:
+            print(
+                f"running algorithm.method={method}, engine {engines[0]}, log-probs {variants[-1]} ...",
+                flush=True,
+            )
+            # each method at its own defaults: the config's weights (e.g. demo.yaml's w0) are cleared
+            weights = [
+                f"algorithm.{key}=null" for key in ("w_pos", "w_neg", "w0", "w_min", "w_max", "anchor_steps")
+            ]
+            overrides = [*weights, *args.overrides, f"algorithm.method={method}"]
+            result = _spawn(args.config, engines[0], variants[-1], str(args.steps), json.dumps(overrides))
+            results.append({**result, "method": method})
+    for engine in engines if not methods else []:
         for variant in variants:
             print(f"running engine {engine}, log-probs {variant} ...", flush=True)
             results.append(_spawn(args.config, engine, variant, str(args.steps), json.dumps(args.overrides)))
@@ -463,8 +484,22 @@ def main() -> int:
     reports = []
     for result in results:
         report = summarise(result, rate)
+        if "method" in result:
+            report["method"] = result["method"]
+            print(f"\n# algorithm.method={result['method']}")
         reports.append(report)
         print_table(report)
+    if methods:
+        base = reports[0]
+        print(f"\n## step time against {base['method']} (same run, median of {base['timed_steps']} step(s))")
+        print(f"| {'method':<18} | {'step s':>7} | {'× ' + base['method']:>9} | {'other s':>7} |")
+        print(f"|{'-' * 20}|{'-' * 9}|{'-' * 11}|{'-' * 9}|")
+        for report in reports:
+            other = report["phases"].get("other", {}).get("s")
+            print(
+                f"| {report['method']:<18} | {report['step']['s']:7.2f} | "
+                f"{report['step']['s'] / base['step']['s']:9.3f} | {_fmt(other, '7.2f')} |"
+            )
 
     print(f"\n## whole step: time / floor (target <= {TARGET_RATIO:.1f})")
     for report in reports:

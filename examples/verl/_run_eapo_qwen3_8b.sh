@@ -14,6 +14,14 @@
 #   JUDGE_API_KEY_ENV [OPENAI_API_KEY]: the NAME of the variable holding the judge's key ("null": none)
 #   EAPO_DATA_DIR: where `eapo data export-verl` reads the datasets (../shared/data in this repo)
 #   PRINT_ARGS=1: print the verl arguments, one per line, and exit (used by tests/verl_plugin)
+#   EAPO_METHOD [eapo]: eapo (the paper), or an entropy-control preset on GRPO's weights (1, 1):
+#     entropy_bonus, adaptive_entropy, clip_higher, clip_cov, kl_cov or top_entropy (run by
+#     algorithm.adv_estimator=eapo_grpo; see eapo.integrations.verl.entropy_control and
+#     run_entropy_control_qwen3_8b.sh)
+# A control composes with EAPO's weights as a further override, e.g. EAPO + DAPO's clip-higher:
+#   run_eapo_qwen3_8b_rjua.sh +algorithm.eapo.epsilon_high=0.28
+# (eapo writes it into actor_rollout_ref.actor.clip_ratio_high; setting that option to another value
+# than verl's default beside it is refused).
 # Not set here because the paper does not say: ppo_mini_batch_size (= the train batch: one update
 # per batch), micro-batching (dynamic, 16k tokens per GPU), vLLM tensor parallel size (2).
 set -euo pipefail
@@ -25,6 +33,23 @@ DATA_DIR=${DATA_DIR:-data/verl/${DATASET}}
 JUDGE_BASE_URL=${JUDGE_BASE_URL:-http://localhost:8000/v1}
 JUDGE_MODEL=${JUDGE_MODEL:-deepseek-chat}
 JUDGE_API_KEY_ENV=${JUDGE_API_KEY_ENV:-OPENAI_API_KEY}
+EAPO_METHOD=${EAPO_METHOD:-eapo}
+
+if [[ "${EAPO_METHOD}" == eapo ]]; then
+    # EAPO: polarity-weighted GRPO advantages, w+ from the rollout entropy (eapo.integrations.verl)
+    method_args=(
+        algorithm.adv_estimator=eapo
+        +algorithm.eapo.w0=0.2
+        +algorithm.eapo.w_min=0.0
+        +algorithm.eapo.w_max=2.0
+        +algorithm.eapo.w_neg=1.0
+    )
+    EXPERIMENT=eapo_qwen3_8b_${DATASET}
+else
+    # a preset: GRPO's weights (1, 1) through eapo's estimator, plus the control's settings
+    method_args=(algorithm.adv_estimator=eapo_grpo "+algorithm.eapo.method=${EAPO_METHOD}")
+    EXPERIMENT=${EAPO_METHOD}_qwen3_8b_${DATASET}
+fi
 
 args=(
     # data: written by `eapo data export-verl` (prompt = the paper's template, ground truth, question)
@@ -55,14 +80,10 @@ args=(
     actor_rollout_ref.rollout.n=4
     actor_rollout_ref.rollout.tensor_model_parallel_size=2
     actor_rollout_ref.rollout.gpu_memory_utilization=0.6
-    # EAPO: polarity-weighted GRPO advantages, w+ from the rollout entropy (eapo.integrations.verl)
-    algorithm.adv_estimator=eapo
+    # the method (EAPO_METHOD above), the eapo trainer
+    "${method_args[@]}"
     algorithm.use_kl_in_reward=False
     algorithm.norm_adv_by_std_in_grpo=True
-    +algorithm.eapo.w0=0.2
-    +algorithm.eapo.w_min=0.0
-    +algorithm.eapo.w_max=2.0
-    +algorithm.eapo.w_neg=1.0
     +algorithm.eapo.entropy_agg=token-mean  # H_t as on TRL (eapo.core.rollout_entropy), not loss_agg_mode
     trainer.use_v1=True
     trainer.v1.trainer_mode=eapo
@@ -82,7 +103,7 @@ args=(
     trainer.save_freq=10
     trainer.logger='["console","tensorboard"]'
     trainer.project_name=eapo
-    trainer.experiment_name="eapo_qwen3_8b_${DATASET}"
+    trainer.experiment_name="${EXPERIMENT}"
 )
 
 if [[ -n "${PRINT_ARGS:-}" ]]; then

@@ -8,6 +8,7 @@ keys are errors that list the valid ones.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,7 +17,15 @@ from typing import Any
 
 import yaml
 
-from eapo.core import ENTROPY_AGGREGATIONS, IMPORTANCE_CORRECTIONS, WEIGHTING_SCHEMES
+from eapo.core import (
+    ENTROPY_AGGREGATIONS,
+    ENTROPY_CONTROLS,
+    IMPORTANCE_CORRECTIONS,
+    LOSS_MODES,
+    METHODS,
+    WEIGHTING_SCHEMES,
+    method_scheme,
+)
 
 #: reward.judge.structured_output's values (eapo.rewards.judge.STRUCTURED_OUTPUTS; kept here so the
 #: config does not import the judge's client).
@@ -25,6 +34,27 @@ STRUCTURED_OUTPUTS = ("auto", "json_schema", "json_object", "plain")
 
 class ConfigError(ValueError):
     """A configuration file or override is invalid; the message names the key and what to do."""
+
+
+#: The entropy controls' settings when neither the user nor the method preset sets them: every control off.
+CONTROL_DEFAULTS: dict[str, Any] = {
+    "entropy_coef": 0.0,
+    "adaptive_entropy": False,
+    "entropy_target_ratio": 1.0,
+    "entropy_coef_delta": 0.005,
+    "entropy_coef_min": 0.0,
+    "entropy_coef_max": 1.0,
+    "loss_mode": "vanilla",
+    "clip_cov_ratio": 2e-4,
+    "clip_cov_lb": 1.0,
+    "clip_cov_ub": 5.0,
+    "kl_cov_ratio": 2e-4,
+    "ppo_kl_coef": 0.1,
+    "top_entropy_quantile": 1.0,
+}
+
+#: TRL loss types eapo's Clip-Cov / KL-Cov path aggregates like (grpo: 1/|y_i|; bnpo: token-mean).
+COV_LOSS_TYPES = ("grpo", "bnpo")
 
 
 def _help(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
@@ -197,7 +227,13 @@ class RewardConfig:
 
 @dataclass
 class AlgorithmConfig:
-    method: str = _help("Weighting scheme: grpo, psr, nsr, w_reinforce or eapo.", "eapo")
+    method: str = _help(
+        "Method: a polarity weighting scheme (grpo, psr, nsr, w_reinforce, eapo) or an entropy-control "
+        "preset, which is GRPO's weights (1, 1) plus that control's settings from its source "
+        "(entropy_bonus, adaptive_entropy, clip_higher, clip_cov, kl_cov, top_entropy; see "
+        "eapo.core.ENTROPY_CONTROLS). Any control's settings below also compose with any scheme.",
+        "eapo",
+    )
     w_pos: float | None = _help("Fixed positive weight w+ (fixed schemes).", None)
     w_neg: float | None = _help("Negative weight w- (every scheme).", None)
     w0: float | None = _help("EAPO base positive weight (default 0.2).", None)
@@ -208,7 +244,12 @@ class AlgorithmConfig:
     scale_rewards: str = _help("Advantage scaling: group (GRPO), batch or none.", "group")
     beta: float = _help("KL coefficient to the frozen reference model (the paper: 0.001).", 0.001)
     epsilon: float = _help("PPO clip range ε (the paper: 0.2).", 0.2)
-    epsilon_high: float | None = _help("Upper clip (default: epsilon).", None)
+    epsilon_high: float | None = _help(
+        "Clip-higher, DAPO (Yu et al. 2025, arXiv 2503.14476): the PPO ratio's upper clip 1 + epsilon_high "
+        "(default: epsilon; the clip_higher preset: DAPO's 0.28). TRL: epsilon_high; verl: "
+        "actor.clip_ratio_high. Acts only where the policy moved since sampling (num_iterations > 1).",
+        None,
+    )
     loss_type: str = _help(
         "TRL loss aggregation; 'grpo' is the paper's 1/|y_i| (seq-mean-token-mean).", "grpo"
     )
@@ -223,10 +264,163 @@ class AlgorithmConfig:
         "seq-mean-token-mean (every rollout weighs the same); the same definition on TRL and verl.",
         "token-mean",
     )
+    # --- entropy controls (eapo.core.entropy_control); null = the preset's value, else the default ---
+    entropy_coef: float | None = _help(
+        "Entropy bonus, PPO's entropy term (Schulman et al. 2017): loss − entropy_coef · mean token entropy "
+        "(default 0: off; the entropy_bonus preset: 0.01, PPO's c2). With adaptive_entropy, the initial "
+        "coefficient. TRL: entropy_coef; verl: actor.entropy_coeff.",
+        None,
+    )
+    adaptive_entropy: bool | None = _help(
+        "Adaptive entropy bonus, Skywork-OR1 (He et al. 2025, arXiv 2505.22312): after every update the "
+        "coefficient moves by ±entropy_coef_delta, up while the update's entropy is at or below the target, "
+        "and applies only then (default false; the adaptive_entropy preset: true). TRL: use_adaptive_entropy; "
+        "verl: eapo.core.AdaptiveEntropyCoef.",
+        None,
+    )
+    entropy_target: float | None = _help(
+        "Adaptive entropy's target in nats per token; null: entropy_target_ratio × H_0, the run's own "
+        "first-step rollout entropy (per-token entropy of open-ended answers differs by model, tokenizer "
+        "and language, so Skywork-OR1's and TRL's 0.2 from math RL would never trigger here).",
+        None,
+    )
+    entropy_target_ratio: float | None = _help(
+        "Adaptive entropy with entropy_target null: target = entropy_target_ratio × H_0 (default 1.0: hold "
+        "the starting entropy, the reference EAPO's w+ uses).",
+        None,
+    )
+    entropy_coef_delta: float | None = _help(
+        "Adaptive entropy: the coefficient's step per update (default 0.005, TRL's and Skywork-OR1's).", None
+    )
+    entropy_coef_min: float | None = _help(
+        "Adaptive entropy: the coefficient's lower bound (default 0).", None
+    )
+    entropy_coef_max: float | None = _help(
+        "Adaptive entropy: the coefficient's upper bound (default 1).", None
+    )
+    loss_mode: str | None = _help(
+        "Policy loss: vanilla (the paper's PPO-clip), clip_cov or kl_cov (Cui et al. 2025, 'The Entropy "
+        "Mechanism of RL for Reasoning LMs', arXiv 2505.22617: covariance-selected tokens lose their "
+        "gradient / get a |log ratio| penalty). Default vanilla. verl: actor.policy_loss.loss_mode; TRL: "
+        "eapo.core.clip_cov_policy_loss / kl_cov_policy_loss.",
+        None,
+    )
+    clip_cov_ratio: float | None = _help(
+        "Clip-Cov: share of tokens whose gradient is cut (default 2e-4, verl's).", None
+    )
+    clip_cov_lb: float | None = _help(
+        "Clip-Cov: lower covariance bound of candidates (default 1, verl's).", None
+    )
+    clip_cov_ub: float | None = _help(
+        "Clip-Cov: upper covariance bound of candidates (default 5, verl's).", None
+    )
+    kl_cov_ratio: float | None = _help(
+        "KL-Cov: share of highest-covariance tokens penalised (default 2e-4, verl's).", None
+    )
+    ppo_kl_coef: float | None = _help(
+        "KL-Cov: coefficient of the |log ratio| penalty (default 0.1, verl's). Zero at the first update of a "
+        "batch (ratio 1), so it acts only with num_iterations > 1.",
+        None,
+    )
+    top_entropy_quantile: float | None = _help(
+        "'Beyond the 80/20 Rule' (Wang et al. 2025, arXiv 2506.01939): only the top share of tokens by "
+        "entropy carry the policy loss (default 1: all; the top_entropy preset: 0.2, the paper's). TRL: "
+        "top_entropy_quantile; verl: eapo.core.top_entropy_mask.",
+        None,
+    )
+
+    def weighting_method(self) -> str:
+        """The polarity weighting scheme this method uses: the method itself, or GRPO for a control preset."""
+        return method_scheme(self.method)
 
     def weighting_overrides(self) -> dict[str, Any]:
-        keys = WEIGHTING_SCHEMES[self.method][1]
+        keys = WEIGHTING_SCHEMES[self.weighting_method()][1]
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+    def resolve_controls(self) -> None:
+        """Fill every unset entropy-control setting: the method preset's value, else the default (off)."""
+        preset = ENTROPY_CONTROLS[self.method].settings if self.method in ENTROPY_CONTROLS else {}
+        for key, default in CONTROL_DEFAULTS.items():
+            if getattr(self, key) is None:
+                setattr(self, key, preset.get(key, default))
+        if self.epsilon_high is None and "epsilon_high" in preset:
+            self.epsilon_high = preset["epsilon_high"]
+
+    def control_problems(self) -> list[str]:
+        """What is wrong with the (resolved) entropy-control settings, one message per problem."""
+        problems = []
+        for key in (
+            "entropy_coef",
+            "entropy_coef_delta",
+            "entropy_coef_min",
+            "entropy_coef_max",
+            "ppo_kl_coef",
+        ):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                problems.append(f"algorithm.{key} must be a finite number >= 0, got {value}")
+        if self.entropy_coef_min > self.entropy_coef_max:
+            problems.append(
+                f"algorithm.entropy_coef_min ({self.entropy_coef_min}) must be <= entropy_coef_max "
+                f"({self.entropy_coef_max})"
+            )
+        if self.entropy_target is not None and not (
+            math.isfinite(self.entropy_target) and self.entropy_target >= 0
+        ):
+            problems.append(f"algorithm.entropy_target must be >= 0 nats or null, got {self.entropy_target}")
+        if not (math.isfinite(self.entropy_target_ratio) and self.entropy_target_ratio > 0):
+            problems.append(f"algorithm.entropy_target_ratio must be > 0, got {self.entropy_target_ratio}")
+        for key in ("clip_cov_ratio", "kl_cov_ratio"):
+            value = getattr(self, key)
+            if not 0 < value <= 1:
+                problems.append(f"algorithm.{key} must lie in (0, 1] (a share of tokens), got {value}")
+        if not self.clip_cov_lb < self.clip_cov_ub:
+            problems.append(
+                f"algorithm.clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})"
+            )
+        if not 0 <= self.top_entropy_quantile <= 1:
+            problems.append(
+                f"algorithm.top_entropy_quantile must lie in [0, 1] (1 keeps every token), got "
+                f"{self.top_entropy_quantile}"
+            )
+        if self.epsilon_high is not None and not (
+            math.isfinite(self.epsilon_high) and self.epsilon_high >= 0
+        ):
+            problems.append(f"algorithm.epsilon_high must be >= 0 or null, got {self.epsilon_high}")
+        if self.loss_mode != "vanilla":
+            if self.entropy_coef > 0 or self.adaptive_entropy:
+                problems.append(
+                    f"algorithm.loss_mode={self.loss_mode} with an entropy bonus (entropy_coef="
+                    f"{self.entropy_coef}, adaptive_entropy={self.adaptive_entropy}) cannot run on TRL: eapo's "
+                    "Clip-Cov / KL-Cov loss replaces TRL's, whose entropy bonus it does not re-implement; drop "
+                    "one of the two, or run the pair on verl (actor.entropy_coeff composes with "
+                    "policy_loss.loss_mode there)"
+                )
+            if self.loss_type not in COV_LOSS_TYPES:
+                problems.append(
+                    f"algorithm.loss_mode={self.loss_mode} aggregates as algorithm.loss_type grpo (1/|y_i|, "
+                    f"seq-mean-token-mean) or bnpo (token-mean); got loss_type={self.loss_type!r}"
+                )
+        return problems
+
+    def inert_controls(self) -> list[str]:
+        """Controls that are set but cannot act in this configuration (a warning, not an error)."""
+        if self.num_iterations > 1:
+            return []
+        notes = []
+        if self.epsilon_high is not None and self.epsilon_high != self.epsilon:
+            notes.append(
+                "algorithm.epsilon_high clips ratios above 1 + epsilon_high, but with num_iterations=1 and one "
+                "update per rollout batch every ratio is 1: clip-higher changes nothing here (set "
+                "algorithm.num_iterations > 1)"
+            )
+        if self.loss_mode == "kl_cov":
+            notes.append(
+                "algorithm.loss_mode=kl_cov penalises |log ratio|, which is 0 (and so is its gradient) at "
+                "num_iterations=1 with one update per rollout batch; only its unclipped surrogate differs "
+                "from GRPO here (set algorithm.num_iterations > 1)"
+            )
+        return notes
 
 
 @dataclass
@@ -316,16 +510,19 @@ class EAPOConfig:
     def validate(self) -> EAPOConfig:
         """Check cross-field constraints once; raise :class:`ConfigError` naming the key."""
         a, r, t = self.algorithm, self.rollout, self.train
-        if a.method not in WEIGHTING_SCHEMES:
-            raise ConfigError(
-                f"algorithm.method={a.method!r} is unknown; valid: {', '.join(WEIGHTING_SCHEMES)}"
-            )
-        accepted = WEIGHTING_SCHEMES[a.method][1]
+        if a.method not in METHODS:
+            raise ConfigError(f"algorithm.method={a.method!r} is unknown; valid: {', '.join(METHODS)}")
+        accepted = WEIGHTING_SCHEMES[a.weighting_method()][1]
         for key in ("w_pos", "w_neg", "w0", "w_min", "w_max", "anchor_steps"):
             if getattr(a, key) is not None and key not in accepted:
                 raise ConfigError(
                     f"algorithm.{key} does not apply to method {a.method!r}; it accepts {', '.join(accepted)}"
                 )
+        _choice("algorithm.loss_mode", a.loss_mode or "vanilla", LOSS_MODES)
+        a.resolve_controls()
+        problems = a.control_problems()
+        if problems:
+            raise ConfigError(problems[0])
         _choice("algorithm.split_by", a.split_by, ("mean", "median"))
         _choice("algorithm.scale_rewards", a.scale_rewards, ("group", "batch", "none"))
         _choice("rollout.vllm_mode", r.vllm_mode, ("colocate", "server"))

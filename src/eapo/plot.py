@@ -2,8 +2,8 @@
 
 One panel per quantity against the optimisation step — rollout entropy, reward (the composite and
 each component), the validation reward (``val/reward``, logged every ``train.eval_steps`` steps, its
-points marked), response length, the positive weight ``w+``, the KL to the reference and the PPO
-clip fraction — with one line per run, labelled by its method and weights (read from the run's
+points marked), response length, the positive weight ``w+``, the KL to the reference, the PPO
+clip fraction and the entropy controls' ``entropy_control/*`` metrics — with one line per run, labelled by its method and weights (read from the run's
 ``config.yaml``). Each run's raw values are drawn faint and an exponential moving average on top.
 
 Lines: in every panel a run has exactly one *labelled* line (the smoothed one, labelled with the run's
@@ -40,6 +40,12 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("eapo/w_pos", "w+ (positive weight)"),
     ("kl", "KL to reference"),
     ("clip_frac", "Clip fraction"),
+    # the entropy controls' own metrics (eapo.trainer.CONTROL_METRICS), drawn when a run logged them
+    ("entropy_control/coef", "Entropy coefficient (applied)"),
+    ("entropy_control/clip_low_frac", "Lower-clip fraction (tokens)"),
+    ("entropy_control/clip_high_frac", "Upper-clip fraction (tokens)"),
+    ("entropy_control/cov_frac", "Clip-Cov / KL-Cov selected (share of tokens)"),
+    ("entropy_control/top_entropy_frac", "Top-entropy tokens kept (share)"),
 )
 #: Label prefix of the faint raw-value lines (hidden from legends).
 RAW_PREFIX = "_raw "

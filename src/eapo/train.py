@@ -89,7 +89,9 @@ def run(
     reward = build_reward(config, run_dir)
 
     # 5. The dev subset validated every train.eval_steps steps (the weighting scheme comes with the
-    #    trainer's arguments: grpo_args carries algorithm.method and its weights).
+    #    trainer's arguments: grpo_args carries the method's weighting scheme and its weights).
+    for note in config.algorithm.inert_controls():
+        logger.warning(note)
     validation = build_validation(config, model_path, reward, run_dir) if config.train.eval_steps else None
 
     # 6. The trainer.
@@ -117,6 +119,7 @@ def run(
             vllm_settings=vllm_settings(config, rollout),
             lm_head=config.train.lm_head,
             share_frozen_layers=config.train.share_frozen_layers,
+            entropy_control=entropy_control_settings(config),
         )
     except VLLMEngineError as error:  # the colocated engine could not start: say why and what to do
         raise RunError(str(error)) from error
@@ -303,6 +306,22 @@ def reward_function(composite):
     return eapo_reward
 
 
+def entropy_control_settings(config: EAPOConfig):
+    """What ``EAPOTrainer`` needs beyond TRL's options for the entropy controls (``algorithm.*``)."""
+    from eapo.trainer import EntropyControlSettings
+
+    a = config.algorithm
+    return EntropyControlSettings(
+        loss_mode=a.loss_mode,
+        clip_cov_ratio=a.clip_cov_ratio,
+        clip_cov_lb=a.clip_cov_lb,
+        clip_cov_ub=a.clip_cov_ub,
+        kl_cov_ratio=a.kl_cov_ratio,
+        ppo_kl_coef=a.ppo_kl_coef,
+        entropy_target_ratio=a.entropy_target_ratio if a.entropy_target is None else None,
+    )
+
+
 def rollout_plan(config: EAPOConfig, facts=None):
     """The engine, dtype and attention kernel this run uses on this device (see :mod:`eapo.engines`)."""
     from eapo.engines import EngineError, device_facts, plan_rollout
@@ -368,11 +387,20 @@ def grpo_args(
         beta=a.beta,
         epsilon=a.epsilon,
         epsilon_high=a.epsilon_high,
+        # the entropy controls TRL has (eapo.core.entropy_control lists them; Clip-Cov / KL-Cov are eapo's)
+        entropy_coef=a.entropy_coef,
+        use_adaptive_entropy=a.adaptive_entropy,
+        # an H_0-anchored target (entropy_target null) is set by EAPOTrainer at step 1; 0 until then
+        entropy_target=a.entropy_target if a.entropy_target is not None else 0.0,
+        entropy_coef_delta=a.entropy_coef_delta,
+        entropy_coef_min=a.entropy_coef_min,
+        entropy_coef_max=a.entropy_coef_max,
+        top_entropy_quantile=a.top_entropy_quantile,
         loss_type=a.loss_type,
         num_iterations=a.num_iterations,
         scale_rewards=a.scale_rewards,
         use_bias_correction_kl=a.kl_bias_correction,
-        method=a.method,
+        method=a.weighting_method(),  # an entropy-control preset trains GRPO's weights (its controls: above)
         **a.weighting_overrides(),
         split_by=a.split_by,
         entropy_agg=a.entropy_agg,

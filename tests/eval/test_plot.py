@@ -165,3 +165,17 @@ def test_validation_panel_appears_when_a_run_logged_val_reward(tmp_path):
     np.testing.assert_allclose(line.get_ydata(), [0.2, 0.4, 0.6])
     assert line.get_marker() == "o"
     assert labelled_lines(axes["Reward"])[0].get_marker() in ("None", None, "")
+
+
+def test_entropy_control_metrics_get_their_panels_only_where_logged():
+    from eapo.plot import panel_keys
+
+    grpo = [{"step": 1, "entropy/rollout": 3.0}]
+    clip_cov = [{"step": 1, "entropy/rollout": 2.9, "entropy_control/cov_frac": 2e-4}]
+    adaptive = [{"step": 1, "entropy/rollout": 3.1, "entropy_control/coef": 0.005}]
+    assert [key for key, _ in panel_keys([grpo])] == ["entropy/rollout"]
+    assert panel_keys([grpo, clip_cov, adaptive]) == [
+        ("entropy/rollout", "Entropy (rollout, nats/token)"),
+        ("entropy_control/coef", "Entropy coefficient (applied)"),
+        ("entropy_control/cov_frac", "Clip-Cov / KL-Cov selected (share of tokens)"),
+    ]

@@ -95,6 +95,15 @@ def test_a_grid_varies_only_the_methods_it_belongs_to():
     assert runs[2].label == "W-REINFORCE (w+=0.1, w−=1)" and runs[6].label == "EAPO (w0=0.05)"
 
 
+def test_entropy_control_presets_are_sweep_methods_with_grpos_weights():
+    runs = plan_runs(["eapo", "clip_cov", "adaptive_entropy"], ["clip_cov.w_neg=0.5"], seeds=[0])
+    assert [run.name for run in runs] == ["eapo-seed0", "clip_cov-w_neg0.5-seed0", "adaptive_entropy-seed0"]
+    assert runs[1].overrides == ["algorithm.method=clip_cov", "algorithm.w_neg=0.5", "train.seed=0"]
+    assert [run.label for run in runs] == ["EAPO (w0=0.2)", "Clip-Cov (w−=0.5)", "Adaptive entropy"]
+    with pytest.raises(SweepError, match="does not take w0"):
+        plan_runs(["clip_cov"], ["clip_cov.w0=0.1"])
+
+
 def test_axes_of_one_method_multiply_and_scoped_keys_target_one_method():
     runs = plan_runs(["w_reinforce", "eapo"], ["w_pos=0.1,1", "w_neg=0.5,1", "eapo.w_neg=2"])
     assert [run.name for run in runs] == [

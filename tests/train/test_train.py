@@ -284,7 +284,7 @@ def _trainer(config, tmp_path: Path, reward=None, **kwargs):
     from transformers.trainer_callback import PrinterCallback
 
     from eapo.models import load_tokenizer, resolve_model
-    from eapo.train import build_dataset, build_reward, grpo_args, reward_function
+    from eapo.train import build_dataset, build_reward, entropy_control_settings, grpo_args, reward_function
     from eapo.trainer import EAPOTrainer
 
     path = resolve_model(config.model.name_or_path)
@@ -296,7 +296,10 @@ def _trainer(config, tmp_path: Path, reward=None, **kwargs):
         args=grpo_args(config, tmp_path),
         train_dataset=dataset,
         processing_class=tokenizer,
-        weighting=make_weighting(config.algorithm.method, **config.algorithm.weighting_overrides()),
+        weighting=make_weighting(
+            config.algorithm.weighting_method(), **config.algorithm.weighting_overrides()
+        ),
+        entropy_control=entropy_control_settings(config),
         split_by=config.algorithm.split_by,
         entropy_agg=config.algorithm.entropy_agg,
         **kwargs,

@@ -29,16 +29,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "verl"
 
 
 def script_args(script: str) -> list[str]:
-    env = {
-        **os.environ,
-        "PRINT_ARGS": "1",
-        "JUDGE_BASE_URL": "http://judge.test:8000/v1",
-        "JUDGE_MODEL": "judge",
-    }
-    result = subprocess.run(
-        ["bash", str(EXAMPLES / script)], capture_output=True, text=True, env=env, check=True, timeout=60
-    )
-    return result.stdout.splitlines()
+    return script_args_with(script)
 
 
 @pytest.mark.parametrize("dataset", ["rjua", "cmd"])
@@ -80,3 +71,66 @@ def test_example_composes_into_the_papers_setting(dataset):
             }
         }
     }
+
+
+def compose_example(script: str, *arguments: str):
+    """The script's arguments (``arguments`` passed to it), composed and validated as verl does."""
+    args = script_args_with(script, *arguments)
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=args)
+    OmegaConf.resolve(config)
+    validate_config(
+        config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
+    return config
+
+
+def script_args_with(script: str, *script_args_: str) -> list[str]:
+    env = {
+        **os.environ,
+        "PRINT_ARGS": "1",
+        "JUDGE_BASE_URL": "http://judge.test:8000/v1",
+        "JUDGE_MODEL": "judge",
+    }
+    result = subprocess.run(
+        ["bash", str(EXAMPLES / script), *script_args_],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("preset", "options"),
+    [
+        ("entropy_bonus", {"entropy_coeff": 0.01}),
+        ("adaptive_entropy", {"entropy_coeff": 0.0, "calculate_entropy": True}),
+        ("clip_higher", {"clip_ratio_high": 0.28}),
+        ("clip_cov", {"policy_loss.loss_mode": "clip_cov", "policy_loss.clip_cov_ratio": 1e-3}),
+        ("kl_cov", {"policy_loss.loss_mode": "kl_cov", "policy_loss.kl_cov_ratio": 2e-4}),
+        ("top_entropy", {"calculate_entropy": True}),
+    ],
+)
+def test_entropy_control_example_composes(preset, options):
+    extra = ["+algorithm.eapo.clip_cov_ratio=1e-3"] if preset == "clip_cov" else []
+    config = compose_example("run_entropy_control_qwen3_8b.sh", preset, "rjua", *extra)
+    assert config.algorithm.adv_estimator == "eapo_grpo"
+    assert config.trainer.experiment_name == f"{preset}_qwen3_8b_rjua"
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+    assert (trainer.settings.method, trainer.settings.scheme) == (preset, "grpo")
+    actor = trainer.config.actor_rollout_ref.actor
+    for option, value in options.items():
+        assert OmegaConf.select(actor, option) == pytest.approx(value), option
+    assert actor.loss_agg_mode == "seq-mean-token-mean" and actor.optim.lr == 1e-6  # the paper's setting
+
+
+def test_eapo_example_composes_with_clip_higher():
+    config = compose_example("run_eapo_qwen3_8b_rjua.sh", "+algorithm.eapo.epsilon_high=0.28")
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+    assert trainer.settings.method == "eapo" and trainer.settings.w0 == 0.2
+    assert trainer.config.actor_rollout_ref.actor.clip_ratio_high == 0.28
+    assert trainer.config.actor_rollout_ref.actor.clip_ratio_low == 0.2

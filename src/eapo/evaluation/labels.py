@@ -12,13 +12,25 @@ from pathlib import Path
 from typing import Any
 
 from eapo.config import read_config_tree
-from eapo.core import make_weighting
+from eapo.core import make_weighting, method_scheme
 
 __all__ = ["METHOD_NAMES", "METHOD_ORDER", "effective_weights", "method_label", "run_config", "run_label"]
 
-METHOD_NAMES = {"grpo": "GRPO", "psr": "PSR", "nsr": "NSR", "w_reinforce": "W-REINFORCE", "eapo": "EAPO"}
-#: The paper's row order.
-METHOD_ORDER = ("grpo", "psr", "nsr", "w_reinforce", "eapo")
+METHOD_NAMES = {
+    "grpo": "GRPO",
+    "psr": "PSR",
+    "nsr": "NSR",
+    "w_reinforce": "W-REINFORCE",
+    "eapo": "EAPO",
+    "entropy_bonus": "Entropy bonus",
+    "adaptive_entropy": "Adaptive entropy",
+    "clip_higher": "Clip-higher",
+    "clip_cov": "Clip-Cov",
+    "kl_cov": "KL-Cov",
+    "top_entropy": "Top-entropy",
+}
+#: The paper's row order, then the entropy-control presets (eapo.core.ENTROPY_CONTROLS).
+METHOD_ORDER = tuple(METHOD_NAMES)
 _SYMBOLS = {
     "w_pos": "w+",
     "w_neg": "w−",
@@ -31,7 +43,9 @@ _SYMBOLS = {
 
 def effective_weights(method: str, overrides: Mapping[str, Any] | None = None) -> dict[str, float]:
     """The scheme's parameters after applying ``overrides`` to its defaults (``eapo.core.make_weighting``)."""
-    scheme = make_weighting(method, **{k: v for k, v in (overrides or {}).items() if v is not None})
+    scheme = make_weighting(
+        method_scheme(method), **{k: v for k, v in (overrides or {}).items() if v is not None}
+    )
     if hasattr(scheme, "adaptive"):
         a = scheme.adaptive
         return {

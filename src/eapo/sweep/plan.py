@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eapo.core import WEIGHTING_SCHEMES
+from eapo.core import METHODS, WEIGHTING_SCHEMES, method_scheme
 from eapo.evaluation.labels import method_label
 
 #: Weights a grid can vary.
@@ -62,13 +62,12 @@ def parse_grid(spec: str) -> GridAxis:
     if any(not math.isfinite(v) or v < 0 for v in values):
         raise SweepError(f"--grid {spec!r}: weights must be finite and >= 0")
     if method:
-        if method not in WEIGHTING_SCHEMES:
+        if method not in METHODS:
+            raise SweepError(f"--grid {spec!r}: unknown method {method!r}; valid: {', '.join(METHODS)}")
+        accepted = WEIGHTING_SCHEMES[method_scheme(method)][1]
+        if key not in accepted:
             raise SweepError(
-                f"--grid {spec!r}: unknown method {method!r}; valid: {', '.join(WEIGHTING_SCHEMES)}"
-            )
-        if key not in WEIGHTING_SCHEMES[method][1]:
-            raise SweepError(
-                f"--grid {spec!r}: method {method!r} does not take {key}; it accepts {', '.join(WEIGHTING_SCHEMES[method][1])}"
+                f"--grid {spec!r}: method {method!r} does not take {key}; it accepts {', '.join(accepted)}"
             )
         return GridAxis(key, values, (method,), scoped=True)
     return GridAxis(key, values, GRID_TARGETS[key])
@@ -110,9 +109,9 @@ def plan_runs(
     methods = list(dict.fromkeys(methods))
     if not methods:
         raise SweepError("--methods is empty; e.g. --methods grpo,psr,nsr,w_reinforce,eapo")
-    unknown = [m for m in methods if m not in WEIGHTING_SCHEMES]
+    unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        raise SweepError(f"--methods: unknown {unknown}; valid: {', '.join(WEIGHTING_SCHEMES)}")
+        raise SweepError(f"--methods: unknown {unknown}; valid: {', '.join(METHODS)}")
     axes = [parse_grid(g) if isinstance(g, str) else g for g in grids]
     for axis in axes:
         if not set(axis.methods) & set(methods):

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import yaml
 
 from eapo.config import ConfigError, EAPOConfig, dump_config, load_config, parse_overrides
-from eapo.core import WEIGHTING_SCHEMES
+from eapo.core import WEIGHTING_SCHEMES, method_scheme
 from eapo.run_dir import atomic_write_text
 from eapo.sweep.manifest import MANIFEST, read_json, update_manifest
 from eapo.sweep.plan import WEIGHT_KEYS, EvalOptions, GridAxis, SweepError, SweepRun, plan_runs
@@ -141,7 +141,7 @@ def _configure_runs(
         raise SweepError(f"base config: {error}") from None
     for key in WEIGHT_KEYS:
         if key in override_algorithm and not any(
-            key in WEIGHTING_SCHEMES[m][1] for m in {r.method for r in runs}
+            key in WEIGHTING_SCHEMES[method_scheme(m)][1] for m in {r.method for r in runs}
         ):
             raise SweepError(
                 f"override algorithm.{key}={override_algorithm[key]} applies to none of the methods "
@@ -152,7 +152,7 @@ def _configure_runs(
     }
     configured: dict[str, _ConfiguredRun] = {}
     for run in runs:
-        accepted = WEIGHTING_SCHEMES[run.method][1]
+        accepted = WEIGHTING_SCHEMES[method_scheme(run.method)][1]
         dropped = [f"algorithm.{key}=null" for key in sorted(set_weights - set(accepted))]
         run_overrides = [*overrides, *dropped, *run.overrides]
         try:

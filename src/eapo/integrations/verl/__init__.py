@@ -4,12 +4,17 @@ Installed with ``pip install 'eapo[verl]'``, this package is announced to verl t
 entry-point group ``verl.plugins`` (``verl/__init__.py`` imports every plugin it finds there unless
 ``VERL_USE_EXTERNAL_PLUGINS=none``), so every process that imports verl, Ray workers included, has:
 
-* advantage estimators ``eapo``, ``psr``, ``nsr``, ``w_reinforce`` (``algorithm.adv_estimator=...``):
-  GRPO advantages times polarity weights, computed by :mod:`eapo.core`
-  (:mod:`eapo.integrations.verl.estimators`);
+* advantage estimators ``eapo``, ``psr``, ``nsr``, ``w_reinforce``, ``eapo_grpo``
+  (``algorithm.adv_estimator=...``): GRPO advantages times polarity weights, computed by
+  :mod:`eapo.core` (:mod:`eapo.integrations.verl.estimators`);
 * the trainer ``eapo`` (``trainer.use_v1=True trainer.v1.trainer_mode=eapo``): verl's synchronous v1
   trainer whose advantage step computes ``H_t`` from the per-token entropies (``eapo.core.rollout_entropy``,
   as the TRL trainer) and applies the entropy-driven ``w+_t`` (:mod:`eapo.integrations.verl.trainer`);
+* entropy controls beside EAPO (``algorithm.eapo.method=clip_cov`` and the other presets, or
+  ``algorithm.eapo.epsilon_high=0.28`` and the other keys on any scheme), mapped onto verl's own
+  actor options where verl has the control, and run through :mod:`eapo.core.entropy_control` where it
+  does not (the adaptive coefficient; the top-entropy mask, as the policy loss ``eapo_top_entropy``)
+  (:mod:`eapo.integrations.verl.entropy_control`);
 * the reward function :func:`compute_score`
   (``reward.custom_reward_function.path=pkg://eapo.integrations.verl``): the paper's composite of
   format, Rouge-L, reranker and LLM judge (:mod:`eapo.integrations.verl.reward`).
@@ -31,6 +36,13 @@ from eapo.integrations.verl.estimators import (
 
 register_estimators()
 
+from eapo.integrations.verl.entropy_control import (  # noqa: E402
+    EntropyControls,
+    register_policy_losses,
+)
+
+register_policy_losses()
+
 from eapo.integrations.verl.reward import compute_score  # noqa: E402
 from eapo.integrations.verl.trainer import (  # noqa: E402  (registers the trainer)
     ENTROPY_FIELD,
@@ -48,9 +60,11 @@ __all__ = [
     "WEIGHTING_STATE_FILE",
     "EAPOVerlTrainer",
     "EapoSettings",
+    "EntropyControls",
     "PolarityStep",
     "compute_score",
     "polarity_grpo_advantages",
     "polarity_weights",
     "register_estimators",
+    "register_policy_losses",
 ]

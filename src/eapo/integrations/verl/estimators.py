@@ -4,8 +4,12 @@ Each estimator computes ``Â_i = w+·A_i`` on D+ and ``w-·A_i`` on D- (Section 
 with :func:`eapo.core.polarity_weighted_advantages`; the four differ only in where ``(w+, w-)`` come
 from:
 
-* ``psr`` (1, 0), ``nsr`` (0, 1), ``w_reinforce`` (0.1, 1): the scheme's defaults, or the overrides
-  ``algorithm.eapo.w_pos`` / ``algorithm.eapo.w_neg``. They work with any verl trainer.
+* ``psr`` (1, 0), ``nsr`` (0, 1), ``w_reinforce`` (0.1, 1), ``eapo_grpo`` (1, 1: GRPO, eapo.core's
+  ``grpo`` scheme, named apart from verl's own ``grpo`` estimator): the scheme's defaults, or the
+  overrides ``algorithm.eapo.w_pos`` / ``algorithm.eapo.w_neg``. They work with any verl trainer.
+  ``eapo_grpo`` is the estimator of the entropy-control presets (``algorithm.eapo.method=clip_cov``
+  and the others of :data:`eapo.core.entropy_control.ENTROPY_CONTROLS`), which the ``eapo`` trainer
+  runs (:mod:`eapo.integrations.verl.entropy_control`).
 * ``eapo``: ``w+_t`` depends on this step's rollout entropy (Eq. ``dynamic_weight``), which an
   estimator never sees. The ``eapo`` trainer (:mod:`eapo.integrations.verl.trainer`) computes the
   step's weights and hands them over with :func:`polarity_weights`; called without it, the estimator
@@ -46,10 +50,16 @@ from typing import Any
 import torch
 
 from eapo.core import make_weighting, polarity_weighted_advantages
+from eapo.core.entropy_control import ENTROPY_CONTROLS
 
 __all__ = [
     "ESTIMATOR_NAMES",
+    "SCHEME_OF_ESTIMATOR",
+    "WEIGHT_KEYS",
+    "CONTROL_KEYS",
     "SETTING_KEYS",
+    "scheme_of",
+    "estimator_of",
     "PolarityStep",
     "polarity_weights",
     "active_step",
@@ -60,18 +70,54 @@ __all__ = [
     "compute_psr_advantage",
     "compute_nsr_advantage",
     "compute_w_reinforce_advantage",
+    "compute_eapo_grpo_advantage",
     "ESTIMATORS",
     "register_estimators",
 ]
 
-#: The estimator names this plugin registers; each is also a weighting scheme of :mod:`eapo.core`.
-ESTIMATOR_NAMES: tuple[str, ...] = ("eapo", "psr", "nsr", "w_reinforce")
+#: The estimator names this plugin registers; each applies a weighting scheme of :mod:`eapo.core` (see
+#: :data:`SCHEME_OF_ESTIMATOR`).
+ESTIMATOR_NAMES: tuple[str, ...] = ("eapo", "psr", "nsr", "w_reinforce", "eapo_grpo")
+
+#: Estimator name -> the :mod:`eapo.core` weighting scheme it applies, where the two names differ
+#: (verl already has an estimator called ``grpo``).
+SCHEME_OF_ESTIMATOR: dict[str, str] = {"eapo_grpo": "grpo"}
+
+#: The weight keys of ``algorithm.eapo`` (each scheme takes some of them).
+WEIGHT_KEYS: tuple[str, ...] = ("w0", "w_min", "w_max", "w_pos", "w_neg")
+
+#: The entropy-control keys of ``algorithm.eapo``: eapo's unified names, the same as the TRL
+#: config's ``algorithm.*`` (see :mod:`eapo.integrations.verl.entropy_control`).
+CONTROL_KEYS: tuple[str, ...] = (
+    "entropy_coef",
+    "adaptive_entropy",
+    "entropy_target",
+    "entropy_target_ratio",
+    "entropy_coef_delta",
+    "entropy_coef_min",
+    "entropy_coef_max",
+    "epsilon_high",
+    "loss_mode",
+    "clip_cov_ratio",
+    "clip_cov_lb",
+    "clip_cov_ub",
+    "kl_cov_ratio",
+    "ppo_kl_coef",
+    "top_entropy_quantile",
+)
 
 #: Keys accepted under ``algorithm.eapo`` (see :class:`eapo.integrations.verl.trainer.EapoSettings`).
-SETTING_KEYS: tuple[str, ...] = ("method", "w0", "w_min", "w_max", "w_pos", "w_neg", "entropy_agg")
+SETTING_KEYS: tuple[str, ...] = ("method", *WEIGHT_KEYS, "entropy_agg", *CONTROL_KEYS)
 
-#: Keys of ``algorithm.eapo`` that are not weights of the scheme.
-_NOT_WEIGHTS: tuple[str, ...] = ("method", "entropy_agg")
+
+def scheme_of(estimator: str) -> str:
+    """The :mod:`eapo.core` weighting scheme the estimator ``estimator`` applies."""
+    return SCHEME_OF_ESTIMATOR.get(estimator, estimator)
+
+
+def estimator_of(scheme: str) -> str:
+    """The estimator name that applies the :mod:`eapo.core` weighting scheme ``scheme``."""
+    return {value: key for key, value in SCHEME_OF_ESTIMATOR.items()}.get(scheme, scheme)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,15 +203,22 @@ def eapo_settings(algorithm_config: Any) -> dict[str, Any]:
 
 
 def fixed_weights(name: str, settings: Mapping[str, Any]) -> tuple[float, float]:
-    """``(w_pos, w_neg)`` of the fixed scheme ``name`` with ``algorithm.eapo`` overrides applied."""
+    """``(w_pos, w_neg)`` of the fixed scheme of estimator ``name`` with ``algorithm.eapo`` overrides
+    applied (outside the ``eapo`` trainer, which alone runs the entropy controls)."""
     method = settings.get("method")
-    if method is not None and method != name:
+    if method in ENTROPY_CONTROLS or any(settings.get(key) is not None for key in CONTROL_KEYS):
+        controls = [key for key in CONTROL_KEYS if settings.get(key) is not None]
+        raise ValueError(
+            f"algorithm.eapo sets an entropy control ({method if method in ENTROPY_CONTROLS else controls}), "
+            "which only the eapo trainer applies: set trainer.use_v1=True and trainer.v1.trainer_mode=eapo"
+        )
+    if method is not None and method not in (name, scheme_of(name)):
         raise ValueError(
             f"algorithm.adv_estimator={name} but algorithm.eapo.method={method}; set both to the same scheme"
         )
-    overrides = {key: value for key, value in settings.items() if key not in _NOT_WEIGHTS}
+    overrides = {key: value for key, value in settings.items() if key in WEIGHT_KEYS}
     try:
-        scheme = make_weighting(name, **overrides)  # rejects keys the scheme does not take (w0 for psr)
+        scheme = make_weighting(scheme_of(name), **overrides)  # rejects keys the scheme does not take
     except ValueError as error:
         raise ValueError(f"algorithm.eapo: {error}") from error
     return scheme.weights(None)
@@ -309,6 +362,7 @@ compute_eapo_advantage = _make_estimator("eapo")
 compute_psr_advantage = _make_estimator("psr")
 compute_nsr_advantage = _make_estimator("nsr")
 compute_w_reinforce_advantage = _make_estimator("w_reinforce")
+compute_eapo_grpo_advantage = _make_estimator("eapo_grpo")
 
 #: name -> estimator function, in registration order.
 ESTIMATORS = {
@@ -316,6 +370,7 @@ ESTIMATORS = {
     "psr": compute_psr_advantage,
     "nsr": compute_nsr_advantage,
     "w_reinforce": compute_w_reinforce_advantage,
+    "eapo_grpo": compute_eapo_grpo_advantage,
 }
 
 

@@ -19,6 +19,17 @@ beside verl's checkpoint as ``global_step_N/eapo_weighting.json`` and restored o
 Enable it with ``trainer.use_v1=True trainer.v1.trainer_mode=eapo algorithm.adv_estimator=eapo``;
 settings come from ``algorithm.eapo.*`` (see :class:`EapoSettings`).
 
+Entropy controls (:mod:`eapo.integrations.verl.entropy_control`): ``algorithm.eapo.method=clip_cov``
+(and the other presets, with ``algorithm.adv_estimator=eapo_grpo``: GRPO's weights) or control keys
+beside any scheme (``algorithm.eapo.epsilon_high=0.28`` with ``method=eapo``). ``__init__`` writes
+their verl options into ``actor_rollout_ref.actor`` before verl's own ``__init__``; with a control
+set, ``init()`` hands the actor workers eapo's wrapper of verl's ``ppo_loss`` (``set_loss_fn``),
+``_compute_advantage`` also takes the step's entropy coefficient (moving the adaptive one with
+``H_t``), ``_update_actor`` passes it to the update in the batch's ``extra_info``, and the metrics
+add ``entropy_control/coef``, ``entropy_control/clip_low_frac``, ``entropy_control/clip_high_frac``,
+``entropy_control/cov_frac`` and ``entropy_control/top_entropy_frac``. The adaptive coefficient (its
+value, anchored target and last entropy) is saved in ``eapo_weighting.json`` with the scheme's state.
+
 verl's own ``actor/entropy`` is aggregated with the actor's ``loss_agg_mode`` (``seq-mean-token-mean``
 in the paper's setting); ``entropy/rollout`` (``H_t``) follows ``entropy_agg`` instead (default
 ``token-mean``, as on TRL), so the two differ when response lengths differ and
@@ -27,18 +38,43 @@ in the paper's setting); ``entropy/rollout`` (``H_t``) follows ``entropy_agg`` i
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer, trainer_base
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-from eapo.core import ENTROPY_AGGREGATIONS, WeightingScheme, make_weighting, rollout_entropy
-from eapo.integrations.verl.estimators import ESTIMATOR_NAMES, PolarityStep, eapo_settings, polarity_weights
+from eapo.core import (
+    ENTROPY_AGGREGATIONS,
+    WEIGHTING_SCHEMES,
+    WeightingScheme,
+    make_weighting,
+    rollout_entropy,
+)
+from eapo.core.entropy_control import ENTROPY_CONTROLS, AdaptiveEntropyCoef
+from eapo.integrations.verl.entropy_control import (
+    ENTROPY_COEF_KEY,
+    METRIC_PREFIX,
+    EntropyControls,
+    actor_metrics,
+    apply_to_actor_config,
+    entropy_control_loss,
+)
+from eapo.integrations.verl.estimators import (
+    CONTROL_KEYS,
+    ESTIMATOR_NAMES,
+    WEIGHT_KEYS,
+    PolarityStep,
+    eapo_settings,
+    estimator_of,
+    polarity_weights,
+    scheme_of,
+)
 
 __all__ = [
     "TRAINER_NAME",
@@ -63,14 +99,18 @@ WEIGHTING_STATE_FILE = "eapo_weighting.json"
 
 @dataclass(frozen=True)
 class EapoSettings:
-    """``algorithm.eapo.*``: which polarity weighting the ``eapo`` trainer applies.
+    """``algorithm.eapo.*``: which polarity weighting and entropy controls the ``eapo`` trainer applies.
 
     Unset (``None``) values take the scheme's defaults, the paper's (Section 5.1): ``eapo`` w0 = 0.2,
-    w_min = 0, w_max = 2, w- = 1; ``psr`` (1, 0); ``nsr`` (0, 1); ``w_reinforce`` (0.1, 1).
+    w_min = 0, w_max = 2, w- = 1; ``psr`` (1, 0); ``nsr`` (0, 1); ``w_reinforce`` (0.1, 1); ``grpo``
+    (1, 1). The entropy-control keys are eapo's unified names (the TRL config's ``algorithm.*``); unset
+    ones take the method's preset, if it is one (:mod:`eapo.integrations.verl.entropy_control`).
     """
 
     method: str
-    """Weighting scheme: eapo, psr, nsr or w_reinforce. Defaults to ``algorithm.adv_estimator``."""
+    """A weighting scheme (eapo, psr, nsr, w_reinforce, grpo) or an entropy-control preset on GRPO's
+    weights (entropy_bonus, adaptive_entropy, clip_higher, clip_cov, kl_cov, top_entropy). Defaults to
+    ``algorithm.adv_estimator``'s scheme; presets and grpo run with ``adv_estimator=eapo_grpo``."""
     w0: float | None = None
     """eapo: base positive weight w0."""
     w_min: float | None = None
@@ -83,14 +123,45 @@ class EapoSettings:
     """Every scheme: the negative weight w-."""
     entropy_agg: str = "token-mean"
     """How H_t averages per-token entropies: token-mean or seq-mean-token-mean (eapo.core.rollout_entropy)."""
+    entropy_coef: float | None = None
+    """Entropy bonus coefficient (verl: actor.entropy_coeff); with adaptive_entropy, its start."""
+    adaptive_entropy: bool | None = None
+    """Skywork-OR1's adaptive entropy coefficient, moved each step towards the entropy target."""
+    entropy_target: float | None = None
+    """Adaptive: target entropy in nats per token (default: entropy_target_ratio × H_0)."""
+    entropy_target_ratio: float | None = None
+    """Adaptive: target = ratio × H_0 (the run's first-step rollout entropy) when entropy_target is unset."""
+    entropy_coef_delta: float | None = None
+    """Adaptive: the coefficient's step."""
+    entropy_coef_min: float | None = None
+    """Adaptive: the coefficient's lower bound."""
+    entropy_coef_max: float | None = None
+    """Adaptive: the coefficient's upper bound."""
+    epsilon_high: float | None = None
+    """DAPO's clip-higher ε_high (verl: actor.clip_ratio_high)."""
+    loss_mode: str | None = None
+    """vanilla, clip_cov or kl_cov (verl: actor.policy_loss.loss_mode)."""
+    clip_cov_ratio: float | None = None
+    """Clip-Cov: share of tokens whose gradient is cut (verl: actor.policy_loss.clip_cov_ratio)."""
+    clip_cov_lb: float | None = None
+    """Clip-Cov: covariance window's lower bound (verl: actor.policy_loss.clip_cov_lb)."""
+    clip_cov_ub: float | None = None
+    """Clip-Cov: covariance window's upper bound (verl: actor.policy_loss.clip_cov_ub)."""
+    kl_cov_ratio: float | None = None
+    """KL-Cov: share of tokens penalised (verl: actor.policy_loss.kl_cov_ratio)."""
+    ppo_kl_coef: float | None = None
+    """KL-Cov: the |log ρ| penalty's coefficient (verl: actor.policy_loss.ppo_kl_coef)."""
+    top_entropy_quantile: float | None = None
+    """Only this top share of tokens by entropy carries the policy loss (eapo_top_entropy loss)."""
 
     @classmethod
     def from_algorithm_config(cls, algorithm: Any) -> EapoSettings:
         """Read and validate ``algorithm.eapo`` against ``algorithm.adv_estimator``.
 
         Raises:
-            ValueError: an estimator that is not one of this plugin's, a ``method`` that differs from
-                it, an unknown key, or a weight the scheme does not take or rejects.
+            ValueError: an estimator that is not one of this plugin's, a ``method`` that it does not
+                run, an unknown key, a weight the scheme does not take or rejects, or an entropy
+                control out of range or in a combination that cannot work.
         """
         estimator = algorithm.get("adv_estimator", None)
         if estimator not in ESTIMATOR_NAMES:
@@ -99,33 +170,63 @@ class EapoSettings:
                 f"{list(ESTIMATOR_NAMES)} (registered by eapo.integrations.verl), got {estimator!r}"
             )
         values = eapo_settings(algorithm)
-        method = values.pop("method", None) or estimator
-        if method != estimator:
+        method = values.pop("method", None) or scheme_of(estimator)
+        if method == estimator:
+            method = scheme_of(estimator)  # method=eapo_grpo reads as the grpo scheme
+        if method not in WEIGHTING_SCHEMES and method not in ENTROPY_CONTROLS:
             raise ValueError(
-                f"algorithm.eapo.method={method} but algorithm.adv_estimator={estimator}; set both to the same scheme"
+                f"algorithm.eapo.method={method!r} is unknown; valid: weighting schemes "
+                f"{', '.join(WEIGHTING_SCHEMES)} or entropy-control presets {', '.join(ENTROPY_CONTROLS)}"
             )
         settings = cls(method=method, **values)
+        if estimator_of(settings.scheme) != estimator:
+            if method in ENTROPY_CONTROLS:
+                raise ValueError(
+                    f"algorithm.eapo.method={method} is a preset on GRPO's weights (1, 1), run by "
+                    f"algorithm.adv_estimator=eapo_grpo, but algorithm.adv_estimator={estimator}: set "
+                    "adv_estimator=eapo_grpo, or keep your scheme and set the control's keys "
+                    f"(e.g. method={scheme_of(estimator)} {_preset_keys(method)})"
+                )
+            raise ValueError(
+                f"algorithm.eapo.method={method} but algorithm.adv_estimator={estimator}; set both to the same "
+                f"scheme (the {settings.scheme} scheme's estimator is {estimator_of(settings.scheme)})"
+            )
         if settings.entropy_agg not in ENTROPY_AGGREGATIONS:
             raise ValueError(
                 f"algorithm.eapo.entropy_agg={settings.entropy_agg!r} is invalid; valid: {', '.join(ENTROPY_AGGREGATIONS)}"
             )
         settings.build_weighting()  # validate once, here
+        settings.entropy_controls()
         return settings
+
+    @property
+    def scheme(self) -> str:
+        """The :mod:`eapo.core` weighting scheme: the method, or ``grpo`` for an entropy-control preset."""
+        return "grpo" if self.method in ENTROPY_CONTROLS else self.method
+
+    @property
+    def estimator(self) -> str:
+        """The ``algorithm.adv_estimator`` that applies :attr:`scheme`."""
+        return estimator_of(self.scheme)
 
     def overrides(self) -> dict[str, float]:
         """The weights that were set, by name."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if f.name not in ("method", "entropy_agg") and getattr(self, f.name) is not None
-        }
+        return {key: getattr(self, key) for key in WEIGHT_KEYS if getattr(self, key) is not None}
 
     def build_weighting(self) -> WeightingScheme:
         """A fresh :class:`eapo.core.WeightingScheme` for these settings."""
         try:
-            return make_weighting(self.method, **self.overrides())
+            return make_weighting(self.scheme, **self.overrides())
         except ValueError as error:
             raise ValueError(f"algorithm.eapo: {error}") from error
+
+    def entropy_controls(self) -> EntropyControls:
+        """The entropy controls: the method's preset (if it is one) with the keys set here on top."""
+        return EntropyControls.resolve(self.method, {key: getattr(self, key) for key in CONTROL_KEYS})
+
+
+def _preset_keys(method: str) -> str:
+    return " ".join(f"{key}={value}" for key, value in ENTROPY_CONTROLS[method].settings.items())
 
 
 def batch_entropy(data: Any, agg: str) -> float | None:
@@ -144,19 +245,47 @@ def batch_entropy(data: Any, agg: str) -> float | None:
 
 
 def _missing_entropy_message(method: str) -> str:
+    setting = (
+        "algorithm.eapo.adaptive_entropy"
+        if method == "adaptive_entropy"
+        else f"algorithm.eapo.method={method}"
+    )
     return (
-        f"algorithm.eapo.method={method} needs this step's rollout entropy H_t from the per-token "
+        f"{setting} needs this step's rollout entropy H_t from the per-token "
         f"{ENTROPY_FIELD!r} that verl's old-log-prob pass writes, but the batch has none. Bypass mode "
         "(algorithm.rollout_correction.bypass_mode=True) skips that pass: turn it off, or use a fixed "
         f"scheme ({', '.join(n for n in ESTIMATOR_NAMES if n != 'eapo')})."
     )
 
 
+def _adaptive_settings(adaptive: AdaptiveEntropyCoef) -> dict[str, Any]:
+    return {
+        "delta": adaptive.delta,
+        "coef_min": adaptive.coef_min,
+        "coef_max": adaptive.coef_max,
+        "target_ratio": adaptive.target_ratio,
+    }
+
+
 def save_weighting_state(
-    path: str, method: str, weighting: WeightingScheme, first_entropy: float | None
+    path: str,
+    method: str,
+    weighting: WeightingScheme,
+    first_entropy: float | None,
+    adaptive_entropy: AdaptiveEntropyCoef | None = None,
 ) -> None:
-    """Write the scheme's state to ``path`` as JSON (atomically: a temporary file, then rename)."""
-    state = {"method": method, "weighting": weighting.state_dict(), "first_entropy": first_entropy}
+    """Write the scheme's state (and the adaptive entropy coefficient's, if any) to ``path`` as JSON
+    (atomically: a temporary file, then rename)."""
+    state: dict[str, Any] = {
+        "method": method,
+        "weighting": weighting.state_dict(),
+        "first_entropy": first_entropy,
+    }
+    if adaptive_entropy is not None:
+        state["adaptive_entropy"] = {
+            **adaptive_entropy.state_dict(),
+            "settings": _adaptive_settings(adaptive_entropy),
+        }
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     temporary = f"{path}.tmp"
     with open(temporary, "w", encoding="utf-8") as handle:
@@ -164,8 +293,10 @@ def save_weighting_state(
     os.replace(temporary, path)
 
 
-def load_weighting_state(path: str, method: str, weighting: WeightingScheme) -> float | None:
-    """Restore ``weighting`` from ``path``; returns the saved first-step entropy.
+def load_weighting_state(
+    path: str, method: str, weighting: WeightingScheme, adaptive_entropy: AdaptiveEntropyCoef | None = None
+) -> float | None:
+    """Restore ``weighting`` (and ``adaptive_entropy``) from ``path``; returns the saved first-step entropy.
 
     Raises:
         ValueError: the checkpoint was written for another method or other settings.
@@ -181,7 +312,37 @@ def load_weighting_state(path: str, method: str, weighting: WeightingScheme) -> 
         weighting.load_state_dict(state["weighting"])
     except (KeyError, ValueError) as error:
         raise ValueError(f"{path}: {error}") from error
+    saved = state.get("adaptive_entropy")
+    if adaptive_entropy is None and saved is not None:
+        raise ValueError(
+            f"{path} was written with algorithm.eapo.adaptive_entropy=true, but this run has no adaptive "
+            "entropy coefficient; resume with the same algorithm settings"
+        )
+    if adaptive_entropy is not None:
+        if saved is None:
+            logger.warning(
+                "%s has no adaptive entropy coefficient (written without adaptive_entropy): it starts afresh",
+                path,
+            )
+        else:
+            _load_adaptive(path, saved, adaptive_entropy)
     return state.get("first_entropy")
+
+
+def _load_adaptive(path: str, saved: dict[str, Any], adaptive: AdaptiveEntropyCoef) -> None:
+    configured = _adaptive_settings(adaptive)
+    changed = [key for key, value in saved.get("settings", {}).items() if configured.get(key) != value]
+    if adaptive.target is not None and saved.get("target") != adaptive.target:
+        changed.append("target")
+    if changed:
+        key = changed[0]
+        was = saved["target"] if key == "target" else saved["settings"][key]
+        now = adaptive.target if key == "target" else configured[key]
+        raise ValueError(
+            f"{path}: checkpointed adaptive entropy {key}={was} differs from the configured {key}={now}; "
+            "resume with the same algorithm.eapo settings"
+        )
+    adaptive.load_state_dict(saved)
 
 
 @register_trainer(TRAINER_NAME)
@@ -192,11 +353,46 @@ class EAPOVerlTrainer(PPOTrainerSync):
         # Validate before verl's __init__ (and long before any GPU work).
         self.settings = EapoSettings.from_algorithm_config(config.algorithm)
         self.weighting: WeightingScheme = self.settings.build_weighting()
+        self.controls: EntropyControls = self.settings.entropy_controls()
+        self.adaptive_entropy: AdaptiveEntropyCoef | None = self.controls.build_adaptive()
         self.first_entropy: float | None = None
+        self.step_entropy_coef: float | None = None  # the coefficient this step's update applies
         rollout_correction = config.algorithm.get("rollout_correction", None) or {}
-        if self.weighting.needs_entropy and rollout_correction.get("bypass_mode", False):
-            raise ValueError(_missing_entropy_message(self.settings.method))
+        if rollout_correction.get("bypass_mode", False):
+            if self.weighting.needs_entropy:
+                raise ValueError(_missing_entropy_message(self.settings.method))
+            if self.adaptive_entropy is not None:
+                raise ValueError(_missing_entropy_message("adaptive_entropy"))
+        distillation = config.get("distillation", None)
+        if (
+            self.controls.needs_loss_wrapper
+            and distillation is not None
+            and distillation.get("enabled", False)
+        ):
+            raise ValueError(
+                "algorithm.eapo's entropy controls run in eapo's wrapper of verl's ppo_loss, but distillation "
+                "(distillation.enabled=True) replaces that loss with distillation_ppo_loss: turn one of them off"
+            )
+        # Where verl has the control, its own option carries eapo's value (entropy_coeff, clip_ratio_high,
+        # policy_loss.*); verl's __init__ then validates the result as any user setting.
+        self.verl_options = apply_to_actor_config(config.actor_rollout_ref.actor, self.controls)
         super().__init__(config)
+
+    def init(self) -> None:
+        super().init()
+        if self.controls.needs_loss_wrapper:
+            self.actor_rollout_wg.set_loss_fn(self.actor_loss_fn())
+
+    def actor_loss_fn(self) -> functools.partial:
+        """The actor's loss with eapo's entropy controls, for ``set_loss_fn`` (verl's ``ppo_loss`` wrapped
+        by :func:`~eapo.integrations.verl.entropy_control.entropy_control_loss`, on the actor config
+        the workers build themselves: ``omega_conf_to_dataclass(actor_rollout_ref.actor)``)."""
+        from verl.utils.config import omega_conf_to_dataclass
+
+        actor = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
+        return functools.partial(
+            entropy_control_loss, config=actor, top_entropy_quantile=self.controls.top_entropy_quantile
+        )
 
     # verl's PPOTrainer keeps the registry name it was created under in ``self.trainer_mode`` and also
     # uses it as the switch between synchronous and asynchronous behaviour (replay buffer, dataloader
@@ -220,14 +416,40 @@ class EAPOVerlTrainer(PPOTrainerSync):
         if self.first_entropy is None and entropy is not None:
             self.first_entropy = entropy
         w_pos, w_neg = self.weighting.weights(entropy)
-        with polarity_weights(self.settings.method, w_pos, w_neg) as step:
+        with polarity_weights(self.settings.estimator, w_pos, w_neg) as step:
             batch = super()._compute_advantage(batch, metrics)
         if not step.ran:
             raise RuntimeError(
-                f"the {self.settings.method!r} advantage estimator did not run, so (w+, w-) were not applied; "
+                f"the {self.settings.estimator!r} advantage estimator did not run, so (w+, w-) were not applied; "
                 "verl computed advantages some other way (check algorithm.adv_estimator)"
             )
         metrics.update(self._eapo_metrics(step, entropy))
+        if self.controls.active:
+            self.step_entropy_coef = self._step_entropy_coef(entropy)
+            metrics[f"{METRIC_PREFIX}coef"] = self.step_entropy_coef
+        return batch
+
+    def _step_entropy_coef(self, entropy: float | None) -> float:
+        """The entropy coefficient this step's update applies; moves the adaptive one with ``H_t``."""
+        if self.adaptive_entropy is None:
+            return float(self.config.actor_rollout_ref.actor.entropy_coeff)
+        if entropy is None:
+            raise RuntimeError(_missing_entropy_message("adaptive_entropy"))
+        self.adaptive_entropy.anchor(self.first_entropy)  # target = ratio × H_0 (no-op once set)
+        applied = self.adaptive_entropy.applied()  # from the entropies up to the previous step
+        self.adaptive_entropy.update(entropy)
+        return applied
+
+    def _update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        if self.adaptive_entropy is not None:
+            if self.step_entropy_coef is None:
+                raise RuntimeError(
+                    "the adaptive entropy coefficient was not computed before the actor update"
+                )
+            batch.extra_info[ENTROPY_COEF_KEY] = self.step_entropy_coef  # read by entropy_control_loss
+        update_metrics: dict[str, Any] = {}
+        batch = super()._update_actor(batch, update_metrics)
+        metrics.update(actor_metrics(update_metrics))
         return batch
 
     def _eapo_metrics(self, step: PolarityStep, entropy: float | None) -> dict[str, float]:
@@ -265,7 +487,11 @@ class EAPOVerlTrainer(PPOTrainerSync):
         # a checkpoint that resume can find always has the scheme's state.
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         save_weighting_state(
-            self._weighting_state_path(folder), self.settings.method, self.weighting, self.first_entropy
+            self._weighting_state_path(folder),
+            self.settings.method,
+            self.weighting,
+            self.first_entropy,
+            self.adaptive_entropy,
         )
         super()._save_checkpoint()
 
@@ -283,7 +509,9 @@ class EAPOVerlTrainer(PPOTrainerSync):
                 WEIGHTING_STATE_FILE,
             )
             return
-        self.first_entropy = load_weighting_state(path, self.settings.method, self.weighting)
+        self.first_entropy = load_weighting_state(
+            path, self.settings.method, self.weighting, self.adaptive_entropy
+        )
         logger.info("restored the %s weighting state from %s", self.settings.method, path)
 
     def _resumed_folder(self) -> str | None:

@@ -867,3 +867,48 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, *, kind: str = "k3") 
     if kind not in KL_ESTIMATORS:
         raise ValueError(f"unknown KL estimator {kind!r}; known: {', '.join(KL_ESTIMATORS)}")
     return KL_ESTIMATORS[kind](logp, ref_logp)
+
+
+# The field's entropy controls (presets, Clip-Cov / KL-Cov losses, the top-entropy mask, the adaptive
+# entropy coefficient) live in their own module and are re-exported here.
+from eapo.core.entropy_control import (  # noqa: E402
+    ENTROPY_CONTROLS,
+    LOSS_MODES,
+    AdaptiveEntropyCoef,
+    EntropyControl,
+    clip_cov_mask,
+    clip_cov_policy_loss,
+    kl_cov_mask,
+    kl_cov_policy_loss,
+    register_entropy_control,
+    top_entropy_mask,
+)
+
+#: Every ``algorithm.method``: the polarity weighting schemes, then the entropy-control presets.
+METHODS: tuple[str, ...] = (*WEIGHTING_SCHEMES, *ENTROPY_CONTROLS)
+
+
+def method_scheme(method: str) -> str:
+    """The polarity weighting scheme of a method: the method itself, or ``grpo`` for an entropy-control
+    preset (GRPO's weights plus one control)."""
+    if method in WEIGHTING_SCHEMES:
+        return method
+    if method in ENTROPY_CONTROLS:
+        return "grpo"
+    raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+
+
+__all__ += [
+    "METHODS",
+    "method_scheme",
+    "ENTROPY_CONTROLS",
+    "LOSS_MODES",
+    "AdaptiveEntropyCoef",
+    "EntropyControl",
+    "clip_cov_mask",
+    "clip_cov_policy_loss",
+    "kl_cov_mask",
+    "kl_cov_policy_loss",
+    "register_entropy_control",
+    "top_entropy_mask",
+]

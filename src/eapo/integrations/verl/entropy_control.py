@@ -1,0 +1,523 @@
+"""Entropy controls on verl: eapo's unified ``algorithm.eapo.*`` names, mapped onto verl's own options
+where verl has the control, and run through :mod:`eapo.core.entropy_control` where it does not.
+
+Where verl 0.9.1 has the control, the ``eapo`` trainer writes eapo's value into verl's option before
+verl's ``__init__`` (:func:`apply_to_actor_config`) and verl does the rest; nothing is re-implemented:
+
+========================  ==========================================================
+``algorithm.eapo.…``      verl option (under ``actor_rollout_ref.actor``)
+========================  ==========================================================
+``entropy_coef``          ``entropy_coeff`` (without ``adaptive_entropy``)
+``epsilon_high``          ``clip_ratio_high``
+``loss_mode``             ``policy_loss.loss_mode`` (``vanilla``, ``clip_cov``, ``kl_cov``)
+``clip_cov_ratio/lb/ub``  ``policy_loss.clip_cov_ratio`` / ``clip_cov_lb`` / ``clip_cov_ub``
+``kl_cov_ratio``          ``policy_loss.kl_cov_ratio``
+``ppo_kl_coef``           ``policy_loss.ppo_kl_coef``
+========================  ==========================================================
+
+A verl option that is already set to something other than verl's default and other than eapo's
+value is a conflict and refused (name one of the two). Two controls verl lacks run in the actor's
+loss, through a wrapper of verl's ``ppo_loss`` (:func:`entropy_control_loss`) that the trainer hands
+to the actor workers with verl's own ``set_loss_fn`` after ``init()``:
+
+* ``adaptive_entropy`` (Skywork-OR1): :class:`eapo.core.entropy_control.AdaptiveEntropyCoef` lives in
+  the trainer. Its target is ``entropy_target`` nats, or ``entropy_target_ratio × H_0`` with ``H_0``
+  the run's first-step rollout entropy (EAPO's anchor). Each step the trainer takes the coefficient
+  to apply (:meth:`~eapo.core.entropy_control.AdaptiveEntropyCoef.applied`), then moves it with this
+  step's ``H_t`` (:func:`eapo.core.rollout_entropy` of the old-log-prob pass's per-token entropies,
+  ``algorithm.eapo.entropy_agg``): ``H_t`` is the entropy of the policy being updated on the tokens it
+  is updated on, the quantity TRL measures inside its update, so step t's coefficient depends on
+  entropies up to step t−1 on both engines. The value reaches the actor as the update batch's
+  non-tensor ``eapo_entropy_coeff`` (verl copies ``KVBatchMeta.extra_info`` into every micro-batch),
+  where the wrapper uses it in place of ``actor.entropy_coeff`` for verl's ``−coef · entropy`` term.
+* ``top_entropy_quantile`` ("Beyond the 80/20 Rule"): the wrapper makes verl's ``ppo_loss`` call the
+  policy loss ``eapo_top_entropy`` (registered with verl's ``register_policy_loss``), which computes
+  :func:`eapo.core.entropy_control.top_entropy_mask` from the micro-batch's per-token entropies
+  (gathered over the data-parallel group, as TRL gathers over processes) and passes it to the
+  configured loss (``vanilla``, ``clip_cov`` or ``kl_cov``) as ``rollout_is_weights`` (multiplied into
+  any rollout-correction weights), which every one of them multiplies into its per-token loss before
+  aggregating: masked tokens carry no policy gradient but still count in the aggregation's
+  denominators, as TRL's ``per_token_loss * entropy_mask``; the KL loss is untouched.
+
+Both need the update's per-token entropies, so the trainer sets ``actor.calculate_entropy=True``.
+
+Metrics (eapo's documented keys, as on TRL): ``entropy_control/coef`` (the coefficient this step's
+update applies), ``entropy_control/clip_low_frac`` and ``entropy_control/clip_high_frac`` (share of
+response tokens whose ratio is below ``1 − clip_ratio_low`` with A < 0 / above
+``1 + clip_ratio_high`` with A > 0, TRL's ``clip_ratio/low_mean`` and ``high_mean``; verl's own
+``actor/pg_clipfrac`` counts both sides together, and under ``clip_cov`` it is the Clip-Cov share;
+not logged under ``kl_cov``, which does not clip), ``entropy_control/cov_frac`` (share of tokens
+Clip-Cov or KL-Cov selected) and ``entropy_control/top_entropy_frac`` (share kept by the mask).
+
+Presets (``algorithm.eapo.method=<name>``, :data:`eapo.core.entropy_control.ENTROPY_CONTROLS`) are
+GRPO's weights (1, 1) plus the control's settings; they run with ``algorithm.adv_estimator=eapo_grpo``
+(eapo's polarity estimator with (1, 1)). ``method=eapo`` (or any weighting scheme) plus control keys
+composes the control with that scheme's weights. Keys a preset sets are defaults: a key set under
+``algorithm.eapo`` wins.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from eapo.core.entropy_control import (
+    ENTROPY_CONTROLS,
+    LOSS_MODES,
+    AdaptiveEntropyCoef,
+    kl_cov_mask,
+    top_entropy_mask,
+)
+
+__all__ = [
+    "ENTROPY_COEF_KEY",
+    "TOP_ENTROPY_LOSS_MODE",
+    "METRIC_PREFIX",
+    "VERL_ACTOR_OPTIONS",
+    "EntropyControls",
+    "apply_to_actor_config",
+    "entropy_control_loss",
+    "compute_policy_loss_top_entropy",
+    "register_policy_losses",
+    "actor_metrics",
+]
+
+#: Non-tensor field of the actor-update batch that carries the step's entropy coefficient.
+ENTROPY_COEF_KEY = "eapo_entropy_coeff"
+#: The policy loss eapo registers with verl (selected by :func:`entropy_control_loss`, never by hand).
+TOP_ENTROPY_LOSS_MODE = "eapo_top_entropy"
+#: Namespace of the controls' metrics.
+METRIC_PREFIX = "entropy_control/"
+
+#: eapo name -> the option under ``actor_rollout_ref.actor`` that verl reads for it.
+VERL_ACTOR_OPTIONS: dict[str, str] = {
+    "entropy_coef": "entropy_coeff",
+    "epsilon_high": "clip_ratio_high",
+    "loss_mode": "policy_loss.loss_mode",
+    "clip_cov_ratio": "policy_loss.clip_cov_ratio",
+    "clip_cov_lb": "policy_loss.clip_cov_lb",
+    "clip_cov_ub": "policy_loss.clip_cov_ub",
+    "kl_cov_ratio": "policy_loss.kl_cov_ratio",
+    "ppo_kl_coef": "policy_loss.ppo_kl_coef",
+}
+
+_ADAPTIVE_KEYS = (
+    "entropy_target",
+    "entropy_target_ratio",
+    "entropy_coef_delta",
+    "entropy_coef_min",
+    "entropy_coef_max",
+)
+_KEYS_OF_LOSS_MODE = {
+    "clip_cov": ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"),
+    "kl_cov": ("kl_cov_ratio", "ppo_kl_coef"),
+}
+#: verl losses that multiply ``rollout_is_weights`` into the per-token loss (the top-entropy mask's way in).
+_MASKABLE_LOSS_MODES = LOSS_MODES
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings: presets resolved, validated once, mapped onto verl's actor config
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntropyControls:
+    """The entropy controls of one run, resolved from ``algorithm.eapo`` and the method's preset.
+
+    ``None`` means unset (verl's own option, or the control, is left alone).
+    """
+
+    entropy_coef: float | None = None
+    """Entropy bonus coefficient: verl's actor.entropy_coeff, or the adaptive coefficient's start."""
+    adaptive_entropy: bool = False
+    """Skywork-OR1's adaptive entropy coefficient (eapo.core.entropy_control.AdaptiveEntropyCoef)."""
+    entropy_target: float | None = None
+    """Adaptive: the entropy target in nats per token (default: entropy_target_ratio × H_0)."""
+    entropy_target_ratio: float | None = None
+    """Adaptive: target = ratio × H_0 (the run's first-step rollout entropy) when entropy_target is unset."""
+    entropy_coef_delta: float | None = None
+    """Adaptive: the coefficient's step per update."""
+    entropy_coef_min: float | None = None
+    """Adaptive: lower bound of the coefficient."""
+    entropy_coef_max: float | None = None
+    """Adaptive: upper bound of the coefficient."""
+    epsilon_high: float | None = None
+    """DAPO's clip-higher: the upper clip ε_high (verl's actor.clip_ratio_high)."""
+    loss_mode: str | None = None
+    """Policy loss: vanilla, clip_cov or kl_cov (verl's actor.policy_loss.loss_mode)."""
+    clip_cov_ratio: float | None = None
+    """Clip-Cov: share of tokens whose gradient is cut."""
+    clip_cov_lb: float | None = None
+    """Clip-Cov: lower bound of the covariance window."""
+    clip_cov_ub: float | None = None
+    """Clip-Cov: upper bound of the covariance window."""
+    kl_cov_ratio: float | None = None
+    """KL-Cov: share of tokens that get the KL penalty."""
+    ppo_kl_coef: float | None = None
+    """KL-Cov: coefficient of the |log ρ| penalty."""
+    top_entropy_quantile: float | None = None
+    """Only the top quantile of tokens by entropy carry the policy loss (1 keeps all)."""
+
+    @classmethod
+    def resolve(cls, method: str, values: Mapping[str, Any]) -> EntropyControls:
+        """The controls of ``method`` (a preset's settings, if it is one) with ``values`` set on top.
+
+        Raises:
+            ValueError: a value out of range, or a combination that cannot work (the message names
+                the key and why).
+        """
+        merged: dict[str, Any] = dict(ENTROPY_CONTROLS[method].settings) if method in ENTROPY_CONTROLS else {}
+        merged.update({key: value for key, value in values.items() if value is not None})
+        controls = cls(**merged)
+        controls.validate()
+        return controls
+
+    @property
+    def active(self) -> bool:
+        """Whether any control is set."""
+        return any(getattr(self, f.name) not in (None, False) for f in dataclasses.fields(self))
+
+    @property
+    def needs_loss_wrapper(self) -> bool:
+        """Whether the actor's loss must be :func:`entropy_control_loss` (any control: it also measures
+        the clip and covariance shares)."""
+        return self.active
+
+    def validate(self) -> None:
+        for key in ("entropy_coef", "epsilon_high", "clip_cov_ratio", "kl_cov_ratio", "ppo_kl_coef"):
+            value = getattr(self, key)
+            if value is not None and not (math.isfinite(float(value)) and float(value) >= 0):
+                raise ValueError(f"algorithm.eapo.{key} must be a finite number >= 0, got {value}")
+        if self.epsilon_high is not None and not self.epsilon_high > 0:
+            raise ValueError(f"algorithm.eapo.epsilon_high must be > 0, got {self.epsilon_high}")
+        if not isinstance(self.adaptive_entropy, bool):
+            raise ValueError(
+                f"algorithm.eapo.adaptive_entropy must be true or false, got {self.adaptive_entropy!r}"
+            )
+        if not self.adaptive_entropy:
+            stray = [key for key in _ADAPTIVE_KEYS if getattr(self, key) is not None]
+            if stray:
+                raise ValueError(
+                    f"algorithm.eapo.{stray[0]} applies only to the adaptive entropy coefficient: "
+                    "set algorithm.eapo.adaptive_entropy=true (or method=adaptive_entropy), or remove it"
+                )
+        else:
+            try:
+                self.build_adaptive()
+            except ValueError as error:
+                raise ValueError(f"algorithm.eapo (adaptive_entropy): {error}") from error
+        if self.loss_mode is not None and self.loss_mode not in LOSS_MODES:
+            raise ValueError(
+                f"algorithm.eapo.loss_mode={self.loss_mode!r} is invalid; valid: {', '.join(LOSS_MODES)}"
+            )
+        for mode, keys in _KEYS_OF_LOSS_MODE.items():
+            stray = [key for key in keys if getattr(self, key) is not None]
+            if stray and self.loss_mode != mode:
+                raise ValueError(
+                    f"algorithm.eapo.{stray[0]} applies only with algorithm.eapo.loss_mode={mode} "
+                    f"(method={mode}); loss_mode is {self.loss_mode or 'unset (vanilla)'}"
+                )
+        if self.loss_mode == "kl_cov" and self.epsilon_high is not None:
+            raise ValueError(
+                "algorithm.eapo.epsilon_high cannot be combined with loss_mode=kl_cov: KL-Cov does not clip "
+                "the ratio (verl's compute_policy_loss_kl_cov), so epsilon_high would have no effect"
+            )
+        if (
+            self.clip_cov_lb is not None
+            and self.clip_cov_ub is not None
+            and not self.clip_cov_lb < self.clip_cov_ub
+        ):
+            raise ValueError(
+                f"algorithm.eapo.clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})"
+            )
+        if self.top_entropy_quantile is not None and not 0.0 <= self.top_entropy_quantile <= 1.0:
+            raise ValueError(
+                f"algorithm.eapo.top_entropy_quantile must lie in [0, 1], got {self.top_entropy_quantile}"
+            )
+
+    def build_adaptive(self) -> AdaptiveEntropyCoef | None:
+        """A fresh adaptive coefficient (None without ``adaptive_entropy``)."""
+        if not self.adaptive_entropy:
+            return None
+        defaults = AdaptiveEntropyCoef()
+        return AdaptiveEntropyCoef(
+            coef=defaults.coef if self.entropy_coef is None else float(self.entropy_coef),
+            delta=defaults.delta if self.entropy_coef_delta is None else float(self.entropy_coef_delta),
+            coef_min=defaults.coef_min if self.entropy_coef_min is None else float(self.entropy_coef_min),
+            coef_max=defaults.coef_max if self.entropy_coef_max is None else float(self.entropy_coef_max),
+            target=None if self.entropy_target is None else float(self.entropy_target),
+            target_ratio=defaults.target_ratio
+            if self.entropy_target_ratio is None
+            else float(self.entropy_target_ratio),
+        )
+
+    def verl_actor_values(self) -> dict[str, Any]:
+        """verl option (under ``actor_rollout_ref.actor``) -> the value eapo sets it to."""
+        values = {}
+        for key, option in VERL_ACTOR_OPTIONS.items():
+            value = getattr(self, key)
+            if value is None or (key == "entropy_coef" and self.adaptive_entropy):
+                continue  # the adaptive coefficient reaches the loss per step, not through the config
+            values[option] = value if isinstance(value, str) else float(value)
+        if self.adaptive_entropy or self.top_entropy_quantile is not None:
+            values["calculate_entropy"] = True  # the loss needs the update's per-token entropies
+        return values
+
+    def verl_overrides(self) -> list[str]:
+        """The same as Hydra overrides (``actor_rollout_ref.actor.clip_ratio_high=0.28``), for reading."""
+        return [
+            f"actor_rollout_ref.actor.{option}={value}" for option, value in self.verl_actor_values().items()
+        ]
+
+
+def _verl_actor_defaults() -> dict[str, Any]:
+    from verl.workers.config import ActorConfig, PolicyLossConfig
+
+    defaults = {
+        f.name: f.default for f in dataclasses.fields(ActorConfig) if f.default is not dataclasses.MISSING
+    }
+    defaults.update(
+        {
+            f"policy_loss.{f.name}": f.default
+            for f in dataclasses.fields(PolicyLossConfig)
+            if f.default is not dataclasses.MISSING
+        }
+    )
+    return defaults
+
+
+def _eapo_key_of(option: str) -> str:
+    for key, mapped in VERL_ACTOR_OPTIONS.items():
+        if mapped == option:
+            return f"algorithm.eapo.{key}"
+    return "algorithm.eapo (adaptive_entropy / top_entropy_quantile)"
+
+
+def apply_to_actor_config(actor: Any, controls: EntropyControls) -> dict[str, Any]:
+    """Write the controls' verl options into ``actor`` (``actor_rollout_ref.actor``, an OmegaConf node).
+
+    Returns the options written. Raises ValueError when the user set verl's option to another value
+    than verl's default and eapo's, or set ``actor.entropy_coeff`` beside ``adaptive_entropy``
+    (whose coefficient replaces it each step).
+    """
+    from omegaconf import OmegaConf, open_dict
+
+    defaults = _verl_actor_defaults()
+    if controls.adaptive_entropy:
+        current = OmegaConf.select(actor, "entropy_coeff", default=0)
+        if current != defaults["entropy_coeff"]:
+            raise ValueError(
+                f"algorithm.eapo.adaptive_entropy sets the entropy coefficient each step, but "
+                f"actor_rollout_ref.actor.entropy_coeff={current}: set the starting value as "
+                "algorithm.eapo.entropy_coef and leave entropy_coeff at 0"
+            )
+    values = controls.verl_actor_values()
+    for option, value in values.items():
+        current = OmegaConf.select(actor, option, default=defaults.get(option))
+        if current != value and current != defaults.get(option):
+            raise ValueError(
+                f"{_eapo_key_of(option)} sets actor_rollout_ref.actor.{option}={value}, but it is set to "
+                f"{current}: set one of the two (eapo writes verl's option from its own)"
+            )
+    with open_dict(actor):
+        for option, value in values.items():
+            OmegaConf.update(actor, option, value, merge=False)
+    loss_mode = OmegaConf.select(actor, "policy_loss.loss_mode", default="vanilla")
+    if controls.top_entropy_quantile is not None and loss_mode not in _MASKABLE_LOSS_MODES:
+        raise ValueError(
+            f"algorithm.eapo.top_entropy_quantile masks the policy loss of {', '.join(_MASKABLE_LOSS_MODES)}; "
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} is not one of them"
+        )
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# The actor's loss: verl's ppo_loss with the per-step coefficient, the top-entropy mask, and metrics
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _TopEntropyCall:
+    """What :func:`compute_policy_loss_top_entropy` needs from the enclosing loss call."""
+
+    base_loss_mode: str
+    quantile: float
+    entropy: torch.Tensor  # [B, T] padded, detached
+    gather: Callable[[torch.Tensor], torch.Tensor] | None
+
+
+_TOP_ENTROPY_CALL: contextvars.ContextVar[_TopEntropyCall | None] = contextvars.ContextVar(
+    "eapo_top_entropy_call", default=None
+)
+
+
+def _dp_gather(dp_group: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """All ranks' 1-D tensors of any length, concatenated (None on one process)."""
+    import torch.distributed as dist
+
+    if dp_group is None or not dist.is_initialized() or dist.get_world_size(dp_group) == 1:
+        return None
+
+    def gather(values: torch.Tensor) -> torch.Tensor:
+        world = dist.get_world_size(dp_group)
+        size = torch.tensor([values.numel()], device=values.device)
+        sizes = [torch.zeros_like(size) for _ in range(world)]
+        dist.all_gather(sizes, size, group=dp_group)
+        longest = int(max(s.item() for s in sizes))
+        padded = torch.zeros(longest, dtype=values.dtype, device=values.device)
+        padded[: values.numel()] = values
+        chunks = [torch.zeros_like(padded) for _ in range(world)]
+        dist.all_gather(chunks, padded, group=dp_group)
+        return torch.cat([chunk[: int(s.item())] for chunk, s in zip(chunks, sizes, strict=True)])
+
+    return gather
+
+
+def compute_policy_loss_top_entropy(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl policy loss ``eapo_top_entropy``: the configured loss on the top-entropy tokens only.
+
+    All tensors ``(bs, response_length)``. The mask is :func:`eapo.core.entropy_control.top_entropy_mask`
+    of the entropies :func:`entropy_control_loss` put in context; it reaches the configured loss as
+    ``rollout_is_weights``.
+    """
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    call = _TOP_ENTROPY_CALL.get()
+    if call is None:
+        raise RuntimeError(
+            f"policy_loss.loss_mode={TOP_ENTROPY_LOSS_MODE} is selected by eapo's trainer, not by hand: set "
+            "algorithm.eapo.top_entropy_quantile with trainer.use_v1=True trainer.v1.trainer_mode=eapo"
+        )
+    keep = top_entropy_mask(call.entropy, response_mask, call.quantile, gather=call.gather)  # [B, T] bool
+    weights = keep.to(log_prob.dtype) if rollout_is_weights is None else rollout_is_weights * keep
+    base = get_policy_loss_fn(call.base_loss_mode)
+    loss, metrics = base(
+        old_log_prob=old_log_prob,
+        log_prob=log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        loss_agg_mode=loss_agg_mode,
+        config=config,
+        rollout_is_weights=weights,
+    )
+    valid = response_mask.bool()
+    kept = (keep & valid).sum().item() / max(int(valid.sum().item()), 1)
+    return loss, {**metrics, f"{METRIC_PREFIX}top_entropy_frac": kept}
+
+
+def register_policy_losses() -> None:
+    """Register :func:`compute_policy_loss_top_entropy` with verl as ``eapo_top_entropy``."""
+    from verl.trainer.ppo.core_algos import register_policy_loss
+
+    register_policy_loss(TOP_ENTROPY_LOSS_MODE)(compute_policy_loss_top_entropy)
+
+
+def _clip_shares(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: Any,
+) -> tuple[float, float]:
+    """TRL's ``clip_ratio/low_mean`` and ``high_mean``: shares of response tokens with ρ < 1 − ε_low
+    and A < 0, and with ρ > 1 + ε_high and A > 0 (ε from verl's actor config)."""
+    low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
+    high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
+    with torch.no_grad():
+        ratio = torch.exp(log_prob - old_log_prob)  # [B, T]
+        valid = mask.bool()
+        count = max(int(valid.sum().item()), 1)
+        below = ((ratio < 1 - low) & (advantages < 0) & valid).sum().item() / count
+        above = ((ratio > 1 + high) & (advantages > 0) & valid).sum().item() / count
+    return below, above
+
+
+def entropy_control_loss(
+    config: Any,
+    model_output: Any,
+    data: Any,
+    dp_group: Any = None,
+    *,
+    top_entropy_quantile: float | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl's ``ppo_loss`` with eapo's entropy controls; same signature (bound with ``functools.partial``).
+
+    * the micro-batch's non-tensor ``eapo_entropy_coeff`` (the trainer's per-step coefficient), when
+      present, replaces ``config.entropy_coeff``;
+    * ``top_entropy_quantile`` routes the policy loss through ``eapo_top_entropy``;
+    * adds the ``entropy_control/*`` share metrics.
+    """
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.metric import AggregationType, Metric
+    from verl.workers.utils.losses import ppo_loss
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    coef = tu.get_non_tensor_data(data=data, key=ENTROPY_COEF_KEY, default=None)
+    if coef is not None:
+        config = dataclasses.replace(config, entropy_coeff=float(coef))
+    base_loss_mode = config.policy_loss.get("loss_mode", "vanilla")
+    token = None
+    if top_entropy_quantile is not None:
+        entropy = model_output.get("entropy", None)
+        if entropy is None:
+            raise RuntimeError(
+                "algorithm.eapo.top_entropy_quantile needs the update's per-token entropies, but the actor "
+                "computed none: actor_rollout_ref.actor.calculate_entropy must be True (the eapo trainer sets it)"
+            )
+        call = _TopEntropyCall(
+            base_loss_mode=base_loss_mode,
+            quantile=float(top_entropy_quantile),
+            entropy=no_padding_2_padding(entropy, data).detach(),
+            gather=_dp_gather(dp_group),
+        )
+        policy_loss = dataclasses.replace(config.policy_loss, loss_mode=TOP_ENTROPY_LOSS_MODE)
+        config = dataclasses.replace(config, policy_loss=policy_loss)
+        token = _TOP_ENTROPY_CALL.set(call)
+    try:
+        loss, metrics = ppo_loss(config, model_output, data, dp_group)
+    finally:
+        if token is not None:
+            _TOP_ENTROPY_CALL.reset(token)
+
+    log_prob = no_padding_2_padding(model_output["log_probs"], data).detach()
+    padded = data.select("response_mask", "old_log_probs", "advantages").to_padded_tensor()
+    mask, advantages = padded["response_mask"].bool(), padded["advantages"]
+    shares: dict[str, float] = {}
+    if base_loss_mode != "kl_cov":  # KL-Cov does not clip the ratio
+        shares["clip_low_frac"], shares["clip_high_frac"] = _clip_shares(
+            log_prob, padded["old_log_probs"], advantages, mask, config
+        )
+    if base_loss_mode == "clip_cov":  # verl's Clip-Cov reports its selected share as pg_clipfrac
+        selected = metrics.get("actor/pg_clipfrac", None)
+        if selected is not None:
+            shares["cov_frac"] = float(selected.aggregate() if isinstance(selected, Metric) else selected)
+    elif base_loss_mode == "kl_cov":  # deterministic (top-k), so recomputing it draws nothing
+        selected = kl_cov_mask(log_prob, advantages, mask, kl_cov_ratio=config.policy_loss.kl_cov_ratio)
+        shares["cov_frac"] = selected.sum().item() / max(int(mask.sum().item()), 1)
+    for name, value in shares.items():
+        metrics[f"{METRIC_PREFIX}{name}"] = Metric(value=value, aggregation=AggregationType.MEAN)
+    return loss, metrics
+
+
+def actor_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The actor update's metrics with the controls' keys moved out of verl's ``actor/`` prefix
+    (``actor/entropy_control/x`` -> ``entropy_control/x``)."""
+    prefixed = f"actor/{METRIC_PREFIX}"
+    return {
+        (key[len("actor/") :] if key.startswith(prefixed) else key): value for key, value in metrics.items()
+    }

@@ -1,0 +1,855 @@
+"""Entropy controls on verl: eapo.core's Clip-Cov / KL-Cov equal verl's own; eapo's keys reach verl's
+actor config; the top-entropy mask and the adaptive coefficient reach the actor's loss; every preset
+trains through the plugin on the CPU (a tiny per-position policy stands in for the actor workers)
+with the loss eapo.core's functions give, and resume restores the adaptive coefficient.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("verl")
+
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from tensordict import NonTensorStack, TensorDict  # noqa: E402
+from verl.trainer.ppo.core_algos import (  # noqa: E402
+    POLICY_LOSS_REGISTRY,
+    agg_loss,
+    compute_policy_loss_clip_cov,
+    compute_policy_loss_kl_cov,
+)
+from verl.utils import tensordict_utils as tu  # noqa: E402
+from verl.utils.metric import Metric  # noqa: E402
+from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
+
+from eapo.core import polarity_weighted_advantages  # noqa: E402
+from eapo.core.entropy_control import (  # noqa: E402
+    ENTROPY_CONTROLS,
+    clip_cov_policy_loss,
+    kl_cov_policy_loss,
+    top_entropy_mask,
+)
+from eapo.integrations.verl import EapoSettings, EAPOVerlTrainer  # noqa: E402
+from eapo.integrations.verl.entropy_control import (  # noqa: E402
+    ENTROPY_COEF_KEY,
+    TOP_ENTROPY_LOSS_MODE,
+    EntropyControls,
+    compute_policy_loss_top_entropy,
+    entropy_control_loss,
+)
+from eapo.integrations.verl.estimators import fixed_weights  # noqa: E402
+
+AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+
+
+def actor_config(**overrides) -> ActorConfig:
+    policy_loss = PolicyLossConfig(**overrides.pop("policy_loss", {}))
+    return ActorConfig(
+        strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=2, policy_loss=policy_loss, **overrides
+    )
+
+
+def random_batch(seed: int, batch: int = 6, length: int = 40):
+    """Fixed tensors spread wide enough that Clip-Cov's window (1, 5) holds many candidates."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(length // 2, length + 1, (batch,), generator=generator)
+    mask = torch.arange(length)[None, :] < lengths[:, None]  # [B, T]
+    old_logp = -4 * torch.rand(batch, length, generator=generator)  # [B, T]
+    logp = old_logp + 0.4 * torch.randn(batch, length, generator=generator)  # the policy has moved
+    advantages = (3 * torch.randn(batch, 1, generator=generator)).expand(batch, length) * mask  # [B, T]
+    return logp, old_logp, advantages, mask
+
+
+# --- (a) eapo.core's Clip-Cov and KL-Cov equal verl's own ----------------------------------------
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_clip_cov_equals_verls_loss_and_gradient(agg, seed):
+    logp, old_logp, advantages, mask = random_batch(seed)
+    settings = {"clip_cov_ratio": 0.05, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}
+    config = actor_config(
+        clip_ratio_low=0.2, clip_ratio_high=0.28, policy_loss={"loss_mode": "clip_cov", **settings}
+    )
+
+    theirs_logp = logp.clone().requires_grad_(True)
+    torch.manual_seed(100 + seed)  # Clip-Cov draws its tokens with torch.randperm
+    theirs, metrics = compute_policy_loss_clip_cov(old_logp, theirs_logp, advantages, mask, agg, config)
+    theirs.backward()
+
+    ours_logp = logp.clone().requires_grad_(True)
+    torch.manual_seed(100 + seed)
+    per_token, selected = clip_cov_policy_loss(
+        ours_logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.28, **settings
+    )
+    ours = agg_loss(per_token, mask, agg)
+    ours.backward()
+
+    # a real draw: more candidates than the max(1, ⌊0.05 · #tokens⌋) it keeps
+    assert selected.sum().item() == max(1, int(0.05 * mask.sum().item())) > 1
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(selected.sum().item() / mask.sum().item())
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(ours_logp.grad, theirs_logp.grad, rtol=1e-6, atol=1e-7)
+    assert torch.all(ours_logp.grad[selected] == 0) and ours_logp.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kl_cov_equals_verls_loss_and_gradient(agg, seed):
+    logp, old_logp, advantages, mask = random_batch(seed)
+    config = actor_config(policy_loss={"loss_mode": "kl_cov", "kl_cov_ratio": 0.05, "ppo_kl_coef": 0.1})
+
+    theirs_logp = logp.clone().requires_grad_(True)
+    theirs, _ = compute_policy_loss_kl_cov(old_logp, theirs_logp, advantages, mask, agg, config)
+    theirs.backward()
+
+    ours_logp = logp.clone().requires_grad_(True)
+    per_token, selected = kl_cov_policy_loss(
+        ours_logp, old_logp, advantages, mask, kl_cov_ratio=0.05, ppo_kl_coef=0.1
+    )
+    ours = agg_loss(per_token, mask, agg)
+    ours.backward()
+
+    assert selected.sum().item() == max(1, int(0.05 * mask.sum().item())) > 1
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(ours_logp.grad, theirs_logp.grad, rtol=1e-6, atol=1e-7)
+
+
+# --- (b) eapo's keys reach verl's actor config ----------------------------------------------------
+
+#: preset -> the verl options (under actor_rollout_ref.actor) it must arrive at.
+PRESET_OPTIONS = {
+    "entropy_bonus": {"entropy_coeff": 0.01, "calculate_entropy": False},
+    "adaptive_entropy": {"entropy_coeff": 0, "calculate_entropy": True},
+    "clip_higher": {"clip_ratio_high": 0.28, "clip_ratio_low": 0.2},
+    "clip_cov": {
+        "policy_loss.loss_mode": "clip_cov",
+        "policy_loss.clip_cov_ratio": 2e-4,
+        "policy_loss.clip_cov_lb": 1.0,
+        "policy_loss.clip_cov_ub": 5.0,
+    },
+    "kl_cov": {
+        "policy_loss.loss_mode": "kl_cov",
+        "policy_loss.kl_cov_ratio": 2e-4,
+        "policy_loss.ppo_kl_coef": 0.1,
+    },
+    "top_entropy": {"calculate_entropy": True, "policy_loss.loss_mode": "vanilla"},
+}
+
+
+def preset_config(verl_config, method, **keys):
+    verl_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = 2  # as a runnable config has
+    verl_config.algorithm.adv_estimator = "eapo_grpo"
+    verl_config.algorithm.eapo = {"method": method, **keys}
+    return verl_config
+
+
+def test_every_preset_is_covered():
+    import dataclasses
+
+    from eapo.integrations.verl.estimators import CONTROL_KEYS, SETTING_KEYS
+
+    assert set(PRESET_OPTIONS) == set(ENTROPY_CONTROLS)
+    assert [f.name for f in dataclasses.fields(EntropyControls)] == list(CONTROL_KEYS)
+    assert {f.name for f in dataclasses.fields(EapoSettings)} == set(SETTING_KEYS)
+    assert sum(len(row) for row in TOKENS) == N_TOKENS
+
+
+@pytest.mark.parametrize("method", sorted(PRESET_OPTIONS))
+def test_preset_reaches_verls_actor_config(method, verl_config):
+    trainer = EAPOVerlTrainer(preset_config(verl_config, method))
+    assert (trainer.settings.scheme, trainer.settings.estimator) == ("grpo", "eapo_grpo")
+    assert trainer.weighting.weights(None) == (1.0, 1.0)
+    actor = trainer.config.actor_rollout_ref.actor
+    for option, value in PRESET_OPTIONS[method].items():
+        assert OmegaConf.select(actor, option) == pytest.approx(value), option
+    # the workers' own dataclass of that config, bound into the loss the trainer hands them
+    loss_fn = trainer.actor_loss_fn()
+    assert loss_fn.func is entropy_control_loss
+    bound = loss_fn.keywords["config"]
+    for option, value in PRESET_OPTIONS[method].items():
+        node = bound
+        for part in option.split("."):
+            node = getattr(node, part)
+        assert node == pytest.approx(value), option
+    expected_quantile = 0.2 if method == "top_entropy" else None
+    assert loss_fn.keywords["top_entropy_quantile"] == expected_quantile
+
+
+def test_keys_set_beside_a_preset_win_and_are_mapped(verl_config):
+    trainer = EAPOVerlTrainer(preset_config(verl_config, "clip_cov", clip_cov_ratio=1e-3, epsilon_high=0.3))
+    actor = trainer.config.actor_rollout_ref.actor
+    assert (actor.policy_loss.loss_mode, actor.policy_loss.clip_cov_ratio, actor.clip_ratio_high) == (
+        "clip_cov",
+        1e-3,
+        0.3,
+    )
+    assert trainer.controls.verl_overrides() == [
+        "actor_rollout_ref.actor.clip_ratio_high=0.3",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
+        "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.001",
+        "actor_rollout_ref.actor.policy_loss.clip_cov_lb=1.0",
+        "actor_rollout_ref.actor.policy_loss.clip_cov_ub=5.0",
+    ]
+
+
+def test_plain_eapo_leaves_verls_options_and_loss_alone(verl_config):
+    before = OmegaConf.to_container(verl_config.actor_rollout_ref.actor)
+    trainer = EAPOVerlTrainer(verl_config)
+    assert not trainer.controls.active and trainer.verl_options == {}
+    assert OmegaConf.to_container(trainer.config.actor_rollout_ref.actor) == before
+
+
+def test_verls_option_set_to_the_same_value_is_accepted(verl_config):
+    verl_config.actor_rollout_ref.actor.clip_ratio_high = 0.28
+    trainer = EAPOVerlTrainer(preset_config(verl_config, "clip_higher"))
+    assert trainer.config.actor_rollout_ref.actor.clip_ratio_high == 0.28
+
+
+@pytest.mark.parametrize(
+    ("method", "keys", "verl_options", "message"),
+    [
+        (
+            "clip_higher",
+            {},
+            {"clip_ratio_high": 0.3},
+            r"algorithm.eapo.epsilon_high sets actor_rollout_ref.actor.clip_ratio_high=0.28, but it is set to 0.3",
+        ),
+        (
+            "entropy_bonus",
+            {},
+            {"entropy_coeff": 0.05},
+            r"algorithm.eapo.entropy_coef sets actor_rollout_ref.actor.entropy_coeff=0.01, but it is set to 0.05",
+        ),
+        (
+            "clip_cov",
+            {},
+            {"policy_loss.loss_mode": "gspo"},
+            r"algorithm.eapo.loss_mode sets actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov, but it is set to gspo",
+        ),
+        (
+            "adaptive_entropy",
+            {},
+            {"entropy_coeff": 0.01},
+            r"adaptive_entropy sets the entropy coefficient each step, but actor_rollout_ref.actor.entropy_coeff=0.01",
+        ),
+        (
+            "top_entropy",
+            {},
+            {"policy_loss.loss_mode": "gspo"},
+            r"top_entropy_quantile masks the policy loss of vanilla, clip_cov, kl_cov; .*loss_mode=gspo",
+        ),
+        (
+            "kl_cov",
+            {"epsilon_high": 0.28},
+            {},
+            r"epsilon_high cannot be combined with loss_mode=kl_cov: KL-Cov does not clip the ratio",
+        ),
+        (
+            "clip_higher",
+            {"clip_cov_ratio": 0.01},
+            {},
+            r"algorithm.eapo.clip_cov_ratio applies only with .*loss_mode=clip_cov",
+        ),
+        (
+            "entropy_bonus",
+            {"entropy_target": 1.0},
+            {},
+            r"algorithm.eapo.entropy_target applies only to the adaptive",
+        ),
+        (
+            "clip_cov",
+            {"loss_mode": "gspo"},
+            {},
+            r"algorithm.eapo.loss_mode='gspo' is invalid; valid: vanilla, clip_cov, kl_cov",
+        ),
+        (
+            "top_entropy",
+            {"top_entropy_quantile": 1.5},
+            {},
+            r"top_entropy_quantile must lie in \[0, 1\], got 1.5",
+        ),
+        (
+            "adaptive_entropy",
+            {"entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
+            {},
+            r"coef_min \(0.5\) must be <= coef_max",
+        ),
+        (
+            "clip_higher",
+            {"epsilon_high": -0.1},
+            {},
+            r"algorithm.eapo.epsilon_high must be a finite number >= 0",
+        ),
+    ],
+)
+def test_combinations_that_cannot_work_are_refused(verl_config, method, keys, verl_options, message):
+    for option, value in verl_options.items():
+        OmegaConf.update(verl_config.actor_rollout_ref.actor, option, value)
+    with pytest.raises(ValueError, match=message):
+        EAPOVerlTrainer(preset_config(verl_config, method, **keys))
+
+
+def test_estimator_and_method_must_agree(verl_config):
+    verl_config.algorithm.eapo = {"method": "clip_cov"}  # adv_estimator=eapo
+    with pytest.raises(
+        ValueError,
+        match=r"method=clip_cov is a preset on GRPO's weights \(1, 1\), run by algorithm.adv_estimator=eapo_grpo, "
+        r"but algorithm.adv_estimator=eapo: .*method=eapo loss_mode=clip_cov",
+    ):
+        EAPOVerlTrainer(verl_config)
+    verl_config.algorithm.eapo = {"method": "grpo"}
+    with pytest.raises(ValueError, match=r"the grpo scheme's estimator is eapo_grpo"):
+        EAPOVerlTrainer(verl_config)
+    verl_config.algorithm.eapo = {"method": "dapo"}
+    with pytest.raises(
+        ValueError, match=r"algorithm.eapo.method='dapo' is unknown; valid: weighting schemes"
+    ):
+        EAPOVerlTrainer(verl_config)
+
+
+def test_refused_where_verl_cannot_run_them(verl_config):
+    bypass = preset_config(verl_config.copy(), "adaptive_entropy")
+    bypass.algorithm.rollout_correction.bypass_mode = True
+    with pytest.raises(
+        ValueError, match=r"algorithm.eapo.adaptive_entropy needs this step's rollout entropy"
+    ):
+        EAPOVerlTrainer(bypass)
+    distilled = preset_config(verl_config.copy(), "clip_cov")
+    distilled.distillation.enabled = True
+    with pytest.raises(ValueError, match=r"distillation \(distillation.enabled=True\) replaces that loss"):
+        EAPOVerlTrainer(distilled)
+    # outside the eapo trainer the estimator cannot apply a control
+    with pytest.raises(
+        ValueError, match=r"entropy control \(clip_cov\), which only the eapo trainer applies"
+    ):
+        fixed_weights("eapo_grpo", {"method": "clip_cov"})
+    with pytest.raises(ValueError, match=r"entropy control \(\['epsilon_high'\]\)"):
+        fixed_weights("psr", {"epsilon_high": 0.28})
+    assert fixed_weights("eapo_grpo", {}) == (1.0, 1.0)
+
+
+def test_eapo_top_entropy_is_not_selected_by_hand():
+    assert POLICY_LOSS_REGISTRY[TOP_ENTROPY_LOSS_MODE] is compute_policy_loss_top_entropy
+    logp, old_logp, advantages, mask = random_batch(0)
+    with pytest.raises(
+        RuntimeError, match=r"set algorithm.eapo.top_entropy_quantile with .*trainer_mode=eapo"
+    ):
+        compute_policy_loss_top_entropy(old_logp, logp, advantages, mask, "token-mean", actor_config())
+
+
+# --- (c) the top-entropy mask and the per-step coefficient reach verl's loss ---------------------
+
+
+def micro_batch(logp_rows, entropy_rows, advantages, *, extra=None, old_shift=0.0):
+    """A micro-batch as verl's engine hands it to the loss (jagged fields, one prompt token per row)
+    and the model output (log-probs and entropies over prompt + response, as no_padding_2_padding reads)."""
+    lengths = [len(row) for row in logp_rows]
+    flat_logp = torch.tensor([v for row in logp_rows for v in (*row, 0.0)], requires_grad=True)
+    flat_entropy = torch.tensor([v for row in entropy_rows for v in (*row, 0.0)])
+    offsets = torch.tensor([0] + [sum(n + 1 for n in lengths[: i + 1]) for i in range(len(lengths))])
+    model_output = {
+        "log_probs": torch.nested.nested_tensor_from_jagged(flat_logp, offsets),
+        "entropy": torch.nested.nested_tensor_from_jagged(flat_entropy, offsets),
+    }
+
+    def jagged(rows):
+        return torch.nested.as_nested_tensor(
+            [torch.tensor(row, dtype=torch.float32) for row in rows], layout=torch.jagged
+        )
+
+    data = TensorDict(
+        {
+            "prompts": jagged([[0.0] for _ in lengths]),
+            "responses": jagged([[1.0] * n for n in lengths]),
+            "response_mask": jagged([[1.0] * n for n in lengths]),
+            "old_log_probs": jagged([[v - old_shift for v in row] for row in logp_rows]),
+            "advantages": jagged([[a] * n for a, n in zip(advantages, lengths, strict=True)]),
+        },
+        batch_size=len(lengths),
+    )
+    tu.assign_non_tensor(
+        data, dp_size=1, batch_num_tokens=sum(lengths), global_batch_size=len(lengths), **(extra or {})
+    )
+    return model_output, data, flat_logp
+
+
+def metric(value):
+    return value.aggregate() if isinstance(value, Metric) else value
+
+
+def test_top_entropy_mask_and_step_coefficient_in_the_loss_by_hand():
+    """Entropies [0.1, 0.9, 0.5] and [0.7, 0.3]; quantile 0.4 keeps tokens at or above the 0.6 quantile
+    of the five (0.5 + 0.4 · 0.2 = 0.58): 0.9 and 0.7. At ρ = 1 each kept token's loss is −A, so with
+    A = (1, −2) the token-mean policy loss is (−1 + 2) / 5 = 0.2, and the bonus 0.1 · mean entropy 0.5
+    (from the step's coefficient, not the config's 0) makes the loss 0.15. d loss / d log π is −A / 5
+    on the kept tokens, 0 elsewhere."""
+    model_output, data, flat_logp = micro_batch(
+        [[-1.0, -2.0, -0.5], [-1.5, -0.3]],
+        [[0.1, 0.9, 0.5], [0.7, 0.3]],
+        [1.0, -2.0],
+        extra={ENTROPY_COEF_KEY: 0.1},
+    )
+    config = actor_config(calculate_entropy=True)
+    loss, metrics = entropy_control_loss(config, model_output, data, top_entropy_quantile=0.4)
+    loss.backward()
+    assert loss.item() == pytest.approx(0.15, abs=1e-6)
+    assert metric(metrics["actor/pg_loss"]) == pytest.approx(0.2, abs=1e-6)
+    assert metric(metrics["actor/entropy_loss"]) == pytest.approx(0.5, abs=1e-6)
+    assert metric(metrics["entropy_control/top_entropy_frac"]) == pytest.approx(0.4)
+    assert metric(metrics["entropy_control/clip_low_frac"]) == 0.0
+    assert metric(metrics["entropy_control/clip_high_frac"]) == 0.0
+    # row 0: positions 0..2 then its dummy; row 1: 4..5 then its dummy
+    torch.testing.assert_close(flat_logp.grad, torch.tensor([0.0, -0.2, 0.0, 0.0, 0.4, 0.0, 0.0]))
+    assert config.entropy_coeff == 0  # the step's value was used, the config left alone
+    assert config.policy_loss.loss_mode == "vanilla"
+    # the mask is eapo.core's
+    entropies = torch.tensor([[0.1, 0.9, 0.5], [0.7, 0.3, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    assert top_entropy_mask(entropies, mask, 0.4).tolist() == [[False, True, False], [True, False, False]]
+
+
+def test_clip_shares_by_hand():
+    """ρ = exp(0.5) = 1.65 on every token (old log π shifted by −0.5): A > 0 tokens are above 1 + 0.28,
+    A < 0 ones are not below 0.8. Three of five tokens have A > 0."""
+    model_output, data, _ = micro_batch(
+        [[-1.0, -2.0, -0.5], [-1.5, -0.3]], [[0.1] * 3, [0.1] * 2], [1.0, -2.0], old_shift=0.5
+    )
+    config = actor_config(clip_ratio_high=0.28)
+    _, metrics = entropy_control_loss(config, model_output, data)
+    assert metric(metrics["entropy_control/clip_high_frac"]) == pytest.approx(0.6)
+    assert metric(metrics["entropy_control/clip_low_frac"]) == 0.0
+    assert "entropy_control/top_entropy_frac" not in metrics
+
+
+def test_adaptive_coefficient_by_hand(verl_config, in_memory_tq):
+    """target = 1.0 × H_0 = 1.2, δ = 0.01. Step 1 applies 0 (nothing measured yet), then H = 1.2 ≤ 1.2
+    raises the coefficient to 0.01; step 2 applies 0.01, H = 1.0 raises it to 0.02; step 3 applies 0.02,
+    H = 1.5 > 1.2 lowers it to 0.01; step 4 applies 0 (the last entropy was above the target)."""
+    from test_verl_trainer import run_step
+
+    trainer = EAPOVerlTrainer(preset_config(verl_config, "adaptive_entropy", entropy_coef_delta=0.01))
+    applied = []
+    for step, entropy in enumerate([1.2, 1.0, 1.5, 1.1], start=1):
+        _, metrics = run_step(trainer, in_memory_tq, step, entropy=entropy)
+        applied.append(metrics["entropy_control/coef"])
+    assert applied == pytest.approx([0.0, 0.01, 0.02, 0.0])
+    assert trainer.adaptive_entropy.target == pytest.approx(1.2)
+    assert trainer.adaptive_entropy.coef == pytest.approx(0.02)
+    assert metrics["eapo/w_pos"] == metrics["eapo/w_neg"] == 1.0
+
+    fixed = EAPOVerlTrainer(preset_config(verl_config.copy(), "adaptive_entropy", entropy_target=0.5))
+    run_step(fixed, in_memory_tq, 11, entropy=1.2)
+    assert fixed.adaptive_entropy.target == 0.5  # nats, not anchored
+
+
+def test_settings_equality_and_defaults(verl_config):
+    settings = EapoSettings.from_algorithm_config(preset_config(verl_config, "top_entropy").algorithm)
+    assert settings == EapoSettings(method="top_entropy")
+    assert settings.entropy_controls() == EntropyControls(top_entropy_quantile=0.2)
+    composed = EapoSettings(method="eapo", epsilon_high=0.28, top_entropy_quantile=0.5)
+    assert composed.entropy_controls() == EntropyControls(epsilon_high=0.28, top_entropy_quantile=0.5)
+
+
+# --- (d, e) a short CPU training per preset, and composed with eapo's weighting -------------------
+
+VOCAB = 3
+UIDS = ["a", "b", "a", "b", "a", "b", "a", "b"]
+SCORES = [0.9, 0.1, 0.4, 0.6, 0.2, 0.2, 0.8, 0.5]
+TOKENS = [[0, 1, 2], [2], [1, 1, 0, 2], [0, 2], [2, 2], [1, 0, 1, 2, 0], [0], [2, 1, 0]]
+N_TOKENS = 21
+
+
+class TinyPolicy:
+    """A per-position categorical policy (logits ``[T, V]``): what the actor workers' model is here."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.logits = torch.randn(5, VOCAB, generator=torch.Generator().manual_seed(seed)).requires_grad_(
+            True
+        )
+
+    def forward(self, tokens):
+        """Per row: log π of its tokens and the per-position entropies, each ``(L,)``."""
+        logp = torch.log_softmax(self.logits, dim=-1)  # [T, V]
+        entropy = -(logp.exp() * logp).sum(-1)  # [T]
+        rows = [logp[torch.arange(len(row)), torch.tensor(row)] for row in tokens]
+        return rows, [entropy[: len(row)] for row in tokens]
+
+
+class TinyActorWorkerGroup:
+    """The actor worker group's ``set_loss_fn`` and ``update_actor``, in process: reads the batch from
+    the TransferQueue stand-in with verl's ``extra_info`` as non-tensor fields (as
+    ``verl.utils.transferqueue_utils`` does), runs ``epochs`` passes of the installed loss on the whole
+    batch (one micro-batch) and an SGD step after each, and records what each loss call saw."""
+
+    def __init__(self, queue, policy: TinyPolicy, lr: float = 5.0) -> None:
+        self.queue, self.policy, self.lr = queue, policy, lr
+        self.loss_fn = None
+        self.calls: list[dict] = []
+
+    def set_loss_fn(self, loss_fn):
+        self.loss_fn = loss_fn
+
+    def update_actor(self, batch):
+        fields = ["response_mask", "old_log_probs", "advantages", "tokens"]
+        stored = self.queue.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+        )
+        tokens = [row.long().tolist() for row in stored["tokens"].unbind(0)]
+        metrics: dict[str, list[float]] = {}
+        for _ in range(batch.extra_info["epochs"]):
+            logp_rows, entropy_rows = self.policy.forward(tokens)
+            model_output, data = self._micro_batch(stored, tokens, logp_rows, entropy_rows, batch.extra_info)
+            rng = torch.get_rng_state()
+            loss, step_metrics = self.loss_fn(model_output=model_output, data=data, dp_group=None)
+            self.calls.append(
+                {
+                    "rng": rng,
+                    "logp": torch.nn.utils.rnn.pad_sequence(
+                        [r.detach() for r in logp_rows], batch_first=True
+                    ),
+                    "entropy": torch.nn.utils.rnn.pad_sequence(
+                        [r.detach() for r in entropy_rows], batch_first=True
+                    ),
+                    "loss": loss.item(),
+                    "extra_info": dict(batch.extra_info),
+                }
+            )
+            self.policy.logits.grad = None
+            loss.backward()
+            with torch.no_grad():
+                self.policy.logits -= self.lr * self.policy.logits.grad
+            for key, value in step_metrics.items():
+                metrics.setdefault(key, []).append(float(metric(value)))
+        return {"metrics": {**metrics, "mfu": [0.0]}}
+
+    @staticmethod
+    def _micro_batch(stored, tokens, logp_rows, entropy_rows, extra_info):
+        lengths = [len(row) for row in tokens]
+        pad = torch.zeros(1)
+        offsets = torch.tensor([0] + [sum(n + 1 for n in lengths[: i + 1]) for i in range(len(lengths))])
+        model_output = {
+            "log_probs": torch.nested.nested_tensor_from_jagged(
+                torch.cat([t for r in logp_rows for t in (r, pad)]), offsets
+            )
+        }
+        if extra_info["calculate_entropy"]:  # the engine computes entropies only when asked
+            model_output["entropy"] = torch.nested.nested_tensor_from_jagged(
+                torch.cat([t for r in entropy_rows for t in (r, pad)]), offsets
+            )
+        data = TensorDict(
+            {
+                "prompts": torch.nested.as_nested_tensor(
+                    [torch.zeros(1) for _ in lengths], layout=torch.jagged
+                ),
+                "responses": torch.nested.as_nested_tensor(
+                    [torch.ones(n) for n in lengths], layout=torch.jagged
+                ),
+                "response_mask": stored["response_mask"],
+                "old_log_probs": stored["old_log_probs"],
+                "advantages": stored["advantages"],
+            },
+            batch_size=len(lengths),
+        )
+        # extra_info's global_batch_size is the mini-batch's; the engine's own counts take its place
+        engine = {"dp_size": 1, "batch_num_tokens": sum(lengths), "global_batch_size": len(lengths)}
+        tu.assign_non_tensor(data, **{**extra_info, **engine})
+        return model_output, data
+
+
+def put_policy_rollouts(queue, policy: TinyPolicy, step: int):
+    """One step's rollouts as verl leaves them before the advantage step: rewards on the last token,
+    and the old-log-prob pass's log π and per-token entropies under the current policy."""
+    with torch.no_grad():
+        logp_rows, entropy_rows = policy.forward(TOKENS)
+    keys = [f"{uid}{step}_{session}_0" for session, uid in enumerate(UIDS)]
+    rm_scores = []
+    for score, row in zip(SCORES, TOKENS, strict=True):
+        scores = torch.zeros(len(row))
+        scores[-1] = score
+        rm_scores.append(scores)
+
+    def jagged(rows):
+        return torch.nested.as_nested_tensor(
+            [torch.as_tensor(r, dtype=torch.float32) for r in rows], layout=torch.jagged
+        )
+
+    fields = TensorDict(
+        {
+            "uid": NonTensorStack(*[f"{uid}{step}" for uid in UIDS]),
+            "tokens": jagged(TOKENS),
+            "response_mask": jagged([[1.0] * len(row) for row in TOKENS]),
+            "rm_scores": jagged(rm_scores),
+            "old_log_probs": jagged(logp_rows),
+            "entropy": jagged(entropy_rows),
+        },
+        batch_size=len(keys),
+    )
+    return queue.kv_batch_put(keys=keys, partition_id="train", fields=fields)
+
+
+def padded(rows):
+    return torch.nn.utils.rnn.pad_sequence(
+        [torch.as_tensor(r, dtype=torch.float32) for r in rows], batch_first=True
+    )
+
+
+def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None) -> float:
+    """The loss of one recorded call from eapo.core's functions alone (and verl's agg_loss)."""
+    mask = padded([[1.0] * len(row) for row in TOKENS]).bool()  # [B, T]
+    order = [0, 2, 4, 6, 1, 3, 5, 7]
+    weighted, _ = polarity_weighted_advantages(torch.tensor([SCORES[i] for i in order]), 4, w_pos, w_neg)
+    advantages = torch.empty(8)
+    advantages[torch.tensor(order)] = weighted
+    advantages = advantages[:, None] * mask  # [B, T]
+    logp, old_logp = call["logp"], call["old_logp"]
+    actor = trainer.config.actor_rollout_ref.actor
+    low, high = actor.clip_ratio_low, actor.clip_ratio_high if clip_high is None else clip_high
+    controls = trainer.controls
+    torch.set_rng_state(call["rng"])
+    if controls.loss_mode == "clip_cov":
+        per_token, _ = clip_cov_policy_loss(
+            logp,
+            old_logp,
+            advantages,
+            mask,
+            clip_low=low,
+            clip_high=high,
+            clip_cov_ratio=controls.clip_cov_ratio,
+            clip_cov_lb=controls.clip_cov_lb,
+            clip_cov_ub=controls.clip_cov_ub,
+        )
+    elif controls.loss_mode == "kl_cov":
+        per_token, _ = kl_cov_policy_loss(
+            logp,
+            old_logp,
+            advantages,
+            mask,
+            kl_cov_ratio=controls.kl_cov_ratio,
+            ppo_kl_coef=controls.ppo_kl_coef,
+        )
+    else:  # vanilla: the PPO-clip surrogate, dual clip (c = 3) for A < 0
+        ratio = torch.exp(logp - old_logp)
+        clipped = torch.maximum(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - low, 1 + high))
+        per_token = torch.where(advantages < 0, torch.minimum(-advantages * 3.0, clipped), clipped)
+    if controls.top_entropy_quantile is not None:
+        per_token = per_token * top_entropy_mask(call["entropy"], mask, controls.top_entropy_quantile)
+    loss = agg_loss(per_token, mask, actor.loss_agg_mode)
+    if call["extra_info"]["calculate_entropy"]:
+        coef = call["extra_info"].get(ENTROPY_COEF_KEY, actor.entropy_coeff)
+        loss = loss - coef * agg_loss(call["entropy"], mask, actor.loss_agg_mode)
+    return loss.item()
+
+
+def train(trainer, queue, steps: int, policy: TinyPolicy):
+    """``steps`` of: rollouts → advantage step → actor update (two epochs: ρ ≠ 1 on the second)."""
+    trainer.config.actor_rollout_ref.actor.ppo_epochs = 2
+    trainer.config.actor_rollout_ref.actor.ppo_mini_batch_size = 2  # × n = 4: the whole batch, one update
+    trainer.actor_rollout_wg = TinyActorWorkerGroup(queue, policy)
+    trainer.actor_rollout_wg.set_loss_fn(trainer.actor_loss_fn())  # what init() does
+    history = []
+    for step in range(1, steps + 1):
+        batch = put_policy_rollouts(queue, policy, step)
+        old = queue.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["old_log_probs"])
+        metrics: dict = {}
+        batch = trainer._compute_advantage(batch, metrics=metrics)
+        first_call = len(trainer.actor_rollout_wg.calls)
+        trainer._update_actor(batch, metrics)
+        for call in trainer.actor_rollout_wg.calls[first_call:]:
+            call["old_logp"] = padded([r.tolist() for r in old["old_log_probs"].unbind(0)])
+        history.append((metrics, trainer.actor_rollout_wg.calls[first_call:]))
+    return history
+
+
+@pytest.mark.parametrize("method", sorted(PRESET_OPTIONS))
+def test_each_preset_trains_with_eapo_cores_loss(method, verl_config, in_memory_tq):
+    trainer = EAPOVerlTrainer(preset_config(verl_config, method))
+    policy = TinyPolicy()
+    start = policy.logits.detach().clone()
+    history = train(trainer, in_memory_tq, 3, policy)
+    assert not torch.equal(policy.logits, start)
+    for metrics, calls in history:
+        assert len(calls) == 2
+        for call in calls:
+            assert call["loss"] == pytest.approx(expected_loss(call, trainer, 1.0, 1.0), abs=1e-6)
+        assert (metrics["eapo/w_pos"], metrics["eapo/w_neg"]) == (1.0, 1.0)
+        assert "actor/pg_loss" in metrics
+        if method not in ("clip_cov", "kl_cov"):  # verl's pg_clipfrac counts both sides (vanilla loss)
+            shares = metrics["entropy_control/clip_low_frac"] + metrics["entropy_control/clip_high_frac"]
+            assert shares == pytest.approx(metrics["actor/pg_clipfrac"])
+    if method != "kl_cov":  # the second epoch's ratios are clipped (lr 5), on both sides
+        assert max(m["entropy_control/clip_high_frac"] for m, _ in history) > 0
+        assert max(m["entropy_control/clip_low_frac"] for m, _ in history) > 0 or method == "top_entropy"
+    if method == "clip_higher":  # ε_high = 0.28 arrived and mattered: with 0.2 the losses differ
+        second_epochs = [calls[1] for _, calls in history]
+        assert any(
+            abs(call["loss"] - expected_loss(call, trainer, 1.0, 1.0, clip_high=0.2)) > 1e-4
+            for call in second_epochs
+        )
+    coefs = [metrics["entropy_control/coef"] for metrics, _ in history]
+    if method == "entropy_bonus":
+        assert coefs == [0.01] * 3
+    elif method == "adaptive_entropy":
+        # step 1 applies 0; entropy falls under SGD on these advantages or not, the rule decides:
+        expected, coef, last, target = [], 0.0, None, history[0][0]["entropy/rollout"]
+        for metrics, calls in history:
+            expected.append(coef if last is not None and last <= target else 0.0)
+            assert calls[0]["extra_info"][ENTROPY_COEF_KEY] == expected[-1]
+            h = metrics["entropy/rollout"]
+            coef = min(coef + 0.005, 1.0) if h <= target else max(coef - 0.005, 0.0)
+            last = h
+        assert coefs == pytest.approx(expected)
+        assert trainer.adaptive_entropy.coef == pytest.approx(coef)
+    else:
+        assert coefs == [0.0] * 3
+    if method in ("clip_cov", "kl_cov"):
+        # 2e-4 of 21 tokens rounds to the minimum of one token per call
+        assert [m["entropy_control/cov_frac"] for m, _ in history] == pytest.approx([1 / N_TOKENS] * 3)
+    if method == "top_entropy":
+        # per position entropies are shared by the rows: the top 20% by the 0.8 quantile
+        for metrics, calls in history:
+            mask = padded([[1.0] * len(row) for row in TOKENS]).bool()
+            kept = [top_entropy_mask(c["entropy"], mask, 0.2).sum().item() / N_TOKENS for c in calls]
+            assert metrics["entropy_control/top_entropy_frac"] == pytest.approx(sum(kept) / 2)
+            assert 0 < metrics["entropy_control/top_entropy_frac"] < 1
+
+
+def test_controls_compose_with_eapo_weighting(verl_config, in_memory_tq):
+    verl_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = 2
+    verl_config.algorithm.eapo = {"epsilon_high": 0.28, "top_entropy_quantile": 0.5, "entropy_coef": 0.02}
+    trainer = EAPOVerlTrainer(verl_config)
+    assert trainer.settings.method == "eapo"
+    actor = trainer.config.actor_rollout_ref.actor
+    assert (actor.clip_ratio_high, actor.entropy_coeff, actor.calculate_entropy) == (0.28, 0.02, True)
+    history = train(trainer, in_memory_tq, 2, TinyPolicy(seed=1))
+    h0 = history[0][0]["entropy/rollout"]
+    for metrics, calls in history:
+        w_pos = min(max(0.2 * metrics["entropy/rollout"] / h0, 0.0), 2.0)  # Eq. dynamic_weight
+        assert (metrics["eapo/w_pos"], metrics["eapo/w_neg"]) == pytest.approx((w_pos, 1.0))
+        assert metrics["entropy_control/coef"] == 0.02
+        for call in calls:
+            assert call["loss"] == pytest.approx(expected_loss(call, trainer, w_pos, 1.0), abs=1e-6)
+
+
+def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp_path):
+    from test_verl_trainer import attach_checkpoint_io, run_step
+
+    config = preset_config(verl_config, "adaptive_entropy", entropy_coef_delta=0.01)
+    trainer = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
+    for step, entropy in enumerate([1.2, 1.0], start=1):
+        run_step(trainer, in_memory_tq, step, entropy=entropy)
+    trainer.global_steps = 2
+    trainer._save_checkpoint()
+    state = json.loads((tmp_path / "global_step_2" / "eapo_weighting.json").read_text())
+    assert state["method"] == "adaptive_entropy"
+    assert state["adaptive_entropy"]["coef"] == pytest.approx(0.02)
+    assert state["adaptive_entropy"]["target"] == pytest.approx(1.2)
+    assert state["adaptive_entropy"]["last_entropy"] == pytest.approx(1.0)
+
+    resumed = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
+    resumed._load_checkpoint()
+    assert resumed.adaptive_entropy.state_dict() == pytest.approx(trainer.adaptive_entropy.state_dict())
+    # the uninterrupted run and the resumed one apply the same coefficient next: 0.02
+    _, continued = run_step(trainer, in_memory_tq, 3, entropy=1.5)
+    _, after_resume = run_step(resumed, in_memory_tq, 4, entropy=1.5)
+    assert after_resume["entropy_control/coef"] == continued["entropy_control/coef"] == pytest.approx(0.02)
+    assert resumed.adaptive_entropy.coef == trainer.adaptive_entropy.coef == pytest.approx(0.01)
+
+    other_method = preset_config(verl_config.copy(), "entropy_bonus")
+    with pytest.raises(ValueError, match=r"method=adaptive_entropy, but this run uses entropy_bonus"):
+        attach_checkpoint_io(EAPOVerlTrainer(other_method), tmp_path)._load_checkpoint()
+
+    changed = preset_config(verl_config.copy(), "adaptive_entropy", entropy_coef_delta=0.02)
+    with pytest.raises(
+        ValueError, match=r"checkpointed adaptive entropy delta=0.01 differs from the configured delta=0.02"
+    ):
+        attach_checkpoint_io(EAPOVerlTrainer(changed), tmp_path)._load_checkpoint()
+
+
+def test_init_hands_the_workers_eapos_loss_only_with_a_control(verl_config, monkeypatch):
+    """After verl's init() built the workers (here: a recording stand-in), the trainer replaces their loss."""
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    def fake_init(self):  # what verl's init() leaves behind that the override touches
+        self.actor_rollout_wg = TinyActorWorkerGroup(queue=None, policy=TinyPolicy())
+
+    monkeypatch.setattr(PPOTrainerSync, "init", fake_init)
+    plain = EAPOVerlTrainer(verl_config.copy())
+    plain.init()
+    assert plain.actor_rollout_wg.loss_fn is None  # verl's own ppo_loss stays
+    controlled = EAPOVerlTrainer(preset_config(verl_config, "top_entropy"))
+    controlled.init()
+    installed = controlled.actor_rollout_wg.loss_fn
+    assert installed.func is entropy_control_loss and installed.keywords["top_entropy_quantile"] == 0.2
+    assert installed.keywords["config"].calculate_entropy is True
+
+
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_eapo_grpo_estimator_equals_verls_grpo(norm_by_std):
+    """The presets' estimator is GRPO: on groups of two or more it gives verl's own ``grpo`` advantages."""
+    import numpy as np
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from eapo.integrations.verl.estimators import compute_eapo_grpo_advantage
+
+    generator = torch.Generator().manual_seed(3)
+    mask = (torch.arange(6)[None, :] < torch.tensor([3, 6, 2, 5, 4, 1, 6, 2])[:, None]).float()  # [8, 6]
+    rewards = torch.zeros(8, 6)
+    rewards[torch.arange(8), mask.sum(-1).long() - 1] = torch.rand(8, generator=generator)
+    index = np.array(["p", "q", "p", "q", "r", "r", "p", "q"], dtype=object)
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": norm_by_std})
+    ours, _ = compute_eapo_grpo_advantage(rewards, mask, index=index, config=config)
+    theirs, _ = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=norm_by_std)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert ours.abs().sum() > 0
+
+
+def test_resume_without_the_adaptive_control_is_refused(verl_config, in_memory_tq, tmp_path):
+    from test_verl_trainer import attach_checkpoint_io, run_step
+
+    with_control = preset_config(verl_config.copy(), "grpo", adaptive_entropy=True)
+    trainer = attach_checkpoint_io(EAPOVerlTrainer(with_control), tmp_path)
+    run_step(trainer, in_memory_tq, 1, entropy=1.0)
+    trainer.global_steps = 1
+    trainer._save_checkpoint()
+    without = preset_config(verl_config.copy(), "grpo")
+    with pytest.raises(
+        ValueError, match=r"was written with algorithm.eapo.adaptive_entropy=true, but this run has no"
+    ):
+        attach_checkpoint_io(EAPOVerlTrainer(without), tmp_path)._load_checkpoint()
+
+
+def _gather_worker(rank: int, world: int, port: int, results) -> None:
+    import torch.distributed as dist
+
+    from eapo.integrations.verl.entropy_control import _dp_gather
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        values = [torch.tensor([0.1, 0.9, 0.5]), torch.tensor([0.7, 0.3])][rank]  # uneven per rank
+        gather = _dp_gather(dist.group.WORLD)
+        mask = torch.ones(1, len(values))
+        kept = top_entropy_mask(values[None, :], mask, 0.4, gather=gather)
+        results[rank] = (gather(values).tolist(), kept[0].tolist())
+    finally:
+        dist.destroy_process_group()
+
+
+def test_top_entropy_threshold_is_taken_over_the_data_parallel_group():
+    """Two ranks with 3 and 2 tokens: each gathers all five (the quantile of the by-hand test, 0.58),
+    so rank 0 keeps 0.9 and rank 1 keeps 0.7, as one process holding all five would."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(_gather_worker, args=(2, port, results), nprocs=2, join=True)
+    assert results[0][0] == results[1][0] == pytest.approx([0.1, 0.9, 0.5, 0.7, 0.3])
+    assert results[0][1] == [False, True, False]
+    assert results[1][1] == [True, False]
