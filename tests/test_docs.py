@@ -218,3 +218,14 @@ def test_trl_config_reference_lists_eapo_configs_own_fields():
         "entropy_agg",
     } <= rows.keys()
     assert all(row[4] for row in rows.values())
+
+
+def test_entropy_control_presets_table_lists_the_registry():
+    from eapo.core import ENTROPY_CONTROLS
+
+    rows = _docs_extension().entropy_control_rows()
+    assert [row[0] for row in rows] == list(ENTROPY_CONTROLS)
+    assert all(row[1] and row[3] for row in rows)
+    assert dict((row[0], row[2]) for row in rows)["clip_higher"] == "epsilon_high=0.28"
+    page = (ROOT / "docs" / "guide" / "entropy-controls.md").read_text(encoding="utf-8")
+    assert "```{eapo-entropy-controls}" in page

@@ -6,6 +6,9 @@ and the field's own help string (``dataclasses.field(metadata={"help": ...})``).
 tree must be rendered somewhere: a section the pages leave out is a warning, which ``make docs``
 (``-W``) turns into an error, so a new section cannot go undocumented.
 
+``{eapo-entropy-controls}`` renders the entropy-control presets registered in
+:data:`eapo.core.ENTROPY_CONTROLS` (name, source, settings, what each does).
+
 ``{eapo-trl-config}`` renders the fields :class:`eapo.trl_config.EAPOConfig` defines on top of TRL's
 ``GRPOConfig``: its default, TRL's default where it overrides one, and the help string.
 """
@@ -97,9 +100,31 @@ def trl_config_rows() -> list[tuple[str, str, str, str, str]]:
             continue
         trl_default = yaml_value(field_default(trl_fields[f.name])) if f.name in trl_fields else ""
         rows.append(
-            (f.name, type_name(hints[f.name]), yaml_value(field_default(f)), trl_default, f.metadata.get("help", ""))
+            (
+                f.name,
+                type_name(hints[f.name]),
+                yaml_value(field_default(f)),
+                trl_default,
+                f.metadata.get("help", ""),
+            )
         )
     return rows
+
+
+def entropy_control_rows() -> list[tuple[str, str, str, str]]:
+    """The entropy-control presets of :data:`eapo.core.ENTROPY_CONTROLS`: ``(method, source, the
+    ``algorithm.*`` settings it sets, what it does)``, in registration order."""
+    from eapo.core import ENTROPY_CONTROLS
+
+    return [
+        (
+            control.name,
+            control.source,
+            ", ".join(f"{key}={yaml_value(value)}" for key, value in control.settings.items()),
+            control.help,
+        )
+        for control in ENTROPY_CONTROLS.values()
+    ]
 
 
 # --- docutils tables ----------------------------------------------------------------------------------------
@@ -113,7 +138,9 @@ def _cell(text: str, literal: bool = False) -> nodes.entry:
     return entry
 
 
-def _table(header: list[str], rows: list[tuple[str, ...]], literal_columns: set[int], widths: list[int]) -> nodes.table:
+def _table(
+    header: list[str], rows: list[tuple[str, ...]], literal_columns: set[int], widths: list[int]
+) -> nodes.table:
     table = nodes.table(classes=["eapo-config"])
     group = nodes.tgroup(cols=len(header))
     table += group
@@ -159,6 +186,14 @@ class TRLConfigFields(SphinxDirective):
         return [_table(header, trl_config_rows(), {0, 2, 3}, [18, 12, 10, 10, 50])]
 
 
+class EntropyControlPresets(SphinxDirective):
+    """``{eapo-entropy-controls}``: the entropy-control presets (``algorithm.method``) from the registry."""
+
+    def run(self) -> list[nodes.Node]:
+        header = ["method", "source", "settings", "what it does"]
+        return [_table(header, entropy_control_rows(), {0, 2}, [14, 30, 22, 40])]
+
+
 def _check_every_section(app, env) -> None:
     missing = [name for name in config_sections() if name not in getattr(env, "eapo_config_sections", set())]
     if missing:
@@ -184,6 +219,7 @@ def _purge(app, env, docname) -> None:
 def setup(app) -> dict[str, Any]:
     app.add_directive("eapo-config-section", ConfigSection)
     app.add_directive("eapo-trl-config", TRLConfigFields)
+    app.add_directive("eapo-entropy-controls", EntropyControlPresets)
     app.connect("env-purge-doc", _purge)
     app.connect("env-merge-info", _merge)
     app.connect("env-check-consistency", _check_every_section)
