@@ -2,6 +2,13 @@
 
 Pages are MyST Markdown; the API reference is autodoc over the installed package's docstrings; the
 configuration reference is generated from the typed config's help strings (``_ext/eapo_docs.py``).
+
+Why Sphinx + MyST (as verl and torchtune) rather than MkDocs + mkdocstrings: eapo's docstrings are
+written with Sphinx roles (``:func:``, ``:class:``, ``:mod:``) and double-backtick literals, which autodoc
+renders and mkdocstrings would print raw; autodoc imports the real objects, so TRL-derived classes show
+their actual fields; a directive can generate tables from the code (the configuration reference); and
+``-W`` turns every warning (a broken link or heading anchor in a page, a docstring autodoc cannot parse,
+an undocumented config section) into a failed build. The pages stay Markdown, readable on GitHub.
 """
 
 from __future__ import annotations
