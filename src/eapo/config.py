@@ -720,8 +720,44 @@ class TrainConfig:
     )
 
 
+#: logging.report_to's trackers: transformers' integrations (TRL's report_to), less "all" (it would add a
+#: second TensorBoard writer); "tensorboard" is eapo's own writer under RUN_DIR/tensorboard.
+TRACKERS = (
+    "tensorboard",
+    "wandb",
+    "trackio",
+    "mlflow",
+    "comet_ml",
+    "neptune",
+    "clearml",
+    "dvclive",
+    "swanlab",
+    "azure_ml",
+    "dagshub",
+    "flyte",
+    "codecarbon",
+    "kubeflow",
+)
+
+
 @dataclass
 class LoggingConfig:
+    report_to: list[str] = _help(
+        "Experiment trackers that receive every step's metrics: tensorboard (eapo's writer, RUN_DIR/tensorboard, "
+        "with logging.tensorboard), wandb, trackio, mlflow, ... (transformers' integrations, configured by their "
+        "own environment variables, e.g. WANDB_MODE, TRACKIO_DIR, MLFLOW_TRACKING_URI); [] for none. "
+        "metrics.jsonl is always written.",
+        factory=lambda: ["tensorboard"],
+        valid=satisfies(
+            lambda v: isinstance(v, list) and all(t in TRACKERS for t in v),
+            "a list of trackers (" + ", ".join(TRACKERS) + "), or []",
+        ),
+    )
+    project: str = _help(
+        "Project name the trackers file the run under (its run name is the run directory's).",
+        "eapo",
+        valid=NON_EMPTY,
+    )
     tensorboard: bool = _help("Write TensorBoard events under RUN_DIR/tensorboard.", True, valid=ANY_OF_TYPE)
     progress: bool = _help("Show a progress bar with ETA, entropy, w+ and reward.", True, valid=ANY_OF_TYPE)
     plot: bool = _help("Write RUN_DIR/dynamics.png at the end.", True, valid=ANY_OF_TYPE)

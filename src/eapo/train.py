@@ -112,10 +112,8 @@ def _train(config: EAPOConfig, launch: _Launch, *, state, rollout, callbacks: li
     # 4. The composite reward (the same scorer as `eapo eval`); the judge is checked before step 1.
     reward = build_reward(config, run_dir)
 
-    # 5. The polarity weighting scheme, and the dev subset validated every train.eval_steps steps.
-    from eapo.core import make_weighting
-
-    weighting = make_weighting(config.algorithm.weighting_method(), **config.algorithm.weighting_overrides())
+    # 5. The dev subset validated every train.eval_steps steps (the weighting scheme comes with the
+    #    trainer's arguments: grpo_args carries the method's weighting scheme and its weights).
     for note in config.algorithm.inert_controls():
         logger.warning(note)
     validation = build_validation(config, model_path, reward, run_dir) if config.train.eval_steps else None
@@ -126,7 +124,7 @@ def _train(config: EAPOConfig, launch: _Launch, *, state, rollout, callbacks: li
     from eapo.callbacks import MetricsCallback, ProgressCallback
     from eapo.trainer import EAPOTrainer
 
-    metrics_callback = MetricsCallback(run_dir, tensorboard=config.logging.tensorboard)
+    metrics_callback = MetricsCallback(run_dir, tensorboard=writes_tensorboard(config))
     all_callbacks: list[Any] = [metrics_callback, *(callbacks or [])]
     if config.logging.progress:
         all_callbacks.append(ProgressCallback(metrics_callback))
@@ -141,9 +139,6 @@ def _train(config: EAPOConfig, launch: _Launch, *, state, rollout, callbacks: li
             processing_class=tokenizer,
             peft_config=lora_config(config, model_path),
             callbacks=all_callbacks,
-            weighting=weighting,
-            split_by=config.algorithm.split_by,
-            entropy_agg=config.algorithm.entropy_agg,
             validation=validation,
             vllm_settings=vllm_settings(config, rollout),
             lm_head=config.train.lm_head,
@@ -184,7 +179,7 @@ def _train(config: EAPOConfig, launch: _Launch, *, state, rollout, callbacks: li
             "train_runtime_s": time.time() - started,
             "train_loss": train_loss,
             "method": config.algorithm.method,
-            "weighting": repr(weighting),
+            "weighting": repr(trainer.weighting),
             "model_path": model_path,
             "rollout/engine": rollout.engine,
             "rollout": dataclasses.asdict(rollout),
@@ -506,10 +501,12 @@ def rollout_plan(config: EAPOConfig, facts=None):
 def grpo_args(
     config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, facts=None, model_path: str | None = None
 ):
-    """Translate the typed config into TRL's ``GRPOConfig`` (the paper's defaults live in the config).
-    ``model_path`` (the resolved policy) tells DDP whether to search for unused parameters."""
+    """Translate the typed config into the trainer's arguments, an :class:`eapo.trl_config.EAPOConfig` (TRL's
+    ``GRPOConfig`` with the weighting settings: the same class a TRL script passes). ``model_path`` (the
+    resolved policy) tells DDP whether to search for unused parameters."""
     import torch
-    from trl import GRPOConfig
+
+    from eapo import trl_config
 
     t, r, a = config.train, config.rollout, config.algorithm
     check_batch_split(config, num_processes)
@@ -521,7 +518,7 @@ def grpo_args(
     if rollout.attn_implementation is not None:
         model_init_kwargs["attn_implementation"] = rollout.attn_implementation
     tf32 = True if cuda and dtype == "float32" and _tf32_available() else None  # fp32 weights, TF32 matmuls
-    return GRPOConfig(
+    return trl_config.EAPOConfig(
         output_dir=str(run_dir),
         per_device_train_batch_size=t.micro_batch_size,
         gradient_accumulation_steps=per_process // t.micro_batch_size,
@@ -554,6 +551,10 @@ def grpo_args(
         num_iterations=a.num_iterations,
         scale_rewards=a.scale_rewards,
         use_bias_correction_kl=a.kl_bias_correction,
+        method=a.weighting_method(),  # an entropy-control preset trains GRPO's weights (its controls: above)
+        **a.weighting_overrides(),
+        split_by=a.split_by,
+        entropy_agg=a.entropy_agg,
         **vllm_importance_args(r),
         use_vllm=rollout.engine == "vllm",
         vllm_mode=r.vllm_mode,
@@ -578,12 +579,26 @@ def grpo_args(
         save_steps=t.save_steps if t.save_steps > 0 else 500,
         save_total_limit=t.save_total_limit,
         logging_steps=1,
-        report_to="none",
+        report_to=trackers(config) or "none",
+        project=config.logging.project,
+        run_name=Path(run_dir).name,
         disable_tqdm=True,
         remove_unused_columns=False,
         log_completions=False,
         use_cpu=use_cpu(),  # several CPU processes then train as one (gloo), see run()
     )
+
+
+def writes_tensorboard(config: EAPOConfig) -> bool:
+    """eapo's TensorBoard writer (RUN_DIR/tensorboard, the contract's keys): ``logging.tensorboard`` and
+    ``tensorboard`` in ``logging.report_to``."""
+    return config.logging.tensorboard and "tensorboard" in config.logging.report_to
+
+
+def trackers(config: EAPOConfig) -> list[str]:
+    """``logging.report_to`` as TRL's ``report_to``: transformers' integrations (wandb, trackio, mlflow,
+    ...). TensorBoard is left out: eapo writes its own events (:func:`writes_tensorboard`)."""
+    return [name for name in config.logging.report_to if name != "tensorboard"]
 
 
 #: Config attributes that count a mixture of experts' experts (transformers' names across model families).

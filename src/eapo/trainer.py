@@ -58,6 +58,7 @@ from eapo.core import (
     importance_correction_counts,
     kl_cov_policy_loss,
     kl_penalty,
+    make_weighting,
     positive_mask,
     rollout_entropy,
     weight_advantages,
@@ -124,13 +125,67 @@ def _loads_onto_cpu():
         torch.load = original
 
 
+def _with_eapo_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """GRPOTrainer's arguments with an :class:`~eapo.trl_config.EAPOConfig` where none was given (TRL
+    would make a ``GRPOConfig``, whose defaults are not the paper's objective)."""
+    if len(args) >= 3 or kwargs.get("args") is not None:
+        return args, kwargs
+    from eapo.trl_config import EAPOConfig
+
+    model = args[0] if args else kwargs.get("model")
+    name = (
+        model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "model")
+    )
+    return args, {**kwargs, "args": EAPOConfig(output_dir=f"{str(name).split('/')[-1]}-EAPO")}
+
+
+def _weighting_from_args(
+    args: Any, weighting: WeightingScheme | None, split_by: str | None, entropy_agg: str | None
+) -> tuple[WeightingScheme, str, str]:
+    """The scheme, polarity split and entropy aggregation: explicit arguments first, then ``args``'s
+    (an ``EAPOConfig``), then EAPO's defaults (a plain ``GRPOConfig``, after a warning where its
+    objective is not the paper's)."""
+    from eapo.trl_config import PAPER_OBJECTIVE, EAPOConfig
+
+    if isinstance(args, EAPOConfig):
+        return (
+            weighting if weighting is not None else args.make_weighting(),
+            split_by if split_by is not None else args.split_by,
+            entropy_agg if entropy_agg is not None else args.entropy_agg,
+        )
+    differs = {
+        key: getattr(args, key, None)
+        for key, value in PAPER_OBJECTIVE.items()
+        if getattr(args, key, None) != value
+    }
+    if differs:
+        warnings.warn(
+            f"EAPOTrainer got a plain GRPOConfig whose objective is TRL's, not the EAPO paper's "
+            f"({', '.join(f'{k}={v!r}, paper {PAPER_OBJECTIVE[k]!r}' for k, v in differs.items())}); "
+            "pass eapo.EAPOConfig(...) to train the paper's objective",
+            stacklevel=3,
+        )
+    return (
+        weighting if weighting is not None else make_weighting("eapo"),
+        split_by if split_by is not None else "mean",
+        entropy_agg if entropy_agg is not None else "token-mean",
+    )
+
+
 class EAPOTrainer(GRPOTrainer):
     """GRPO with polarity weights from a :class:`eapo.core.WeightingScheme`.
 
+    ``args`` is best an :class:`eapo.trl_config.EAPOConfig` (the paper's objective as defaults, and the
+    weighting settings); without ``args`` one is made. A plain TRL ``GRPOConfig`` still works and trains
+    TRL's objective (a warning names where it differs from the paper's).
+
     Args (beyond ``GRPOTrainer``'s):
-        weighting: the scheme giving ``(w+, w-)`` each step (``make_weighting("eapo")`` etc.).
-        split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}) or ``"median"``.
-        entropy_agg: how ``H_t`` averages per-token entropies (``eapo.core.ENTROPY_AGGREGATIONS``).
+        weighting: the scheme giving ``(w+, w-)`` each step (``make_weighting("eapo")`` etc.); ``None``:
+            built from ``args`` (``EAPOConfig.make_weighting()``), or EAPO's defaults for a ``GRPOConfig``.
+        split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}) or ``"median"``; ``None``: ``args.split_by``
+            (``"mean"`` for a ``GRPOConfig``).
+        entropy_agg: how ``H_t`` averages per-token entropies (``eapo.core.ENTROPY_AGGREGATIONS``);
+            ``None``: ``args.entropy_agg`` (``"token-mean"`` for a ``GRPOConfig``).
         validation: an :class:`eapo.validation.Validation` run at its steps, or None.
         reuse_loss_pass: take ``H_t`` from the update's own forward when one micro-batch holds the
             whole step (see :meth:`entropy_source`); False forces the extra no-grad forward.
@@ -148,9 +203,9 @@ class EAPOTrainer(GRPOTrainer):
     def __init__(
         self,
         *args: Any,
-        weighting: WeightingScheme,
-        split_by: str = "mean",
-        entropy_agg: str = "token-mean",
+        weighting: WeightingScheme | None = None,
+        split_by: str | None = None,
+        entropy_agg: str | None = None,
         validation: Any = None,
         reuse_loss_pass: bool = True,
         vllm_settings: Any = None,
@@ -161,11 +216,12 @@ class EAPOTrainer(GRPOTrainer):
     ) -> None:
         from eapo.vllm_engine import colocated_vllm
 
+        args, kwargs = _with_eapo_args(args, kwargs)
         with colocated_vllm(vllm_settings):
             super().__init__(*args, **kwargs)
-        self.weighting = weighting
-        self.split_by = split_by
-        self.entropy_agg = entropy_agg
+        self.weighting, self.split_by, self.entropy_agg = _weighting_from_args(
+            self.args, weighting, split_by, entropy_agg
+        )
         self.validation = validation
         self._warned_importance_mismatch = False
         self.reuse_loss_pass = reuse_loss_pass
