@@ -35,7 +35,9 @@ extensions = [
 ]
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3  # [text](page.md#a-heading) links are checked like page links
-exclude_patterns = ["_build"]
+# A study's per-run outputs (eval results.md, logs) are data, not pages: only its README, claims,
+# comparison and sensitivity tables are part of the site.
+exclude_patterns = ["_build", "results/*/runs/**", "results/*/base/**", "results/*/logs/**"]
 nitpicky = False
 
 autodoc_member_order = "bysource"

@@ -20,7 +20,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-PAGES = [README, *sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)]
+#: A study's per-run outputs (runs/, base/, logs/ under docs/results/STUDY/) are data, not pages (docs/conf.py).
+_DATA = ("runs", "base", "logs")
+PAGES = [
+    README,
+    *sorted(
+        p
+        for p in (ROOT / "docs").rglob("*.md")
+        if "_build" not in p.parts
+        and not (p.relative_to(ROOT / "docs").parts[:1] == ("results",) and set(p.parts) & set(_DATA))
+    ),
+]
 
 
 def marked_blocks(name: str) -> dict[Path, str]:
