@@ -309,7 +309,7 @@ def test_resume_path_and_mismatched_settings(verl_config, in_memory_tq, tmp_path
     changed = explicit.copy()
     changed.algorithm.eapo = {"w0": 0.3}
     with pytest.raises(
-        ValueError, match=r"eapo_weighting.json: checkpointed w0=0.2 differs from the configured w0=0.3"
+        ValueError, match=r"eapo_state.json: checkpointed w0=0.2 differs from the configured w0=0.3"
     ):
         attach_checkpoint_io(EAPOVerlTrainer(changed), tmp_path / "elsewhere")._load_checkpoint()
 
