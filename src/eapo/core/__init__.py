@@ -7,7 +7,11 @@ Everything the trainers (TRL, verl) and users' own code need lives here:
 * polarity-weighted advantages  Â_i = w+·A_i on D+, w-·A_i on D-  (Section 4.1),
 * the entropy-driven positive weight  w+_t = clip(w0 · H_t / H_0, w_min, w_max)
   (Eq. ``dynamic_weight``; closed form of the recursion in the appendix "Formula Derivation"),
-* a registry of weighting schemes (GRPO, PSR, NSR, W-REINFORCE, EAPO),
+* a registry of weighting schemes (GRPO, PSR, NSR, W-REINFORCE, EAPO), filled by
+  :func:`register_weighting` (as verl's ``register_adv_est``),
+* the whole per-step decision both trainers delegate to (:mod:`eapo.core.step`): group statistics
+  by group id that tolerate unscorable (NaN) rollouts and uneven groups, the split, ``(w+, w-)``,
+  ``H_0``, the ``eapo/*`` metrics and the one checkpointed state (:class:`EAPOStep`),
 * per-token entropy, masked means, the rollout entropy ``H_t`` with a named aggregation
   (:func:`rollout_entropy`, the one definition the TRL and verl trainers share), the PPO-clip
   surrogate of Eq. ``grpo`` with named loss aggregations, and the k1/k2/k3 KL estimators;
