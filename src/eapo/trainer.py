@@ -59,10 +59,10 @@ from eapo.core import (
     kl_cov_policy_loss,
     kl_penalty,
     make_weighting,
-    positive_mask,
     rollout_entropy,
     weight_advantages,
 )
+from eapo.core.step import EAPOStep, contiguous_index
 from eapo.run_dir import (
     EAPO_STATE_FILE,
     FINAL_DIR,
@@ -225,7 +225,7 @@ class EAPOTrainer(GRPOTrainer):
         self.validation = validation
         self._warned_importance_mismatch = False
         self.reuse_loss_pass = reuse_loss_pass
-        self.first_entropy: float | None = None  # H of the first step, logged as eapo/H0 for every method
+        self.eapo_step = EAPOStep(self.weighting, split_by=self.split_by)  # H_0, the split, metrics, state
         self._capture_entropy = False
         self._captured_entropies: torch.Tensor | None = None
         self._gathered_rewards: torch.Tensor | None = None
@@ -355,9 +355,12 @@ class EAPOTrainer(GRPOTrainer):
 
         if self.use_vllm and self.vllm_importance_sampling_correction:
             self._log_importance_correction(output)
-        rewards, scored = self._total_rewards()  # [B_all], [B_all]
-        positive = positive_mask(rewards, self.num_generations, by=self.split_by)  # [B_all]
-        self._metrics["train"]["eapo/frac_positive"].append(positive[scored].float().mean().item())
+        rewards, _ = self._total_rewards()  # [B_all] (NaN: unscored)
+        positive, split_metrics = self.eapo_step.split(
+            rewards, contiguous_index(rewards.shape[0], self.num_generations)
+        )  # [B_all]
+        for key, value in split_metrics.items():
+            self._metrics["train"][key].append(value)
         local = output["advantages"].shape[0]
         start = self.accelerator.process_index * local
         local_positive = positive[start : start + local]  # [B_local]
@@ -387,17 +390,18 @@ class EAPOTrainer(GRPOTrainer):
 
     def _weight(self, batch: dict[str, Any], positive: torch.Tensor, entropy: float) -> None:
         """``H_t`` → ``(w+, w-)`` → ``Â = w±·A`` on ``batch["advantages"]``, plus the ``eapo/*`` metrics."""
-        w_pos, w_neg = self.weighting.weights(entropy)
-        if self.first_entropy is None:
-            self.first_entropy = entropy
+        first_step = self.eapo_step.first_entropy is None
+        w_pos, w_neg = self.eapo_step.weights(entropy)
+        if first_step:
             self._anchor_entropy_target(entropy)
         batch["advantages"] = weight_advantages(batch["advantages"], positive, w_pos, w_neg)
-        h0 = getattr(self.weighting, "h0", None)
-        metrics = self._metrics["train"]
-        metrics["entropy/rollout"].append(entropy)
-        metrics["eapo/H0"].append(h0 if h0 is not None else self.first_entropy)
-        metrics["eapo/w_pos"].append(w_pos)
-        metrics["eapo/w_neg"].append(w_neg)
+        for key, value in self.eapo_step.weight_metrics(entropy, w_pos, w_neg).items():
+            self._metrics["train"][key].append(value)
+
+    @property
+    def first_entropy(self) -> float | None:
+        """``H`` of the first step, logged as ``eapo/H0`` for the schemes without their own anchor."""
+        return self.eapo_step.first_entropy
 
     @staticmethod
     def _completion_mask(batch: dict[str, Any]) -> torch.Tensor:
@@ -456,27 +460,20 @@ class EAPOTrainer(GRPOTrainer):
         metrics["vllm_is/row_frac"].append((counts[2] / counts[3].clamp(min=1.0)).item())
 
     def _total_rewards(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The scalar reward of every rollout (all processes), NaN-free for the polarity split, and
-        which rollouts were scored (``[B_all]`` float64, ``[B_all]`` bool).
+        """The scalar reward of every rollout (all processes) and which were scored (``[B_all]`` float64,
+        ``[B_all]`` bool).
 
         A rollout no reward could score (its composite total is None, e.g. a failed judge call under
-        ``reward.missing=unscorable``) is NaN in TRL, which leaves it out of its group's mean and std
-        and gives it advantage 0. Here it takes its group's split centre (the mean, or the median, of
-        the scored rollouts), which moves neither; it is positive with a zero advantage, and left out
-        of ``eapo/frac_positive``.
+        ``reward.missing=unscorable``) is NaN, as in TRL, which leaves it out of its group's mean and
+        std and gives it advantage 0; :meth:`eapo.core.step.EAPOStep.split` likewise leaves it out of
+        its group's centre and of ``eapo/frac_positive`` and counts it positive.
         """
         per_func = self._gathered_rewards  # [B_all, F]
         weights = self.reward_weights.to(per_func.device)
         rewards = (per_func * weights.unsqueeze(0)).nansum(dim=1)
         scored = ~torch.isnan(per_func).all(dim=1)  # [B_all]
         rewards[~scored] = torch.nan
-        grouped = rewards.view(-1, self.num_generations).to(torch.float64)  # [P, G]
-        if self.split_by == "median":
-            centre = torch.nanquantile(grouped, 0.5, dim=1, keepdim=True)  # interpolated, as positive_mask
-        else:
-            centre = torch.nanmean(grouped, dim=1, keepdim=True)
-        fill = centre.nan_to_num(0.0).expand_as(grouped)
-        return torch.where(torch.isnan(grouped), fill, grouped).reshape(-1), scored
+        return rewards.to(torch.float64), scored
 
     # --- entropy controls -------------------------------------------------------------------------
 
@@ -568,18 +565,17 @@ class EAPOTrainer(GRPOTrainer):
     # --- checkpoints ----------------------------------------------------------------------------
 
     def eapo_state(self) -> dict[str, Any]:
-        state = {"weighting": self.weighting.state_dict(), "first_entropy": self.first_entropy}
+        extras = {}
         if (
             self.use_adaptive_entropy
         ):  # TRL's entropy_ctrl_state.json holds the coefficient; the target is ours
-            state["entropy_target"] = self.args.entropy_target
-        return state
+            extras["entropy_target"] = self.args.entropy_target
+        return self.eapo_step.state_dict(**extras)
 
     def load_eapo_state(self, state: dict[str, Any]) -> None:
-        self.weighting.load_state_dict(state["weighting"])
-        self.first_entropy = state.get("first_entropy")
-        if self.use_adaptive_entropy and state.get("entropy_target") is not None:
-            self.args.entropy_target = state["entropy_target"]
+        extras = self.eapo_step.load_state_dict(state)
+        if self.use_adaptive_entropy and extras.get("entropy_target") is not None:
+            self.args.entropy_target = extras["entropy_target"]
 
     #: The base model the model card (README.md) names; ``None``: TRL's choice from the model config.
     base_model_id: str | None = None
