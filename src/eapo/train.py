@@ -23,11 +23,16 @@ from eapo.config import ConfigError, EAPOConfig, dump_config
 from eapo.run_dir import (
     CONFIG_FILE,
     FINAL_DIR,
+    LOCK_FILE,
+    METRICS_FILE,
     SUMMARY_FILE,
+    WriteFailedError,
     atomic_write_text,
     complete_checkpoints,
+    describe_write_error,
     is_run_dir,
     read_metrics,
+    remove_incomplete_checkpoints,
     truncate_metrics,
 )
 
@@ -48,6 +53,12 @@ def run(
     """Train one configuration into ``output_dir`` and return the run directory.
 
     ``callbacks`` are extra ``transformers.TrainerCallback`` objects (e.g. custom logging).
+
+    Every setting is checked before anything is loaded or written. A launch that fails before its
+    first optimisation step leaves nothing behind (a new run directory is removed again, an existing
+    one loses only what this launch added), so the corrected command just works; a failure after it
+    keeps everything written so far and raises :class:`RunError` saying how to resume. While the run
+    trains, the main process holds the directory's lock (:class:`eapo.run_dir.DirectoryLock`).
     """
     from accelerate import PartialState
 
@@ -57,10 +68,23 @@ def run(
     state = PartialState(cpu=use_cpu())
     config.validate()
     rollout = rollout_plan(config)  # an engine this machine cannot run fails here, before any loading
+    check_batch_split(config, state.num_processes)
+    check_judge_settings(config)
 
     # 1. The run directory: refuse to overwrite another run; on resume, find the last full checkpoint.
     run_dir = Path(output_dir)
-    checkpoint = _prepare_run_dir(run_dir, config, resume=resume, is_main=state.is_main_process)
+    checkpoint = _inspect_run_dir(run_dir, config, resume=resume)
+    # Every process has looked at the directory before the main one writes into it (else another
+    # process would take the fresh config.yaml for an earlier run's and refuse to start).
+    state.wait_for_everyone()
+    with _Launch(run_dir, is_main=state.is_main_process, checkpoint=checkpoint) as launch:
+        _train(config, launch, state=state, rollout=rollout, callbacks=callbacks)
+    return run_dir
+
+
+def _train(config: EAPOConfig, launch: _Launch, *, state, rollout, callbacks: list[Any] | None) -> None:
+    """:func:`run`'s steps 2-9, inside the launch that owns the run directory."""
+    run_dir, checkpoint = launch.run_dir, launch.checkpoint
 
     # 2. The policy (TRL loads it, and its frozen reference, from this path).
     from eapo.models import load_tokenizer, resolve_model
@@ -88,10 +112,8 @@ def run(
     # 4. The composite reward (the same scorer as `eapo eval`); the judge is checked before step 1.
     reward = build_reward(config, run_dir)
 
-    # 5. The polarity weighting scheme, and the dev subset validated every train.eval_steps steps.
-    from eapo.core import make_weighting
-
-    weighting = make_weighting(config.algorithm.weighting_method(), **config.algorithm.weighting_overrides())
+    # 5. The dev subset validated every train.eval_steps steps (the weighting scheme comes with the
+    #    trainer's arguments: grpo_args carries the method's weighting scheme and its weights).
     for note in config.algorithm.inert_controls():
         logger.warning(note)
     validation = build_validation(config, model_path, reward, run_dir) if config.train.eval_steps else None
@@ -102,7 +124,7 @@ def run(
     from eapo.callbacks import MetricsCallback, ProgressCallback
     from eapo.trainer import EAPOTrainer
 
-    metrics_callback = MetricsCallback(run_dir, tensorboard=config.logging.tensorboard)
+    metrics_callback = MetricsCallback(run_dir, tensorboard=writes_tensorboard(config))
     all_callbacks: list[Any] = [metrics_callback, *(callbacks or [])]
     if config.logging.progress:
         all_callbacks.append(ProgressCallback(metrics_callback))
@@ -117,9 +139,6 @@ def run(
             processing_class=tokenizer,
             peft_config=lora_config(config, model_path),
             callbacks=all_callbacks,
-            weighting=weighting,
-            split_by=config.algorithm.split_by,
-            entropy_agg=config.algorithm.entropy_agg,
             validation=validation,
             vllm_settings=vllm_settings(config, rollout),
             lm_head=config.train.lm_head,
@@ -128,6 +147,7 @@ def run(
         )
     except VLLMEngineError as error:  # the colocated engine could not start: say why and what to do
         raise RunError(str(error)) from error
+    launch.trainer = trainer
     trainer.remove_callback(PrinterCallback)  # our progress bar and metrics.jsonl replace its raw dict prints
     if rollout.compile and rollout.engine == "generate":
         # TRL builds its GenerationConfig with disable_compile=True; a static cache on CUDA compiles when allowed.
@@ -135,20 +155,31 @@ def run(
     logger.info("rollout engine: %s", rollout.describe())
     trainer.base_model_id = base_model_id(config.model.name_or_path)  # named by the model card
 
-    # 7. Train (TRL restores model, optimizer, scheduler, RNG and data position; EAPOTrainer the scheme).
-    started = time.time()
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    # 7. Everything is accepted: the run's config.yaml (on resume, metrics cut back to the checkpoint).
+    launch.start(config)
 
-    # 8. Save the final model or adapter atomically (every process: a sharded model is gathered from all
-    #    of them), the summary and the dynamics figure.
+    # 8. Train (TRL restores model, optimizer, scheduler, RNG and data position; EAPOTrainer the scheme).
+    started = time.time()
+    if checkpoint is not None and 0 < config.train.max_steps <= launch.start_step:
+        # Every step is done (the last launch failed writing final/): the checkpoint's weights are the
+        # final ones. trainer.train would take one step more (it checks max_steps after a step).
+        trainer._load_from_checkpoint(str(checkpoint))
+        trainer.state.global_step = launch.start_step
+        train_loss = None
+    else:
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        train_loss = result.training_loss
+
+    # 9. Save the final model or adapter atomically (every process: a sharded model is gathered from
+    #    all of them), the summary and the dynamics figure.
     _save_final(trainer, tokenizer, run_dir, is_main=state.is_main_process)
     if state.is_main_process:
         summary = {
             "global_step": trainer.state.global_step,
             "train_runtime_s": time.time() - started,
-            "train_loss": result.training_loss,
+            "train_loss": train_loss,
             "method": config.algorithm.method,
-            "weighting": repr(weighting),
+            "weighting": repr(trainer.weighting),
             "model_path": model_path,
             "rollout/engine": rollout.engine,
             "rollout": dataclasses.asdict(rollout),
@@ -165,7 +196,98 @@ def run(
         close()
     # The other processes return once final/ and summary.json exist, so a caller may read them on any rank.
     state.wait_for_everyone()
-    return run_dir
+
+
+class _Launch:
+    """One launch of a run in its directory: the main process holds the directory's lock from the
+    first write to the end; a failure before the launch's first optimisation step removes what the
+    launch added (the whole directory when it created it), one after it keeps everything and becomes
+    a :class:`RunError` that says how to resume."""
+
+    def __init__(self, run_dir: Path, *, is_main: bool, checkpoint: Path | None) -> None:
+        from eapo.run_dir import DirectoryLock
+
+        self.run_dir = run_dir
+        self.is_main = is_main
+        self.checkpoint = checkpoint
+        self.start_step = _checkpoint_step(checkpoint) if checkpoint is not None else 0
+        self.trainer: Any = None
+        self.created = not run_dir.exists()
+        self.before = set() if self.created else {child.name for child in run_dir.iterdir()}
+        self.lock = DirectoryLock(run_dir, "eapo train")
+
+    def __enter__(self) -> _Launch:
+        if self.is_main:
+            from eapo.run_dir import DirectoryBusyError
+
+            try:
+                self.lock.acquire()  # creates the directory
+            except DirectoryBusyError as error:
+                raise RunError(str(error)) from None
+        return self
+
+    def start(self, config: EAPOConfig) -> None:
+        """Write config.yaml; on resume cut metrics and validation back to the checkpoint and drop the
+        checkpoints a failed write left incomplete (never resumed from)."""
+        from eapo.validation import truncate_validation
+
+        if not self.is_main:
+            return
+        atomic_write_text(self.run_dir / CONFIG_FILE, dump_config(config))
+        remove_incomplete_checkpoints(self.run_dir)
+        if self.checkpoint is not None:
+            truncate_metrics(self.run_dir, self.start_step)
+            truncate_validation(self.run_dir, self.start_step)
+            logger.info("resuming %s from %s (step %d)", self.run_dir, self.checkpoint.name, self.start_step)
+        elif self.before & {METRICS_FILE, CONFIG_FILE}:
+            truncate_metrics(self.run_dir, 0)
+            truncate_validation(self.run_dir, 0)
+            logger.info("no complete checkpoint in %s: starting from step 0", self.run_dir)
+
+    def steps_done(self) -> int:
+        """Optimisation steps this launch completed."""
+        if self.trainer is None:
+            return 0
+        return max(0, self.trainer.state.global_step - self.start_step)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> bool:
+        try:
+            if error is None or not self.is_main:
+                return False
+            steps = self.steps_done()
+            if steps == 0:
+                self._remove_what_this_launch_added()
+                return False
+            checkpoints = complete_checkpoints(self.run_dir)
+            resumes_from = (
+                f"{checkpoints[-1].name}" if checkpoints else "step 0 (no complete checkpoint was written)"
+            )
+            cause = str(error) if isinstance(error, RunError) else f"{type(error).__name__}: {error}"
+            hint = (
+                f"training stopped at step {self.trainer.state.global_step} ({steps} step(s) done by this "
+                f"launch): {cause}. Everything written so far is kept in {self.run_dir}; the same command "
+                f"with --resume (same config and overrides) continues from {resumes_from}"
+            )
+            if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: keep their meaning
+                logger.error(hint)
+                return False
+            if not isinstance(error, RunError | WriteFailedError):  # those say all there is to say
+                logger.error("training failed", exc_info=(kind, error, traceback))
+            raise RunError(hint) from error
+        finally:
+            self.lock.release()
+
+    def _remove_what_this_launch_added(self) -> None:
+        if self.created:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            logger.info("removed %s: the launch failed before its first step", self.run_dir)
+            return
+        for child in self.run_dir.iterdir():
+            if child.name not in self.before and child.name != LOCK_FILE:
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,7 +299,15 @@ def build_dataset(config: EAPOConfig, tokenizer):
     """Load records, render the paper's prompt through the chat template, return a ``datasets.Dataset``."""
     from datasets import Dataset
 
-    records, prompts = _records_and_prompts(config, tokenizer, config.data.split, config.data.limit)
+    from eapo.data import DataError
+
+    try:
+        records, prompts = _records_and_prompts(config, tokenizer, config.data.split, config.data.limit)
+    except DataError as error:
+        raise RunError(
+            f"data.name={config.data.name!r} (data.path={config.data.path!r}, data.split="
+            f"{config.data.split!r}) cannot be loaded: {error}"
+        ) from error
     return Dataset.from_list(
         [
             {
@@ -255,13 +385,9 @@ def build_reward(config: EAPOConfig, run_dir: str | Path | None = None):
             f"reward.options has {unknown}, which reward.weights does not list ({list(config.reward.weights)})"
         )
     options = {name: opts for name, opts in configured.items() if name in weights}
+    check_judge_settings(config)
     if "llm_judge" in weights:
         judge = config.reward.judge
-        if not judge.base_url or not judge.model:
-            raise ConfigError(
-                "reward.weights.llm_judge > 0 needs reward.judge.base_url and reward.judge.model "
-                "(an OpenAI-compatible endpoint), or set reward.weights.llm_judge=0"
-            )
         options["llm_judge"] = {
             "base_url": judge.base_url,
             "model": judge.model,
@@ -286,6 +412,31 @@ def build_reward(config: EAPOConfig, run_dir: str | Path | None = None):
                 f"the LLM judge at {config.reward.judge.base_url} cannot be reached: {error}"
             ) from error
     return composite
+
+
+def check_judge_settings(config: EAPOConfig) -> None:
+    """A weighted LLM judge needs an endpoint and a model (checked before anything is loaded)."""
+    judge = config.reward.judge
+    if config.reward.weights.get("llm_judge") and (not judge.base_url or not judge.model):
+        raise ConfigError(
+            "reward.weights.llm_judge > 0 needs reward.judge.base_url and reward.judge.model "
+            "(an OpenAI-compatible endpoint), or set reward.weights.llm_judge=0",
+            key="reward.weights.llm_judge",
+        )
+
+
+def check_batch_split(config: EAPOConfig, num_processes: int) -> None:
+    """A step's completions split evenly into ``num_processes`` × micro-batches (TRL needs it)."""
+    t = config.train
+    completions_per_step = t.prompts_per_step * config.rollout.num_generations
+    per_process = completions_per_step // num_processes
+    if completions_per_step % num_processes or per_process % t.micro_batch_size:
+        raise ConfigError(
+            f"{completions_per_step} completions per step (train.prompts_per_step × rollout.num_generations) "
+            f"cannot be split into {num_processes} processes × micro-batches of train.micro_batch_size="
+            f"{t.micro_batch_size}",
+            key="train.micro_batch_size",
+        )
 
 
 def judge_cache_dir(cache_dir: str | None, run_dir: str | Path | None) -> Path | None:
@@ -350,19 +501,16 @@ def rollout_plan(config: EAPOConfig, facts=None):
 def grpo_args(
     config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, facts=None, model_path: str | None = None
 ):
-    """Translate the typed config into TRL's ``GRPOConfig`` (the paper's defaults live in the config).
-    ``model_path`` (the resolved policy) tells DDP whether to search for unused parameters."""
+    """Translate the typed config into the trainer's arguments, an :class:`eapo.trl_config.EAPOConfig` (TRL's
+    ``GRPOConfig`` with the weighting settings: the same class a TRL script passes). ``model_path`` (the
+    resolved policy) tells DDP whether to search for unused parameters."""
     import torch
-    from trl import GRPOConfig
+
+    from eapo import trl_config
 
     t, r, a = config.train, config.rollout, config.algorithm
-    completions_per_step = t.prompts_per_step * r.num_generations
-    per_process = completions_per_step // num_processes
-    if completions_per_step % num_processes or per_process % t.micro_batch_size:
-        raise ConfigError(
-            f"{completions_per_step} completions per step cannot be split into {num_processes} processes × "
-            f"micro-batches of train.micro_batch_size={t.micro_batch_size}"
-        )
+    check_batch_split(config, num_processes)
+    per_process = t.prompts_per_step * r.num_generations // num_processes
     rollout = rollout_plan(config, facts)
     dtype = rollout.dtype
     cuda = torch.cuda.is_available() if facts is None else facts.cuda
@@ -370,7 +518,7 @@ def grpo_args(
     if rollout.attn_implementation is not None:
         model_init_kwargs["attn_implementation"] = rollout.attn_implementation
     tf32 = True if cuda and dtype == "float32" and _tf32_available() else None  # fp32 weights, TF32 matmuls
-    return GRPOConfig(
+    return trl_config.EAPOConfig(
         output_dir=str(run_dir),
         per_device_train_batch_size=t.micro_batch_size,
         gradient_accumulation_steps=per_process // t.micro_batch_size,
@@ -403,6 +551,10 @@ def grpo_args(
         num_iterations=a.num_iterations,
         scale_rewards=a.scale_rewards,
         use_bias_correction_kl=a.kl_bias_correction,
+        method=a.weighting_method(),  # an entropy-control preset trains GRPO's weights (its controls: above)
+        **a.weighting_overrides(),
+        split_by=a.split_by,
+        entropy_agg=a.entropy_agg,
         **vllm_importance_args(r),
         use_vllm=rollout.engine == "vllm",
         vllm_mode=r.vllm_mode,
@@ -427,12 +579,26 @@ def grpo_args(
         save_steps=t.save_steps if t.save_steps > 0 else 500,
         save_total_limit=t.save_total_limit,
         logging_steps=1,
-        report_to="none",
+        report_to=trackers(config) or "none",
+        project=config.logging.project,
+        run_name=Path(run_dir).name,
         disable_tqdm=True,
         remove_unused_columns=False,
         log_completions=False,
         use_cpu=use_cpu(),  # several CPU processes then train as one (gloo), see run()
     )
+
+
+def writes_tensorboard(config: EAPOConfig) -> bool:
+    """eapo's TensorBoard writer (RUN_DIR/tensorboard, the contract's keys): ``logging.tensorboard`` and
+    ``tensorboard`` in ``logging.report_to``."""
+    return config.logging.tensorboard and "tensorboard" in config.logging.report_to
+
+
+def trackers(config: EAPOConfig) -> list[str]:
+    """``logging.report_to`` as TRL's ``report_to``: transformers' integrations (wandb, trackio, mlflow,
+    ...). TensorBoard is left out: eapo writes its own events (:func:`writes_tensorboard`)."""
+    return [name for name in config.logging.report_to if name != "tensorboard"]
 
 
 #: Config attributes that count a mixture of experts' experts (transformers' names across model families).
@@ -580,45 +746,32 @@ def _changed_settings(saved: Path, config: EAPOConfig) -> list[str]:
     return [key for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
 
 
-def _prepare_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool, is_main: bool) -> Path | None:
-    from eapo.validation import truncate_validation
-
+def _inspect_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool) -> Path | None:
+    """Read (never write) ``run_dir``: refuse to overwrite another run, and on resume check the
+    settings and return the last complete checkpoint (``None``: start from step 0)."""
     existing = run_dir.exists() and is_run_dir(run_dir)
     if existing and not resume:
         raise RunError(
             f"{run_dir} already holds a run (config.yaml/metrics.jsonl); pass --resume to continue it "
             "or choose another --output-dir"
         )
-    checkpoint = None
-    if resume and existing:
-        changed = _changed_settings(run_dir / CONFIG_FILE, config)
-        if changed:
-            raise RunError(
-                f"{run_dir / CONFIG_FILE} differs from this run's configuration ({', '.join(changed)}); resume "
-                "with the same config and overrides (or start a new --output-dir)"
-            )
-        checkpoints = complete_checkpoints(run_dir)
-        checkpoint = checkpoints[-1] if checkpoints else None
-        if checkpoint is None and (run_dir / FINAL_DIR).exists():
-            raise RunError(f"{run_dir} has already finished (final/ exists) and has no checkpoint to resume")
-    # Every process has looked at the directory before the main one writes into it (else another
-    # process would take the fresh config.yaml for an earlier run's and refuse to start).
-    from accelerate import PartialState
-
-    PartialState().wait_for_everyone()
-    if is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / CONFIG_FILE, dump_config(config))
-        if checkpoint is not None:
-            step = int(checkpoint.name.split("-")[-1])
-            truncate_metrics(run_dir, step)
-            truncate_validation(run_dir, step)
-            logger.info("resuming %s from %s (step %d)", run_dir, checkpoint.name, step)
-        elif resume and existing:
-            truncate_metrics(run_dir, 0)
-            truncate_validation(run_dir, 0)
-            logger.info("no complete checkpoint in %s: starting from step 0", run_dir)
+    if not (resume and existing):
+        return None
+    changed = _changed_settings(run_dir / CONFIG_FILE, config)
+    if changed:
+        raise RunError(
+            f"{run_dir / CONFIG_FILE} differs from this run's configuration ({', '.join(changed)}); resume "
+            "with the same config and overrides (or start a new --output-dir)"
+        )
+    checkpoints = complete_checkpoints(run_dir)
+    checkpoint = checkpoints[-1] if checkpoints else None
+    if checkpoint is None and (run_dir / FINAL_DIR).exists():
+        raise RunError(f"{run_dir} has already finished (final/ exists) and has no checkpoint to resume")
     return checkpoint
+
+
+def _checkpoint_step(checkpoint: Path) -> int:
+    return int(checkpoint.name.split("-")[-1])
 
 
 def _save_final(trainer, tokenizer, run_dir: Path, *, is_main: bool) -> None:
@@ -632,15 +785,23 @@ def _save_final(trainer, tokenizer, run_dir: Path, *, is_main: bool) -> None:
     staging = run_dir / f".{FINAL_DIR}.tmp"
     if is_main:
         shutil.rmtree(staging, ignore_errors=True)
-    with full_state_dict(trainer.accelerator):
-        trainer.save_model(str(staging))
-    if is_main:
-        tokenizer.save_pretrained(str(staging))
-        trainer.create_model_card(model_name=run_dir.name)  # RUN_DIR/README.md, naming the base model
-        shutil.copyfile(run_dir / "README.md", staging / "README.md")  # replaces PEFT's empty template
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
+    try:
+        with full_state_dict(trainer.accelerator):
+            trainer.save_model(str(staging))
+        if is_main:
+            tokenizer.save_pretrained(str(staging))
+            trainer.create_model_card(model_name=run_dir.name)  # RUN_DIR/README.md, naming the base model
+            shutil.copyfile(run_dir / "README.md", staging / "README.md")  # replaces PEFT's empty template
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(staging, final)
+    except Exception as error:  # a full disk, a quota: nothing half-written stays
+        if is_main:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise WriteFailedError(
+            f"writing the final model into {staging} (renamed to {final} once complete) failed: "
+            f"{describe_write_error(error)}; the half-written copy was removed"
+        ) from error
     trainer.accelerator.wait_for_everyone()
 
 

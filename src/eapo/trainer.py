@@ -39,9 +39,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -56,11 +58,19 @@ from eapo.core import (
     importance_correction_counts,
     kl_cov_policy_loss,
     kl_penalty,
-    positive_mask,
+    make_weighting,
     rollout_entropy,
     weight_advantages,
 )
-from eapo.run_dir import EAPO_STATE_FILE, FINAL_DIR, atomic_write_text
+from eapo.core.step import EAPOStep, contiguous_index
+from eapo.run_dir import (
+    EAPO_STATE_FILE,
+    FINAL_DIR,
+    WriteFailedError,
+    atomic_write_text,
+    complete_checkpoints,
+    describe_write_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -115,13 +125,67 @@ def _loads_onto_cpu():
         torch.load = original
 
 
+def _with_eapo_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """GRPOTrainer's arguments with an :class:`~eapo.trl_config.EAPOConfig` where none was given (TRL
+    would make a ``GRPOConfig``, whose defaults are not the paper's objective)."""
+    if len(args) >= 3 or kwargs.get("args") is not None:
+        return args, kwargs
+    from eapo.trl_config import EAPOConfig
+
+    model = args[0] if args else kwargs.get("model")
+    name = (
+        model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "model")
+    )
+    return args, {**kwargs, "args": EAPOConfig(output_dir=f"{str(name).split('/')[-1]}-EAPO")}
+
+
+def _weighting_from_args(
+    args: Any, weighting: WeightingScheme | None, split_by: str | None, entropy_agg: str | None
+) -> tuple[WeightingScheme, str, str]:
+    """The scheme, polarity split and entropy aggregation: explicit arguments first, then ``args``'s
+    (an ``EAPOConfig``), then EAPO's defaults (a plain ``GRPOConfig``, after a warning where its
+    objective is not the paper's)."""
+    from eapo.trl_config import PAPER_OBJECTIVE, EAPOConfig
+
+    if isinstance(args, EAPOConfig):
+        return (
+            weighting if weighting is not None else args.make_weighting(),
+            split_by if split_by is not None else args.split_by,
+            entropy_agg if entropy_agg is not None else args.entropy_agg,
+        )
+    differs = {
+        key: getattr(args, key, None)
+        for key, value in PAPER_OBJECTIVE.items()
+        if getattr(args, key, None) != value
+    }
+    if differs:
+        warnings.warn(
+            f"EAPOTrainer got a plain GRPOConfig whose objective is TRL's, not the EAPO paper's "
+            f"({', '.join(f'{k}={v!r}, paper {PAPER_OBJECTIVE[k]!r}' for k, v in differs.items())}); "
+            "pass eapo.EAPOConfig(...) to train the paper's objective",
+            stacklevel=3,
+        )
+    return (
+        weighting if weighting is not None else make_weighting("eapo"),
+        split_by if split_by is not None else "mean",
+        entropy_agg if entropy_agg is not None else "token-mean",
+    )
+
+
 class EAPOTrainer(GRPOTrainer):
     """GRPO with polarity weights from a :class:`eapo.core.WeightingScheme`.
 
+    ``args`` is best an :class:`eapo.trl_config.EAPOConfig` (the paper's objective as defaults, and the
+    weighting settings); without ``args`` one is made. A plain TRL ``GRPOConfig`` still works and trains
+    TRL's objective (a warning names where it differs from the paper's).
+
     Args (beyond ``GRPOTrainer``'s):
-        weighting: the scheme giving ``(w+, w-)`` each step (``make_weighting("eapo")`` etc.).
-        split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}) or ``"median"``.
-        entropy_agg: how ``H_t`` averages per-token entropies (``eapo.core.ENTROPY_AGGREGATIONS``).
+        weighting: the scheme giving ``(w+, w-)`` each step (``make_weighting("eapo")`` etc.); ``None``:
+            built from ``args`` (``EAPOConfig.make_weighting()``), or EAPO's defaults for a ``GRPOConfig``.
+        split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}) or ``"median"``; ``None``: ``args.split_by``
+            (``"mean"`` for a ``GRPOConfig``).
+        entropy_agg: how ``H_t`` averages per-token entropies (``eapo.core.ENTROPY_AGGREGATIONS``);
+            ``None``: ``args.entropy_agg`` (``"token-mean"`` for a ``GRPOConfig``).
         validation: an :class:`eapo.validation.Validation` run at its steps, or None.
         reuse_loss_pass: take ``H_t`` from the update's own forward when one micro-batch holds the
             whole step (see :meth:`entropy_source`); False forces the extra no-grad forward.
@@ -139,9 +203,9 @@ class EAPOTrainer(GRPOTrainer):
     def __init__(
         self,
         *args: Any,
-        weighting: WeightingScheme,
-        split_by: str = "mean",
-        entropy_agg: str = "token-mean",
+        weighting: WeightingScheme | None = None,
+        split_by: str | None = None,
+        entropy_agg: str | None = None,
         validation: Any = None,
         reuse_loss_pass: bool = True,
         vllm_settings: Any = None,
@@ -152,15 +216,16 @@ class EAPOTrainer(GRPOTrainer):
     ) -> None:
         from eapo.vllm_engine import colocated_vllm
 
+        args, kwargs = _with_eapo_args(args, kwargs)
         with colocated_vllm(vllm_settings):
             super().__init__(*args, **kwargs)
-        self.weighting = weighting
-        self.split_by = split_by
-        self.entropy_agg = entropy_agg
+        self.weighting, self.split_by, self.entropy_agg = _weighting_from_args(
+            self.args, weighting, split_by, entropy_agg
+        )
         self.validation = validation
         self._warned_importance_mismatch = False
         self.reuse_loss_pass = reuse_loss_pass
-        self.first_entropy: float | None = None  # H of the first step, logged as eapo/H0 for every method
+        self.eapo_step = EAPOStep(self.weighting, split_by=self.split_by)  # H_0, the split, metrics, state
         self._capture_entropy = False
         self._captured_entropies: torch.Tensor | None = None
         self._gathered_rewards: torch.Tensor | None = None
@@ -290,9 +355,12 @@ class EAPOTrainer(GRPOTrainer):
 
         if self.use_vllm and self.vllm_importance_sampling_correction:
             self._log_importance_correction(output)
-        rewards, scored = self._total_rewards()  # [B_all], [B_all]
-        positive = positive_mask(rewards, self.num_generations, by=self.split_by)  # [B_all]
-        self._metrics["train"]["eapo/frac_positive"].append(positive[scored].float().mean().item())
+        rewards, _ = self._total_rewards()  # [B_all] (NaN: unscored)
+        positive, split_metrics = self.eapo_step.split(
+            rewards, contiguous_index(rewards.shape[0], self.num_generations)
+        )  # [B_all]
+        for key, value in split_metrics.items():
+            self._metrics["train"][key].append(value)
         local = output["advantages"].shape[0]
         start = self.accelerator.process_index * local
         local_positive = positive[start : start + local]  # [B_local]
@@ -322,17 +390,18 @@ class EAPOTrainer(GRPOTrainer):
 
     def _weight(self, batch: dict[str, Any], positive: torch.Tensor, entropy: float) -> None:
         """``H_t`` → ``(w+, w-)`` → ``Â = w±·A`` on ``batch["advantages"]``, plus the ``eapo/*`` metrics."""
-        w_pos, w_neg = self.weighting.weights(entropy)
-        if self.first_entropy is None:
-            self.first_entropy = entropy
+        first_step = self.eapo_step.first_entropy is None
+        w_pos, w_neg = self.eapo_step.weights(entropy)
+        if first_step:
             self._anchor_entropy_target(entropy)
         batch["advantages"] = weight_advantages(batch["advantages"], positive, w_pos, w_neg)
-        h0 = getattr(self.weighting, "h0", None)
-        metrics = self._metrics["train"]
-        metrics["entropy/rollout"].append(entropy)
-        metrics["eapo/H0"].append(h0 if h0 is not None else self.first_entropy)
-        metrics["eapo/w_pos"].append(w_pos)
-        metrics["eapo/w_neg"].append(w_neg)
+        for key, value in self.eapo_step.weight_metrics(entropy, w_pos, w_neg).items():
+            self._metrics["train"][key].append(value)
+
+    @property
+    def first_entropy(self) -> float | None:
+        """``H`` of the first step, logged as ``eapo/H0`` for the schemes without their own anchor."""
+        return self.eapo_step.first_entropy
 
     @staticmethod
     def _completion_mask(batch: dict[str, Any]) -> torch.Tensor:
@@ -391,27 +460,20 @@ class EAPOTrainer(GRPOTrainer):
         metrics["vllm_is/row_frac"].append((counts[2] / counts[3].clamp(min=1.0)).item())
 
     def _total_rewards(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The scalar reward of every rollout (all processes), NaN-free for the polarity split, and
-        which rollouts were scored (``[B_all]`` float64, ``[B_all]`` bool).
+        """The scalar reward of every rollout (all processes) and which were scored (``[B_all]`` float64,
+        ``[B_all]`` bool).
 
         A rollout no reward could score (its composite total is None, e.g. a failed judge call under
-        ``reward.missing=unscorable``) is NaN in TRL, which leaves it out of its group's mean and std
-        and gives it advantage 0. Here it takes its group's split centre (the mean, or the median, of
-        the scored rollouts), which moves neither; it is positive with a zero advantage, and left out
-        of ``eapo/frac_positive``.
+        ``reward.missing=unscorable``) is NaN, as in TRL, which leaves it out of its group's mean and
+        std and gives it advantage 0; :meth:`eapo.core.step.EAPOStep.split` likewise leaves it out of
+        its group's centre and of ``eapo/frac_positive`` and counts it positive.
         """
         per_func = self._gathered_rewards  # [B_all, F]
         weights = self.reward_weights.to(per_func.device)
         rewards = (per_func * weights.unsqueeze(0)).nansum(dim=1)
         scored = ~torch.isnan(per_func).all(dim=1)  # [B_all]
         rewards[~scored] = torch.nan
-        grouped = rewards.view(-1, self.num_generations).to(torch.float64)  # [P, G]
-        if self.split_by == "median":
-            centre = torch.nanquantile(grouped, 0.5, dim=1, keepdim=True)  # interpolated, as positive_mask
-        else:
-            centre = torch.nanmean(grouped, dim=1, keepdim=True)
-        fill = centre.nan_to_num(0.0).expand_as(grouped)
-        return torch.where(torch.isnan(grouped), fill, grouped).reshape(-1), scored
+        return rewards.to(torch.float64), scored
 
     # --- entropy controls -------------------------------------------------------------------------
 
@@ -503,18 +565,17 @@ class EAPOTrainer(GRPOTrainer):
     # --- checkpoints ----------------------------------------------------------------------------
 
     def eapo_state(self) -> dict[str, Any]:
-        state = {"weighting": self.weighting.state_dict(), "first_entropy": self.first_entropy}
+        extras = {}
         if (
             self.use_adaptive_entropy
         ):  # TRL's entropy_ctrl_state.json holds the coefficient; the target is ours
-            state["entropy_target"] = self.args.entropy_target
-        return state
+            extras["entropy_target"] = self.args.entropy_target
+        return self.eapo_step.state_dict(**extras)
 
     def load_eapo_state(self, state: dict[str, Any]) -> None:
-        self.weighting.load_state_dict(state["weighting"])
-        self.first_entropy = state.get("first_entropy")
-        if self.use_adaptive_entropy and state.get("entropy_target") is not None:
-            self.args.entropy_target = state["entropy_target"]
+        extras = self.eapo_step.load_state_dict(state)
+        if self.use_adaptive_entropy and extras.get("entropy_target") is not None:
+            self.args.entropy_target = extras["entropy_target"]
 
     #: The base model the model card (README.md) names; ``None``: TRL's choice from the model config.
     base_model_id: str | None = None
@@ -535,15 +596,39 @@ class EAPOTrainer(GRPOTrainer):
             config._name_or_path, self.hub_model_id = saved
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        # Every process has written its part (e.g. rng_state_<rank>.pth) before the marker goes in.
-        self.accelerator.wait_for_everyone()
-        if self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            # Written last and atomically: a checkpoint without it is incomplete and never resumed from.
-            atomic_write_text(os.path.join(folder, EAPO_STATE_FILE), json.dumps(self.eapo_state(), indent=2))
+        """TRL's checkpoint, then ``eapo_state.json`` (the completeness marker), then the rotation.
+
+        transformers rotates (``save_total_limit``) inside its own save, before the marker exists: a
+        failed write would then leave the new, incomplete checkpoint and delete the complete one
+        ``--resume`` needs. Here rotation waits until the new checkpoint is complete and counts complete
+        checkpoints only. A failed write (a full disk, a quota) removes the half-written checkpoint and
+        raises :class:`eapo.run_dir.WriteFailedError` naming the path and the cause."""
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            super()._save_checkpoint(model, trial)
+            # Every process has written its part (e.g. rng_state_<rank>.pth) before the marker goes in.
+            self.accelerator.wait_for_everyone()
+            if self.args.should_save:
+                # Written last and atomically: a checkpoint without it is incomplete and never resumed from.
+                atomic_write_text(
+                    os.path.join(folder, EAPO_STATE_FILE), json.dumps(self.eapo_state(), indent=2)
+                )
+        except Exception as error:
+            if self.args.should_save:
+                shutil.rmtree(folder, ignore_errors=True)
+            kept = complete_checkpoints(Path(run_dir))
+            raise WriteFailedError(
+                f"writing checkpoint {folder} failed: {describe_write_error(error)}; the half-written "
+                f"checkpoint was removed; the last complete one is "
+                f"{kept[-1] if kept else 'none (a resume starts from step 0)'}"
+            ) from error
+        finally:
+            self.args.save_total_limit = limit
+        if self.args.should_save and limit:
+            for old in complete_checkpoints(Path(run_dir))[:-limit]:
+                shutil.rmtree(old, ignore_errors=True)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         if self.args.device.type == "cpu":

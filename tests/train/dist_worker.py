@@ -229,7 +229,7 @@ def main(argv: list[str]) -> None:
     _wrap(eapo.train, "atomic_write_text", _counting)
     _wrap(eapo.trainer, "atomic_write_text", _counting)
     _wrap(eapo.train, "_save_final", _save_final)
-    _wrap(eapo.train, "_prepare_run_dir", _late_on_rank_1)
+    _wrap(eapo.train, "_inspect_run_dir", _late_on_rank_1)
     if RANK == 1:
         eapo.commands.train.time = _LaterClock()
     if short_rank == RANK:

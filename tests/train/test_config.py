@@ -79,13 +79,13 @@ def test_overrides_are_typed_and_nested():
     [
         (
             ["algorithm.method=ppo"],
-            "algorithm.method='ppo' is unknown; valid: grpo, psr, nsr, w_reinforce, eapo",
+            "algorithm.method='ppo' is invalid; valid: grpo, psr, nsr, w_reinforce, eapo",
         ),
         (["algorithm.w_plus=1"], "unknown key 'algorithm.w_plus' in section 'algorithm'; valid keys: method"),
         (["bogus.key=1"], "unknown key 'bogus' in the top level"),
         (["algorithm.method=grpo", "algorithm.w0=0.1"], "algorithm.w0 does not apply to method 'grpo'"),
         (["train.max_steps=abc"], "train.max_steps must be int"),
-        (["rollout.num_generations=1"], "rollout.num_generations must be >= 2"),
+        (["rollout.num_generations=1"], "rollout.num_generations=1 is invalid; valid: an integer >= 2"),
         (["train.micro_batch_size=3"], "multiple of train.micro_batch_size=3"),
         (["algorithm.split_by=mode"], "algorithm.split_by='mode' is invalid; valid: mean, median"),
     ],
@@ -178,10 +178,13 @@ def test_defaults_of_the_issue_12_options(tmp_path):
             "rollout.vllm_importance_correction=tis",
             "rollout.vllm_importance_correction='tis' is invalid; valid: ",
         ),
-        ("rollout.vllm_importance_cap=1.0", "rollout.vllm_importance_cap must be > 1"),
+        (
+            "rollout.vllm_importance_cap=1.0",
+            "rollout.vllm_importance_cap=1.0 is invalid; valid: a number > 1",
+        ),
         ("train.eval_sampling=beam", "train.eval_sampling='beam' is invalid; valid: greedy, sampled"),
-        ("train.eval_limit=0", "train.eval_limit >= 1"),
-        ("train.eval_steps=-1", "train.eval_steps must be >= 0"),
+        ("train.eval_limit=0", "train.eval_limit=0 is invalid; valid: an integer >= 1"),
+        ("train.eval_steps=-1", "train.eval_steps=-1 is invalid; valid: an integer >= 0"),
     ],
 )
 def test_issue_12_options_are_validated(override, message):
@@ -197,9 +200,12 @@ LINEAR = "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_pr
     ("overrides", "message"),
     [
         (["model.lora.layers=2"], "model.lora.layers needs model.lora.target_modules as a list"),
-        ([LINEAR, "model.lora.layers=0"], "model.lora.layers=0: give N >= 1"),
-        ([LINEAR, "model.lora.layers=[1,-1]"], "a list of layer indices must hold integers >= 0"),
-        ([LINEAR, "model.lora.layers=[]"], "a list of layer indices must hold integers >= 0"),
+        ([LINEAR, "model.lora.layers=0"], "model.lora.layers=0 is invalid; valid: an integer N >= 1"),
+        (
+            [LINEAR, "model.lora.layers=[1,-1]"],
+            "model.lora.layers=[1, -1] is invalid; valid: an integer N >= 1 (the last N layers) or a list of layer indices >= 0",
+        ),
+        ([LINEAR, "model.lora.layers=[]"], "model.lora.layers=[] is invalid"),
     ],
 )
 def test_lora_layers_are_validated(overrides, message):
@@ -281,5 +287,5 @@ def test_judge_settings_are_typed_and_validated(tmp_path):
         ConfigError, match="reward.judge.structured_output='grammar' is invalid; valid: auto, json_schema"
     ):
         load_config(ROOT / "configs" / "tiny.yaml", ["reward.judge.structured_output=grammar"])
-    with pytest.raises(ConfigError, match="max_retries >= 0"):
+    with pytest.raises(ConfigError, match=r"reward.judge.max_retries=-1 is invalid; valid: an integer >= 0"):
         load_config(ROOT / "configs" / "tiny.yaml", ["reward.judge.max_retries=-1"])

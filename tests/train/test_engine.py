@@ -201,7 +201,7 @@ def test_vllm_settings_carry_the_policy_dtype_cpu_cache_and_seed():
     assert vllm_settings(config, rollout_plan(config, CPU)) is None  # generate: TRL's own path
     server = load_config(TINY, ["rollout.engine=vllm", "rollout.vllm_mode=server"])
     assert vllm_settings(server, rollout_plan(server, GPU_VLLM)) is None  # server mode is TRL's
-    with pytest.raises(ConfigError, match="vllm_kv_cache_gib must be > 0"):
+    with pytest.raises(ConfigError, match=r"rollout.vllm_kv_cache_gib=0.0 is invalid; valid: a number > 0"):
         load_config(TINY, ["rollout.vllm_kv_cache_gib=0"])
 
 

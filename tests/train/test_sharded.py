@@ -1,4 +1,4 @@
-"""Sharded training on 2 CPU processes, launched as the README's scaling section runs it, on
+"""Sharded training on 2 CPU processes, launched as docs/guide/engines.md ("Scaling out") runs it, on
 configs/tiny.yaml: ``accelerate launch --config_file configs/accelerate/fsdp.yaml`` (FSDP2,
 ``fully_shard``: parameters, gradients and Adam's state split across the processes) and, where
 DeepSpeed is installed, ``configs/accelerate/zero3.yaml`` (ZeRO-3, the same split; not in CI).
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 #: The sharded configurations; ZeRO-3 needs DeepSpeed, which eapo does not install (tested with
-#: deepspeed 0.19.8 from PyPI: its CPU accelerator, gloo, torch's AdamW; README "Scaling out").
+#: deepspeed 0.19.8 from PyPI: its CPU accelerator, gloo, torch's AdamW; docs/guide/engines.md, "Scaling out").
 KINDS = [
     "fsdp",
     pytest.param(

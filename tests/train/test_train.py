@@ -398,6 +398,67 @@ def test_trl_path_gives_the_shared_batch_its_hand_derived_entropy(agg, tmp_path)
     )
 
 
+class FixedScores:
+    """A scorer that returns the shared step batch's rewards (None where it is NaN: unscorable)."""
+
+    name = "fixed"
+    label = "fixed test scorer"
+
+    def __call__(self, prompts, completions, references, **kwargs):
+        from eapo.testing import entropy_batch
+
+        return [None if value != value else value for value in entropy_batch.STEP_SCORES]
+
+
+@pytest.mark.parametrize("reuse_loss_pass", [True, False])
+def test_trl_path_gives_the_shared_step_its_hand_derived_decision(reuse_loss_pass, tmp_path, monkeypatch):
+    """The whole step on the batch of eapo.testing.entropy_batch (NaN rewards, groups with three scored
+    rollouts of four), as tests/verl_plugin/test_verl_trainer.py runs it through verl: same H_t,
+    weights, advantages (TRL's group std + 1e-4), metrics and state."""
+    from eapo.core import rollout_entropy
+    from eapo.rewards import CompositeReward
+    from eapo.testing import entropy_batch
+    from eapo.trainer import EAPOTrainer
+
+    config = tiny("algorithm.method=eapo", "algorithm.beta=0.0", "reward.missing=unscorable")
+    composite = CompositeReward(
+        {"fixed": 1.0}, {"fixed": FixedScores()}, missing="unscorable", parallel=False
+    )
+    trainer, dataset = _trainer(config, tmp_path, reward=composite, reuse_loss_pass=reuse_loss_pass)
+    step = {"t": 0}
+
+    def shared_entropy(self, entropies, mask):  # the shared batch's per-token entropies at this step
+        rows = entropy_batch.step_rows(step["t"])
+        values = torch.tensor([[*row, *[7.0] * (3 - len(row))] for row in rows])
+        return rollout_entropy(
+            values, (torch.arange(3) < torch.tensor([len(r) for r in rows])[:, None]).float()
+        )
+
+    monkeypatch.setattr(EAPOTrainer, "_rollout_entropy", shared_entropy)
+    for t in range(2):
+        step["t"] = t
+        torch.manual_seed(3 + t)
+        inputs = trainer._generate_and_score_completions(_rows(dataset))
+        trainer.compute_loss(trainer.model, inputs)
+        expected = entropy_batch.step_expected(t, eps=1e-4)
+        torch.testing.assert_close(
+            inputs["advantages"].to(torch.float64),
+            torch.tensor(expected["advantages"], dtype=torch.float64),
+            rtol=1e-5,
+            atol=1e-6,
+        )
+        for key, value in expected["metrics"].items():
+            assert trainer._metrics["train"][key][-1] == pytest.approx(value, rel=1e-6), key
+    state = trainer.eapo_state()
+    assert json.loads(json.dumps(state)) == _approx_state(expected["state"])
+
+
+def _approx_state(state):
+    if isinstance(state, dict):
+        return {key: _approx_state(value) for key, value in state.items()}
+    return pytest.approx(state, rel=1e-6) if isinstance(state, float) else state
+
+
 @pytest.mark.parametrize("reuse_loss_pass", [True, False])
 def test_seq_mean_entropy_of_a_generated_step(reuse_loss_pass, tmp_path):
     from eapo.core import rollout_entropy
@@ -461,20 +522,23 @@ def test_a_rollout_the_judge_could_not_score_gets_no_advantage(missing, tmp_path
     assert metrics["eapo/frac_positive"] == [pytest.approx(4 / 7)]
     totals, scored_mask = trainer._total_rewards()
     assert scored_mask.tolist() == [False] + [True] * 7
-    assert totals[0] == pytest.approx(0.25)  # the group's mean: the split of the others is unchanged
+    assert math.isnan(totals[0])  # left out of its group's centre, as out of its mean and std
+    positive, _ = trainer.eapo_step.split(totals, [0, 0, 0, 0, 1, 1, 1, 1])
+    assert positive[0]  # counted positive, with advantage 0
 
 
-def test_median_split_fills_an_unscored_rollout_with_the_median(tmp_path):
+def test_median_split_leaves_an_unscored_rollout_out_of_the_median(tmp_path):
     config = tiny("algorithm.method=grpo", "algorithm.split_by=median", "algorithm.beta=0.0")
     trainer, _ = _trainer(config, tmp_path)
     trainer._gathered_rewards = torch.tensor(
         [[math.nan], [0.1], [0.2], [0.9], [0.0], [0.0], [1.0], [math.nan]]
     )
     totals, scored = trainer._total_rewards()
-    # group 1: median of [0.1, 0.2, 0.9] is 0.2 (the mean, 0.4, would move the median to 0.3)
-    assert totals[:4].tolist() == pytest.approx([0.2, 0.1, 0.2, 0.9])
-    assert totals[4:].tolist() == pytest.approx([0.0, 0.0, 1.0, 0.0])
     assert scored.tolist() == [False, True, True, True, True, True, True, False]
+    positive, metrics = trainer.eapo_step.split(totals, [0, 0, 0, 0, 1, 1, 1, 1])
+    # group 1: median of [0.1, 0.2, 0.9] is 0.2 (the mean, 0.4, would put 0.2 in D-); group 2: median 0
+    assert positive.tolist() == [True, False, True, True, True, True, True, True]
+    assert metrics == {"eapo/frac_positive": pytest.approx(5 / 6), "eapo/num_unscored": 2.0}
 
 
 def test_validation_every_n_steps_scores_a_fixed_dev_subset(tmp_path):
@@ -530,10 +594,9 @@ def test_validation_subset_settings(tmp_path):
 
     train_ids = {record.id for record in load("demo", split="train")}
     assert len(subset.ids) == 3 and not set(subset.ids) & train_ids  # the dev split, disjoint from train
-    with pytest.raises(RunError, match="train.eval_split='nope'"):
-        build_validation(
-            tiny("train.eval_steps=1", "train.eval_split=nope"), resolve_model("tiny"), None, tmp_path
-        )
+    # an unknown split is refused with the rest of the settings, before anything is loaded
+    with pytest.raises(ConfigError, match="train.eval_split='nope' is invalid; valid: a split name"):
+        tiny("train.eval_steps=1", "train.eval_split=nope")
 
 
 def test_metrics_lines_carry_rollout_values_forward_but_not_validation(tmp_path):

@@ -743,7 +743,7 @@ def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp
         run_step(trainer, in_memory_tq, step, entropy=entropy)
     trainer.global_steps = 2
     trainer._save_checkpoint()
-    state = json.loads((tmp_path / "global_step_2" / "eapo_weighting.json").read_text())
+    state = json.loads((tmp_path / "global_step_2" / "eapo_state.json").read_text())
     assert state["method"] == "adaptive_entropy"
     assert state["adaptive_entropy"]["coef"] == pytest.approx(0.02)
     assert state["adaptive_entropy"]["target"] == pytest.approx(1.2)

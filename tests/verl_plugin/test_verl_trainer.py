@@ -309,7 +309,7 @@ def test_resume_path_and_mismatched_settings(verl_config, in_memory_tq, tmp_path
     changed = explicit.copy()
     changed.algorithm.eapo = {"w0": 0.3}
     with pytest.raises(
-        ValueError, match=r"eapo_weighting.json: checkpointed w0=0.2 differs from the configured w0=0.3"
+        ValueError, match=r"eapo_state.json: checkpointed w0=0.2 differs from the configured w0=0.3"
     ):
         attach_checkpoint_io(EAPOVerlTrainer(changed), tmp_path / "elsewhere")._load_checkpoint()
 
@@ -323,3 +323,65 @@ def test_resuming_a_checkpoint_without_eapo_state_warns_and_reanchors(verl_confi
     assert trainer.global_steps == 3
     assert trainer.weighting.h0 is None
     assert "re-anchors H_0" in caplog.text
+
+
+def test_a_checkpoint_with_the_old_state_file_name_still_resumes(verl_config, in_memory_tq, tmp_path):
+    """Checkpoints written before the state file took TRL's name (eapo_state.json) hold
+    eapo_weighting.json: resume reads it."""
+    trainer = attach_checkpoint_io(EAPOVerlTrainer(verl_config), tmp_path)
+    run_step(trainer, in_memory_tq, 1, entropy=1.2)
+    trainer.global_steps = 1
+    trainer._save_checkpoint()
+    folder = tmp_path / "global_step_1"
+    assert WEIGHTING_STATE_FILE == "eapo_state.json"
+    (folder / WEIGHTING_STATE_FILE).rename(folder / "eapo_weighting.json")
+    resumed = attach_checkpoint_io(EAPOVerlTrainer(verl_config.copy()), tmp_path)
+    resumed._load_checkpoint()
+    assert (resumed.weighting.h0, resumed.first_entropy) == (pytest.approx(1.2), pytest.approx(1.2))
+
+
+# --- the whole step, the same batch as the TRL trainer's test ------------------------------------
+
+
+def _approx_state(state):
+    if isinstance(state, dict):
+        return {key: _approx_state(value) for key, value in state.items()}
+    return pytest.approx(state, rel=1e-6) if isinstance(state, float) else state
+
+
+def test_verl_path_gives_the_shared_step_its_hand_derived_decision(verl_config, in_memory_tq, tmp_path):
+    """The batch of eapo.testing.entropy_batch (NaN rewards; each group three scored rollouts of four),
+    interleaved as after verl's length balancing, through two steps: the same H_t, weights,
+    advantages, metrics and state as tests/train/test_train.py gets from the TRL trainer."""
+    from eapo.integrations.verl import polarity_grpo_advantages
+
+    trainer = attach_checkpoint_io(EAPOVerlTrainer(verl_config), tmp_path)
+    order = [0, 4, 1, 5, 2, 6, 3, 7]  # verl row -> row of the shared (contiguous) batch
+    uids = ["a" if row < 4 else "b" for row in order]
+    scores = [entropy_batch.STEP_SCORES[row] for row in order]
+    for t in range(2):
+        rows = entropy_batch.step_rows(t)
+        entropies = [list(rows[row]) if rows[row] else [7.0] for row in order]  # [7.0]: a padding row
+        masks = [[1.0] * len(rows[row]) if rows[row] else [0.0] for row in order]
+        batch = put_rollouts(in_memory_tq, t + 1, uids=uids, scores=scores, entropies=entropies, masks=masks)
+        metrics = {}
+        batch = trainer._compute_advantage(batch, metrics=metrics)
+        expected = entropy_batch.step_expected(t, eps=1e-6)  # verl's epsilon
+        got = torch.stack([in_memory_tq.store[("train", key)]["advantages"][0] for key in batch.keys])
+        want = torch.tensor(
+            [expected["advantages"][row] if rows[row] else 0.0 for row in order]  # padding: masked to 0
+        )
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        assert metrics == pytest.approx(expected["metrics"], rel=1e-6)
+        # with TRL's epsilon (1e-4), the estimator gives the TRL trainer's advantages on the same batch
+        trl = entropy_batch.step_expected(t, eps=1e-4)
+        advantages, _ = polarity_grpo_advantages(
+            torch.tensor(scores), uids, metrics["eapo/w_pos"], metrics["eapo/w_neg"], epsilon=1e-4
+        )
+        torch.testing.assert_close(
+            advantages, torch.tensor([trl["advantages"][row] for row in order]), rtol=1e-5, atol=1e-6
+        )
+    trainer.global_steps = 2
+    trainer._save_checkpoint()
+    state = json.loads((tmp_path / "global_step_2" / WEIGHTING_STATE_FILE).read_text())
+    assert state == _approx_state(expected["state"])

@@ -105,6 +105,7 @@ def eval_command(
 
     Writes results.json, results.csv, results.md and samples.jsonl; rerunning resumes.
     """
+    from eapo.config import ConfigError
     from eapo.evaluation import EvalError, EvalMismatchError, run_eval
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -139,6 +140,9 @@ def eval_command(
             n_resamples=bootstrap,
             progress=True,
         )
+    except ConfigError as error:  # a setting of the run's or --config's configuration
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
     except (EvalError, EvalMismatchError, ValueError, FileNotFoundError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None

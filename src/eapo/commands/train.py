@@ -18,6 +18,19 @@ def packaged_config(name: str) -> Path:
     return path
 
 
+def config_path(config: Path | None) -> Path:
+    """``--config``: a YAML file, or the name of a packaged preset (``tiny``, ``demo``, ``paper_rjua``, ...)
+    where no such file exists, so an installed eapo runs its presets from any directory; none: ``demo``."""
+    if config is None:
+        return packaged_config("demo")
+    if not config.exists() and config.parent == Path(".") and config.suffix in ("", ".yaml"):
+        try:
+            return packaged_config(config.stem)
+        except FileNotFoundError:
+            pass  # load_config names the missing file
+    return config
+
+
 def quiet_third_party() -> None:
     """Keep the console to our progress bar and log: no per-file weight bars or deprecation chatter."""
     import warnings
@@ -49,7 +62,10 @@ def train(
         None, help="key=value overrides, e.g. algorithm.method=psr train.max_steps=3"
     ),
     config: Path = typer.Option(
-        None, "--config", "-c", help="YAML config (default: the embedded demo preset)."
+        None,
+        "--config",
+        "-c",
+        help="YAML config, or a packaged preset's name (tiny, demo, paper_rjua, ...); default: the demo preset.",
     ),
     output_dir: Path = typer.Option(
         None, "--output-dir", "-o", help="Run directory (default: runs/<method>-<time>)."
@@ -65,7 +81,7 @@ def train(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet_third_party()
     try:
-        cfg = load_config(config if config is not None else packaged_config("demo"), overrides or [])
+        cfg = load_config(config_path(config), overrides or [])
     except ConfigError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
@@ -76,7 +92,10 @@ def train(
         output_dir = Path("runs") / f"{cfg.algorithm.method}-{start_time()}"
     try:
         run_dir = run(cfg, output_dir, resume=resume)
-    except (ConfigError, RunError, FileNotFoundError) as error:
+    except ConfigError as error:  # a setting that only this machine or launch refuses
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    except (RunError, FileNotFoundError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"run directory: {run_dir}")

@@ -7,7 +7,11 @@ Everything the trainers (TRL, verl) and users' own code need lives here:
 * polarity-weighted advantages  Â_i = w+·A_i on D+, w-·A_i on D-  (Section 4.1),
 * the entropy-driven positive weight  w+_t = clip(w0 · H_t / H_0, w_min, w_max)
   (Eq. ``dynamic_weight``; closed form of the recursion in the appendix "Formula Derivation"),
-* a registry of weighting schemes (GRPO, PSR, NSR, W-REINFORCE, EAPO),
+* a registry of weighting schemes (GRPO, PSR, NSR, W-REINFORCE, EAPO), filled by
+  :func:`register_weighting` (as verl's ``register_adv_est``),
+* the whole per-step decision both trainers delegate to (:mod:`eapo.core.step`): group statistics
+  by group id that tolerate unscorable (NaN) rollouts and uneven groups, the split, ``(w+, w-)``,
+  ``H_0``, the ``eapo/*`` metrics and the one checkpointed state (:class:`EAPOStep`),
 * per-token entropy, masked means, the rollout entropy ``H_t`` with a named aggregation
   (:func:`rollout_entropy`, the one definition the TRL and verl trainers share), the PPO-clip
   surrogate of Eq. ``grpo`` with named loss aggregations, and the k1/k2/k3 KL estimators;
@@ -47,6 +51,7 @@ __all__ = [
     "EntropyAdaptiveWeighting",
     "make_weighting",
     "WEIGHTING_SCHEMES",
+    "register_weighting",
     "token_entropy",
     "token_logprobs_and_entropy",
     "masked_mean",
@@ -407,13 +412,54 @@ class EntropyAdaptiveWeighting:
         )
 
 
-def _fixed(default_pos: float, default_neg: float) -> Callable[..., FixedWeighting]:
-    def build(name: str, *, w_pos: float = default_pos, w_neg: float = default_neg) -> FixedWeighting:
-        return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
-
-    return build
+#: name -> (builder, the override keys it accepts), filled by :func:`register_weighting`. Defaults
+#: are the paper's (Section 5.1).
+WEIGHTING_SCHEMES: dict[str, tuple[Callable[..., WeightingScheme], tuple[str, ...]]] = {}
 
 
+def register_weighting(
+    name: str, accepts: tuple[str, ...]
+) -> Callable[[Callable[..., WeightingScheme]], Callable[..., WeightingScheme]]:
+    """Register a weighting scheme's builder under ``name`` (as verl's ``register_adv_est``).
+
+    The builder is called as ``builder(name, **overrides)`` with overrides among ``accepts``.
+    Registering another builder under a taken name raises.
+    """
+
+    def decorator(builder: Callable[..., WeightingScheme]) -> Callable[..., WeightingScheme]:
+        existing = WEIGHTING_SCHEMES.get(name)
+        if existing is not None and existing[0] is not builder:
+            raise ValueError(f"weighting scheme {name!r} is already registered to {existing[0]!r}")
+        WEIGHTING_SCHEMES[name] = (builder, tuple(accepts))
+        return builder
+
+    return decorator
+
+
+_FIXED_KEYS = ("w_pos", "w_neg")
+
+
+@register_weighting("grpo", _FIXED_KEYS)
+def _grpo(name: str, *, w_pos: float = 1.0, w_neg: float = 1.0) -> FixedWeighting:
+    return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
+
+
+@register_weighting("psr", _FIXED_KEYS)
+def _psr(name: str, *, w_pos: float = 1.0, w_neg: float = 0.0) -> FixedWeighting:
+    return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
+
+
+@register_weighting("nsr", _FIXED_KEYS)
+def _nsr(name: str, *, w_pos: float = 0.0, w_neg: float = 1.0) -> FixedWeighting:
+    return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
+
+
+@register_weighting("w_reinforce", _FIXED_KEYS)
+def _w_reinforce(name: str, *, w_pos: float = 0.1, w_neg: float = 1.0) -> FixedWeighting:
+    return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
+
+
+@register_weighting("eapo", ("w0", "w_min", "w_max", "w_neg", "anchor_steps"))
 def _adaptive(
     name: str,
     *,
@@ -426,16 +472,6 @@ def _adaptive(
     return EntropyAdaptiveWeighting(
         name, w0=w0, w_min=w_min, w_max=w_max, w_neg=w_neg, anchor_steps=anchor_steps
     )
-
-
-#: name -> (builder, the override keys it accepts). Defaults are the paper's (Section 5.1).
-WEIGHTING_SCHEMES: dict[str, tuple[Callable[..., WeightingScheme], tuple[str, ...]]] = {
-    "grpo": (_fixed(1.0, 1.0), ("w_pos", "w_neg")),
-    "psr": (_fixed(1.0, 0.0), ("w_pos", "w_neg")),
-    "nsr": (_fixed(0.0, 1.0), ("w_pos", "w_neg")),
-    "w_reinforce": (_fixed(0.1, 1.0), ("w_pos", "w_neg")),
-    "eapo": (_adaptive, ("w0", "w_min", "w_max", "w_neg", "anchor_steps")),
-}
 
 
 def make_weighting(name: str, **overrides: Any) -> WeightingScheme:
@@ -911,4 +947,24 @@ __all__ += [
     "kl_cov_policy_loss",
     "register_entropy_control",
     "top_entropy_mask",
+]
+
+# The per-step decision of both engines (group statistics by index, the split, weights, H_0, metrics,
+# state): :mod:`eapo.core.step`.
+from eapo.core.step import (  # noqa: E402
+    METRIC_KEYS,
+    STATE_FILE,
+    EAPOStep,
+    grouped_advantages,
+    grouped_polarity_advantages,
+    polarity_split,
+)
+
+__all__ += [
+    "METRIC_KEYS",
+    "STATE_FILE",
+    "EAPOStep",
+    "grouped_advantages",
+    "grouped_polarity_advantages",
+    "polarity_split",
 ]

@@ -35,7 +35,14 @@ from eapo.evaluation.metrics import (
     bootstrap_interval,
     per_prompt_values,
 )
-from eapo.evaluation.runner import EvalError, build_scorers, judge_settings, resolve_target, run_eval
+from eapo.evaluation.runner import (
+    EvalConfigError,
+    EvalError,
+    build_scorers,
+    judge_settings,
+    resolve_target,
+    run_eval,
+)
 
 __all__ = [
     "AVG_COLUMNS",
@@ -47,6 +54,7 @@ __all__ = [
     "RESULTS_MD",
     "SAMPLES_FILE",
     "EvalError",
+    "EvalConfigError",
     "EvalMismatchError",
     "EvalSettings",
     "aggregate",

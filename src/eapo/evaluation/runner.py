@@ -11,12 +11,14 @@ it is checked before any generation.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from eapo.config import ConfigError
 from eapo.evaluation.harness import (
     EVAL_CONFIG_FILE,
     EvalSettings,
@@ -48,6 +50,10 @@ class EvalError(ValueError):
     """The evaluation cannot start; the message says which argument or file is wrong."""
 
 
+class EvalConfigError(EvalError, ConfigError):
+    """A setting of the run's or ``--config``'s configuration is invalid (``eapo eval`` exits 2)."""
+
+
 def resolve_target(
     model: str | None, config: str | os.PathLike | None, overrides: Sequence[str] = ()
 ) -> dict[str, Any]:
@@ -69,7 +75,7 @@ def resolve_target(
         try:
             run_config = load_config(config, overrides)
         except ConfigError as error:
-            raise EvalError(str(error)) from None
+            raise EvalConfigError(str(error), key=error.key) from None
     if model is None:
         if run_config is None:
             raise EvalError(
@@ -87,8 +93,8 @@ def resolve_target(
         if (path / CONFIG_FILE).exists():
             try:
                 run_config = load_config(path / CONFIG_FILE, overrides)
-            except ConfigError as error:
-                raise EvalError(f"{path / CONFIG_FILE}: {error}") from None
+            except ConfigError as error:  # load_config names the file
+                raise EvalConfigError(str(error), key=error.key) from None
         final = path / FINAL_DIR
         if not final.exists():
             raise EvalError(
@@ -304,130 +310,151 @@ def run_eval(
             )
         output_dir = target["run_dir"] / "eval"
     output_dir = Path(output_dir)
-
-    # Data and prompts: explicit > the run's / config's data section.
-    data_options: dict[str, Any] = {}
-    if data is None:
-        if cfg is None:
-            raise EvalError(
-                "pass --data (a loader name such as demo, rjua, cmd, medquad, jsonl) or a run directory"
-            )
-        data = cfg.data.name
-        data_path = data_path if data_path is not None else cfg.data.path
-        data_options = dict(cfg.data.options)
-    elif cfg is not None and data == cfg.data.name and data_path is None:
-        data_path = cfg.data.path
-        data_options = dict(cfg.data.options)
-    # Prompt template and response prefix: explicit (--prompt / --response-prefix) > the run's training
-    # (kept on other data too: the model learnt to answer that prompt) > the dataset's default.
-    trained_prompt = trained_prefix = None
-    if cfg is not None:
-        trained_prompt = cfg.data.prompt or default_prompt_for(cfg.data.name)
-        trained_prefix = cfg.data.response_prefix
-    if max_prompt_tokens is None and cfg is not None:
-        max_prompt_tokens = cfg.data.max_prompt_tokens
-    try:
-        prompt = prompt or trained_prompt or default_prompt_for(data)
-        records = load(data, data_path, split=split, limit=limit, **data_options)
-    except (DataError, FileNotFoundError) as error:
-        raise EvalError(f"data {data!r}: {error}") from error
-    if not records:
-        raise EvalError(f"data {data!r} split {split!r} has no records; check --split and --data-path")
-    if response_prefix is None:
-        response_prefix = trained_prefix or ""
-    for warning in prompt_drift(prompt, response_prefix, trained_prompt, trained_prefix):
-        logger.warning(warning)
-    tokenizer = load_tokenizer(target["model_path"])
-    prompts = render_prompts(
-        records,
-        tokenizer,
-        prompt=prompt,
-        max_prompt_tokens=max_prompt_tokens,
-        response_prefix=response_prefix,
-    )
-
-    # Generation settings: explicit > the run's rollout settings > defaults.
-    rollout = cfg.rollout if cfg is not None else None
-    chosen_backend = choose_backend(backend)
-    if backend == "auto" and rollout is not None and rollout.requested_engine() != "auto":
-        # auto follows an engine the run (or config) chose explicitly, where that engine runs here: a
-        # run pinned to generate is evaluated with model.generate, one pinned to vllm with vLLM
+    with writing(output_dir):  # one process at a time writes an evaluation directory
+        # Data and prompts: explicit > the run's / config's data section.
+        data_options: dict[str, Any] = {}
+        if data is None:
+            if cfg is None:
+                raise EvalError(
+                    "pass --data (a loader name such as demo, rjua, cmd, medquad, jsonl) or a run directory"
+                )
+            data = cfg.data.name
+            data_path = data_path if data_path is not None else cfg.data.path
+            data_options = dict(cfg.data.options)
+        elif cfg is not None and data == cfg.data.name and data_path is None:
+            data_path = cfg.data.path
+            data_options = dict(cfg.data.options)
+        # Prompt template and response prefix: explicit (--prompt / --response-prefix) > the run's training
+        # (kept on other data too: the model learnt to answer that prompt) > the dataset's default.
+        trained_prompt = trained_prefix = None
+        if cfg is not None:
+            trained_prompt = cfg.data.prompt or default_prompt_for(cfg.data.name)
+            trained_prefix = cfg.data.response_prefix
+        if max_prompt_tokens is None and cfg is not None:
+            max_prompt_tokens = cfg.data.max_prompt_tokens
         try:
-            chosen_backend = choose_backend(rollout.requested_engine())
-        except (ImportError, RuntimeError):
-            pass  # e.g. a vLLM run evaluated on a machine without vLLM: this device's choice
-    settings = EvalSettings(
-        k=k,
-        temperature=temperature if temperature is not None else (rollout.temperature if rollout else 1.0),
-        top_p=top_p if top_p is not None else (rollout.top_p if rollout else 1.0),
-        max_new_tokens=max_new_tokens
-        if max_new_tokens is not None
-        else (rollout.max_completion_tokens if rollout else 512),
-        seed=seed,
-        batch_size=batch_size or (64 if chosen_backend in ("vllm", "paged") else 8),
-        n_resamples=n_resamples,
-    )
-    # Refuse to mix samples before loading any model (a mismatch is a clear error, not a slow one).
-    check_generation(
-        output_dir / EVAL_CONFIG_FILE, generation_fingerprint(target["model"], settings.validate())
-    )
-    options = reward_options(cfg) if cfg is not None else {}
-    if cfg is None or "prefix" not in cfg.reward.options.get("format", {}):
-        # the format check reads prefix + completion: the prefix this evaluation's prompts end with
-        options.setdefault("format", {})["prefix"] = response_prefix
-    judge_base_url, judge_model, judge_api_key_env, judge_options = judge_settings(
-        cfg, judge_base_url, judge_model, judge_api_key_env
-    )
-    scorer_map = build_scorers(
-        scorers,
-        reward_options=options,
-        rouge_level=rouge_level,
-        reranker_backend=reranker_backend,
-        judge_base_url=judge_base_url if judge else None,
-        judge_model=judge_model,
-        judge_api_key_env=judge_api_key_env,
-        judge_cache_dir=output_dir / "judge_cache",
-        judge_options=judge_options,
-    )
-    if "laaj" in scorer_map:
-        _check_judge(scorer_map)
-    model_dtype = dtype if dtype != "auto" or cfg is None else cfg.model.dtype
-    results = evaluate(
-        records,
-        list(prompts),
-        scorer_map,
-        output_dir,
-        model=target["model"],
-        data=_data_label(data, data_path, split, limit),
-        generator=lambda: make_generator(
-            target["model_path"],
-            backend=chosen_backend,
-            dtype=model_dtype,
-            cache_implementation=rollout.cache_implementation if rollout else None,
-            compile=rollout.compile if rollout else False,
-            paged_options=dict(rollout.paged_options) if rollout else None,
-            vllm_compile=rollout.vllm_compile if rollout else None,
-            vllm_kv_cache_gib=rollout.vllm_kv_cache_gib if rollout else 1.0,
-        ),
-        settings=settings,
-        display_name=target["display_name"],
-        details={
-            "backend": chosen_backend,
-            "dtype": model_dtype,
-            "split": split,
-            "limit": limit,
-            "prompt": prompt,
-            "max_prompt_tokens": max_prompt_tokens,
-            "response_prefix": response_prefix,
-            "trained_prompt": trained_prompt,
-            "trained_response_prefix": trained_prefix,
-            "truncated_prompts": len(getattr(prompts, "truncated", [])),
-            "model_path": target["model_path"],
-        },
-        progress=progress,
-    )
-    close = [getattr(s, "close", None) for s in scorer_map.values()]
-    for fn in close:
-        if fn is not None:
-            fn()
-    return results, output_dir
+            prompt = prompt or trained_prompt or default_prompt_for(data)
+            records = load(data, data_path, split=split, limit=limit, **data_options)
+        except (DataError, FileNotFoundError) as error:
+            raise EvalError(f"data {data!r}: {error}") from error
+        if not records:
+            raise EvalError(f"data {data!r} split {split!r} has no records; check --split and --data-path")
+        if response_prefix is None:
+            response_prefix = trained_prefix or ""
+        for warning in prompt_drift(prompt, response_prefix, trained_prompt, trained_prefix):
+            logger.warning(warning)
+        tokenizer = load_tokenizer(target["model_path"])
+        prompts = render_prompts(
+            records,
+            tokenizer,
+            prompt=prompt,
+            max_prompt_tokens=max_prompt_tokens,
+            response_prefix=response_prefix,
+        )
+
+        # Generation settings: explicit > the run's rollout settings > defaults.
+        rollout = cfg.rollout if cfg is not None else None
+        chosen_backend = choose_backend(backend)
+        if backend == "auto" and rollout is not None and rollout.requested_engine() != "auto":
+            # auto follows an engine the run (or config) chose explicitly, where that engine runs here: a
+            # run pinned to generate is evaluated with model.generate, one pinned to vllm with vLLM
+            try:
+                chosen_backend = choose_backend(rollout.requested_engine())
+            except (ImportError, RuntimeError):
+                pass  # e.g. a vLLM run evaluated on a machine without vLLM: this device's choice
+        settings = EvalSettings(
+            k=k,
+            temperature=temperature if temperature is not None else (rollout.temperature if rollout else 1.0),
+            top_p=top_p if top_p is not None else (rollout.top_p if rollout else 1.0),
+            max_new_tokens=max_new_tokens
+            if max_new_tokens is not None
+            else (rollout.max_completion_tokens if rollout else 512),
+            seed=seed,
+            batch_size=batch_size or (64 if chosen_backend in ("vllm", "paged") else 8),
+            n_resamples=n_resamples,
+        )
+        # Refuse to mix samples before loading any model (a mismatch is a clear error, not a slow one).
+        check_generation(
+            output_dir / EVAL_CONFIG_FILE, generation_fingerprint(target["model"], settings.validate())
+        )
+        options = reward_options(cfg) if cfg is not None else {}
+        if cfg is None or "prefix" not in cfg.reward.options.get("format", {}):
+            # the format check reads prefix + completion: the prefix this evaluation's prompts end with
+            options.setdefault("format", {})["prefix"] = response_prefix
+        judge_base_url, judge_model, judge_api_key_env, judge_options = judge_settings(
+            cfg, judge_base_url, judge_model, judge_api_key_env
+        )
+        scorer_map = build_scorers(
+            scorers,
+            reward_options=options,
+            rouge_level=rouge_level,
+            reranker_backend=reranker_backend,
+            judge_base_url=judge_base_url if judge else None,
+            judge_model=judge_model,
+            judge_api_key_env=judge_api_key_env,
+            judge_cache_dir=output_dir / "judge_cache",
+            judge_options=judge_options,
+        )
+        if "laaj" in scorer_map:
+            _check_judge(scorer_map)
+        model_dtype = dtype if dtype != "auto" or cfg is None else cfg.model.dtype
+        results = evaluate(
+            records,
+            list(prompts),
+            scorer_map,
+            output_dir,
+            model=target["model"],
+            data=_data_label(data, data_path, split, limit),
+            generator=lambda: make_generator(
+                target["model_path"],
+                backend=chosen_backend,
+                dtype=model_dtype,
+                cache_implementation=rollout.cache_implementation if rollout else None,
+                compile=rollout.compile if rollout else False,
+                paged_options=dict(rollout.paged_options) if rollout else None,
+                vllm_compile=rollout.vllm_compile if rollout else None,
+                vllm_kv_cache_gib=rollout.vllm_kv_cache_gib if rollout else 1.0,
+            ),
+            settings=settings,
+            display_name=target["display_name"],
+            details={
+                "backend": chosen_backend,
+                "dtype": model_dtype,
+                "split": split,
+                "limit": limit,
+                "prompt": prompt,
+                "max_prompt_tokens": max_prompt_tokens,
+                "response_prefix": response_prefix,
+                "trained_prompt": trained_prompt,
+                "trained_response_prefix": trained_prefix,
+                "truncated_prompts": len(getattr(prompts, "truncated", [])),
+                "model_path": target["model_path"],
+            },
+            progress=progress,
+        )
+        close = [getattr(s, "close", None) for s in scorer_map.values()]
+        for fn in close:
+            if fn is not None:
+                fn()
+        return results, output_dir
+
+
+@contextlib.contextmanager
+def writing(output_dir: Path) -> Iterator[None]:
+    """Hold ``output_dir``'s lock (:class:`eapo.run_dir.DirectoryLock`) while evaluating into it: a second
+    evaluation into the same directory is refused, naming the process that writes it. A directory this
+    call created and left empty (the evaluation failed early) is removed again."""
+    from eapo.run_dir import DirectoryBusyError, DirectoryLock
+
+    created = not output_dir.exists()
+    lock = DirectoryLock(output_dir, "eapo eval")
+    try:
+        lock.acquire()
+    except DirectoryBusyError as error:
+        raise EvalError(str(error)) from None
+    try:
+        yield
+    finally:
+        lock.release()
+        if created and output_dir.is_dir() and not any(output_dir.iterdir()):
+            output_dir.rmdir()

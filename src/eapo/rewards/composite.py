@@ -20,7 +20,9 @@ Metric keys (the contract the trainer logs and the plots read), per component ``
   all are ``None``) and ``reward/<c>/none_frac``;
 * ``reward/mean``, ``reward/std``, ``reward/none_frac`` over the totals;
 * for components with per-sample ``last_details`` (the LLM judge), ``reward/<c>/<field>/mean`` for
-  each numeric field, e.g. ``reward/llm_judge/think/logical_coherence/mean``.
+  each numeric field, e.g. ``reward/llm_judge/think/logical_coherence/mean``;
+* for components with batch-level ``last_metrics``, ``reward/<c>/<key>``, e.g.
+  ``reward/llm_judge/injection_frac``.
 """
 
 from __future__ import annotations
@@ -200,6 +202,8 @@ class CompositeReward:
             if component_details is not None and len(component_details) == len(completions):
                 details[name] = list(component_details)
                 metrics.update(_detail_metrics(name, component_details))
+            for key, value in (getattr(self.components[name], "last_metrics", None) or {}).items():
+                metrics[f"reward/{name}/{key}"] = value
         mean, std, none_frac = summarize(totals)
         metrics.update({"reward/mean": mean, "reward/std": std, "reward/none_frac": none_frac})
         return CompositeResult(rewards=totals, components=components, metrics=metrics, details=details)

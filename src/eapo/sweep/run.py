@@ -19,7 +19,14 @@ from typing import Any, Protocol
 
 import yaml
 
-from eapo.config import ConfigError, EAPOConfig, dump_config, load_config, parse_overrides
+from eapo.config import (
+    ConfigError,
+    EAPOConfig,
+    dump_config,
+    load_config,
+    parse_overrides,
+    read_config_tree,
+)
 from eapo.core import WEIGHTING_SCHEMES, method_scheme
 from eapo.run_dir import FINAL_DIR, atomic_write_text, training_finished
 from eapo.sweep.manifest import MANIFEST, read_json, update_manifest
@@ -133,9 +140,7 @@ def _configure_runs(
     """
     try:
         base = load_config(base_config, list(overrides))
-        base_algorithm = (yaml.safe_load(base_config.read_text(encoding="utf-8")) or {}).get(
-            "algorithm"
-        ) or {}
+        base_algorithm = read_config_tree(base_config).get("algorithm") or {}
         override_algorithm = parse_overrides(list(overrides)).get("algorithm") or {}
     except (ConfigError, yaml.YAMLError, OSError) as error:
         raise SweepError(f"base config: {error}") from None

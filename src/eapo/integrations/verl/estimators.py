@@ -34,8 +34,9 @@ Departures from verl's ``grpo`` estimator, whose maths is otherwise the same (un
   ``frac_positive``, as TRL treats a ``None`` reward.
 
 Rows of one group need not be contiguous (verl reorders the batch to balance sequence lengths) and
-groups may differ in size (failed rollouts are dropped): rows are gathered per group, groups of one
-size are scored together, and results are scattered back to verl's row order.
+groups may differ in size (failed rollouts are dropped): the grouping by ``index``, the group
+statistics over scored rows and the split are :mod:`eapo.core.step`'s, the same code the TRL trainer
+runs (:func:`eapo.core.step.grouped_polarity_advantages`).
 """
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from eapo.core import make_weighting, polarity_weighted_advantages
+from eapo.core import make_weighting
 from eapo.core.entropy_control import ENTROPY_CONTROLS
+from eapo.core.step import grouped_polarity_advantages
 
 __all__ = [
     "ESTIMATOR_NAMES",
@@ -229,14 +230,6 @@ def fixed_weights(name: str, settings: Mapping[str, Any]) -> tuple[float, float]
 # ---------------------------------------------------------------------------------------------
 
 
-def _groups(index: Sequence[Any]) -> list[list[int]]:
-    """Row indices of each group (by ``index`` value), groups in order of first appearance."""
-    rows: dict[Any, list[int]] = defaultdict(list)
-    for row, group_id in enumerate(index):
-        rows[group_id].append(row)
-    return list(rows.values())
-
-
 def polarity_grpo_advantages(
     scores: torch.Tensor,
     index: Sequence[Any],
@@ -260,29 +253,9 @@ def polarity_grpo_advantages(
         ``(advantages (B,), positive (B,) bool)`` in verl's row order. Groups with fewer than two
         scored rows get 0 and count as positive.
     """
-    if scores.dim() != 1 or len(index) != scores.shape[0]:
-        raise ValueError(
-            f"scores must be (B,) with one index per row; got {tuple(scores.shape)} and {len(index)} ids"
-        )
-    scale = "group" if norm_by_std else "none"
-    advantages = torch.zeros_like(
-        scores, dtype=scores.dtype if scores.dtype.is_floating_point else torch.float32
+    advantages, positive, _ = grouped_polarity_advantages(
+        scores, index, w_pos, w_neg, scale="group" if norm_by_std else "none", eps=epsilon
     )
-    positive = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
-    scored = ~torch.isnan(scores)
-    by_size: dict[int, list[list[int]]] = defaultdict(list)
-    for rows in _groups(index):
-        rows = [row for row in rows if bool(scored[row])]
-        by_size[len(rows)].append(rows)
-    for size, groups in by_size.items():
-        if size < 2:
-            continue  # nothing to contrast with: advantage 0, positive
-        order = torch.tensor([row for rows in groups for row in rows], device=scores.device)  # [P*G]
-        weighted, pos = polarity_weighted_advantages(
-            scores[order], size, w_pos, w_neg, scale=scale, eps=epsilon
-        )
-        advantages[order] = weighted.to(advantages.dtype)
-        positive[order] = pos.to(positive.device)
     return advantages, positive
 
 

@@ -13,8 +13,12 @@ and logs::
     eapo/w_pos  eapo/w_neg  eapo/H0  eapo/frac_positive  eapo/num_unscored  entropy/rollout
 
 (the keys of :class:`eapo.trainer.EAPOTrainer`; ``eapo/H0`` is the scheme's anchor for ``eapo`` and
-the first step's entropy for the fixed schemes). The scheme's state (the ``H_0`` anchor) is written
-beside verl's checkpoint as ``global_step_N/eapo_weighting.json`` and restored on resume.
+the first step's entropy for the fixed schemes). The step's decision — ``(w+, w-)``, ``H_0``, the
+split, these metrics and the state — is :class:`eapo.core.step.EAPOStep`'s, the one the TRL trainer
+uses; this class only moves verl's tensors and files in and out of it. Its state (the ``H_0`` anchor)
+is written beside verl's checkpoint as ``global_step_N/eapo_state.json`` (the TRL checkpoint's name;
+a ``global_step_N/eapo_weighting.json`` written by earlier versions is still read) and restored on
+resume.
 
 Enable it with ``trainer.use_v1=True trainer.v1.trainer_mode=eapo algorithm.adv_estimator=eapo``;
 settings come from ``algorithm.eapo.*`` (see :class:`EapoSettings`).
@@ -28,7 +32,7 @@ set, ``init()`` hands the actor workers eapo's wrapper of verl's ``ppo_loss`` (`
 ``H_t``), ``_update_actor`` passes it to the update in the batch's ``extra_info``, and the metrics
 add ``entropy_control/coef``, ``entropy_control/clip_low_frac``, ``entropy_control/clip_high_frac``,
 ``entropy_control/cov_frac`` and ``entropy_control/top_entropy_frac``. The adaptive coefficient (its
-value, anchored target and last entropy) is saved in ``eapo_weighting.json`` with the scheme's state.
+value, anchored target and last entropy) is saved in ``eapo_state.json`` with the scheme's state.
 
 verl's own ``actor/entropy`` is aggregated with the actor's ``loss_agg_mode`` (``seq-mean-token-mean``
 in the paper's setting); ``entropy/rollout`` (``H_t``) follows ``entropy_agg`` instead (default
@@ -57,6 +61,7 @@ from eapo.core import (
     rollout_entropy,
 )
 from eapo.core.entropy_control import ENTROPY_CONTROLS, AdaptiveEntropyCoef
+from eapo.core.step import LEGACY_STATE_FILES, STATE_FILE, EAPOStep, polarity_metrics
 from eapo.integrations.verl.entropy_control import (
     ENTROPY_COEF_KEY,
     METRIC_PREFIX,
@@ -75,6 +80,7 @@ from eapo.integrations.verl.estimators import (
     polarity_weights,
     scheme_of,
 )
+from eapo.run_dir import atomic_write_text
 
 __all__ = [
     "TRAINER_NAME",
@@ -93,8 +99,9 @@ logger = logging.getLogger(__name__)
 TRAINER_NAME = "eapo"
 #: The per-token entropy field verl's old-log-prob pass writes into the TransferQueue.
 ENTROPY_FIELD = "entropy"
-#: File written into verl's ``global_step_N`` checkpoint folder.
-WEIGHTING_STATE_FILE = "eapo_weighting.json"
+#: File written into verl's ``global_step_N`` checkpoint folder (:data:`eapo.core.step.STATE_FILE`, the
+#: same name as in a TRL checkpoint); on resume the older ``eapo_weighting.json`` is read if it is missing.
+WEIGHTING_STATE_FILE = STATE_FILE
 
 
 @dataclass(frozen=True)
@@ -274,23 +281,22 @@ def save_weighting_state(
     first_entropy: float | None,
     adaptive_entropy: AdaptiveEntropyCoef | None = None,
 ) -> None:
-    """Write the scheme's state (and the adaptive entropy coefficient's, if any) to ``path`` as JSON
-    (atomically: a temporary file, then rename)."""
-    state: dict[str, Any] = {
-        "method": method,
-        "weighting": weighting.state_dict(),
-        "first_entropy": first_entropy,
-    }
+    """Write the step's state (:meth:`eapo.core.step.EAPOStep.state_dict`, with the adaptive entropy
+    coefficient's, if any) to ``path`` as JSON, atomically."""
+    step = EAPOStep(weighting, method=method)
+    step.first_entropy = first_entropy
+    _save_state(path, step, adaptive_entropy)
+
+
+def _save_state(path: str, step: EAPOStep, adaptive_entropy: AdaptiveEntropyCoef | None) -> None:
+    extras: dict[str, Any] = {}
     if adaptive_entropy is not None:
-        state["adaptive_entropy"] = {
+        extras["adaptive_entropy"] = {
             **adaptive_entropy.state_dict(),
             "settings": _adaptive_settings(adaptive_entropy),
         }
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    temporary = f"{path}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(state, handle, indent=2, sort_keys=True)
-    os.replace(temporary, path)
+    atomic_write_text(path, json.dumps(step.state_dict(**extras), indent=2, sort_keys=True))
 
 
 def load_weighting_state(
@@ -301,18 +307,24 @@ def load_weighting_state(
     Raises:
         ValueError: the checkpoint was written for another method or other settings.
     """
+    step = EAPOStep(weighting, method=method)
+    _load_state(path, step, adaptive_entropy)
+    return step.first_entropy
+
+
+def _load_state(path: str, step: EAPOStep, adaptive_entropy: AdaptiveEntropyCoef | None) -> None:
     with open(path, encoding="utf-8") as handle:
         state = json.load(handle)
-    if state.get("method") != method:
+    if state.get("method") != step.method:
         raise ValueError(
-            f"{path} was written by algorithm.eapo.method={state.get('method')}, but this run uses {method}; "
-            "resume with the same algorithm settings"
+            f"{path} was written by algorithm.eapo.method={state.get('method')}, but this run uses "
+            f"{step.method}; resume with the same algorithm settings"
         )
     try:
-        weighting.load_state_dict(state["weighting"])
+        extras = step.load_state_dict(state)
     except (KeyError, ValueError) as error:
         raise ValueError(f"{path}: {error}") from error
-    saved = state.get("adaptive_entropy")
+    saved = extras.get("adaptive_entropy")
     if adaptive_entropy is None and saved is not None:
         raise ValueError(
             f"{path} was written with algorithm.eapo.adaptive_entropy=true, but this run has no adaptive "
@@ -326,7 +338,6 @@ def load_weighting_state(
             )
         else:
             _load_adaptive(path, saved, adaptive_entropy)
-    return state.get("first_entropy")
 
 
 def _load_adaptive(path: str, saved: dict[str, Any], adaptive: AdaptiveEntropyCoef) -> None:
@@ -355,7 +366,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
         self.weighting: WeightingScheme = self.settings.build_weighting()
         self.controls: EntropyControls = self.settings.entropy_controls()
         self.adaptive_entropy: AdaptiveEntropyCoef | None = self.controls.build_adaptive()
-        self.first_entropy: float | None = None
+        self.eapo_step = EAPOStep(self.weighting, method=self.settings.method)  # H_0, metrics, state
         self.step_entropy_coef: float | None = None  # the coefficient this step's update applies
         rollout_correction = config.algorithm.get("rollout_correction", None) or {}
         if rollout_correction.get("bypass_mode", False):
@@ -413,9 +424,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
         entropy = self._rollout_entropy(batch)  # H_t, from this step's old-log-prob pass
         if entropy is None and self.weighting.needs_entropy:
             raise RuntimeError(_missing_entropy_message(self.settings.method))
-        if self.first_entropy is None and entropy is not None:
-            self.first_entropy = entropy
-        w_pos, w_neg = self.weighting.weights(entropy)
+        w_pos, w_neg = self.eapo_step.weights(entropy)
         with polarity_weights(self.settings.estimator, w_pos, w_neg) as step:
             batch = super()._compute_advantage(batch, metrics)
         if not step.ran:
@@ -453,19 +462,16 @@ class EAPOVerlTrainer(PPOTrainerSync):
         return batch
 
     def _eapo_metrics(self, step: PolarityStep, entropy: float | None) -> dict[str, float]:
-        h0 = getattr(self.weighting, "h0", None)
-        metrics = {
-            "eapo/w_pos": step.w_pos,
-            "eapo/w_neg": step.w_neg,
-            "eapo/frac_positive": step.frac_positive,
-            "eapo/num_unscored": float(step.num_unscored),
+        """The step's metrics (:data:`eapo.core.step.METRIC_KEYS`) from the estimator's counts."""
+        return {
+            **self.eapo_step.weight_metrics(entropy, step.w_pos, step.w_neg),
+            **polarity_metrics(step.num_positive, step.num_sequences, step.num_unscored),
         }
-        if entropy is not None:
-            metrics["entropy/rollout"] = entropy
-        anchor = h0 if h0 is not None else self.first_entropy
-        if anchor is not None:
-            metrics["eapo/H0"] = anchor
-        return metrics
+
+    @property
+    def first_entropy(self) -> float | None:
+        """``H`` of the first step with an entropy (``eapo/H0`` for schemes without their own anchor)."""
+        return self.eapo_step.first_entropy
 
     def _rollout_entropy(self, batch: Any) -> float | None:
         """``H_t`` from the per-token entropies of ``batch`` in the TransferQueue (None without them)."""
@@ -484,15 +490,9 @@ class EAPOVerlTrainer(PPOTrainerSync):
 
     def _save_checkpoint(self) -> None:
         # Written before verl's own save, which ends by updating latest_checkpointed_iteration.txt:
-        # a checkpoint that resume can find always has the scheme's state.
+        # a checkpoint that resume can find always has the step's state.
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        save_weighting_state(
-            self._weighting_state_path(folder),
-            self.settings.method,
-            self.weighting,
-            self.first_entropy,
-            self.adaptive_entropy,
-        )
+        _save_state(self._weighting_state_path(folder), self.eapo_step, self.adaptive_entropy)
         super()._save_checkpoint()
 
     def _load_checkpoint(self) -> None:
@@ -500,8 +500,9 @@ class EAPOVerlTrainer(PPOTrainerSync):
         folder = self._resumed_folder()
         if folder is None:
             return
-        path = self._weighting_state_path(folder)
-        if not os.path.exists(path):
+        candidates = [os.path.join(folder, name) for name in (WEIGHTING_STATE_FILE, *LEGACY_STATE_FILES)]
+        path = next((candidate for candidate in candidates if os.path.exists(candidate)), None)
+        if path is None:
             logger.warning(
                 "resuming from %s, which has no %s (written by a run without the eapo trainer): "
                 "the weighting scheme starts afresh and re-anchors H_0 on the next step",
@@ -509,9 +510,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
                 WEIGHTING_STATE_FILE,
             )
             return
-        self.first_entropy = load_weighting_state(
-            path, self.settings.method, self.weighting, self.adaptive_entropy
-        )
+        _load_state(path, self.eapo_step, self.adaptive_entropy)
         logger.info("restored the %s weighting state from %s", self.settings.method, path)
 
     def _resumed_folder(self) -> str | None:

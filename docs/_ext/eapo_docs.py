@@ -1,0 +1,226 @@
+"""Sphinx directives that generate eapo's configuration reference from the code, so it cannot drift.
+
+``{eapo-config-section} SECTION`` renders one section of the ``eapo train`` tree
+(:class:`eapo.config.EAPOConfig`, e.g. ``model`` or ``reward.judge``) as a table of key, type, default
+and the field's own help string (``dataclasses.field(metadata={"help": ...})``). Every section of the
+tree must be rendered somewhere: a section the pages leave out is a warning, which ``make docs``
+(``-W``) turns into an error, so a new section cannot go undocumented.
+
+``{eapo-entropy-controls}`` renders the entropy-control presets registered in
+:data:`eapo.core.ENTROPY_CONTROLS` (name, source, settings, what each does).
+
+``{eapo-trl-config}`` renders the fields :class:`eapo.trl_config.EAPOConfig` defines on top of TRL's
+``GRPOConfig``: its default, TRL's default where it overrides one, and the help string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from docutils import nodes
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+logger = logging.getLogger(__name__)
+
+
+# --- the rows, as plain data (tests/test_docs.py reads them too) ------------------------------------------
+
+
+def type_name(tp: Any) -> str:
+    """``str | None``, ``dict[str, float]``, ``int``: an annotation as a reader writes it."""
+    if isinstance(tp, type) and not typing.get_args(tp):
+        return tp.__name__
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, __import__("types").UnionType):
+        return " | ".join("None" if a is type(None) else type_name(a) for a in args)
+    if origin is not None and args:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(type_name(a) for a in args)}]"
+    return str(tp).replace("typing.", "")
+
+
+def yaml_value(value: Any) -> str:
+    """A default as it would be written in a config file (YAML flow style)."""
+    import yaml
+
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value) if value == "" else value
+    return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+
+
+def field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def config_sections() -> dict[str, list[tuple[str, str, str, str]]]:
+    """Every section of the ``eapo train`` tree (``model``, ``model.lora``, ...) -> its leaf fields as
+    ``(dotted key, type, default, help)``, in declaration order."""
+    from eapo.config import EAPOConfig
+
+    sections: dict[str, list[tuple[str, str, str, str]]] = {}
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        rows = sections.setdefault(prefix, []) if prefix else None
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            key = f"{prefix}.{f.name}" if prefix else f.name
+            if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+                walk(tp, key)
+            elif rows is not None:
+                rows.append((key, type_name(tp), yaml_value(field_default(f)), f.metadata.get("help", "")))
+
+    walk(EAPOConfig, "")
+    return sections
+
+
+def trl_config_rows() -> list[tuple[str, str, str, str, str]]:
+    """The fields :class:`eapo.trl_config.EAPOConfig` declares itself: ``(name, type, default, TRL's
+    default or "", help)``."""
+    from trl import GRPOConfig
+
+    from eapo.trl_config import EAPOConfig
+
+    trl_fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    hints = typing.get_type_hints(EAPOConfig)
+    own = EAPOConfig.__dict__.get("__annotations__", {})
+    rows = []
+    for f in dataclasses.fields(EAPOConfig):
+        if f.name not in own:
+            continue
+        trl_default = yaml_value(field_default(trl_fields[f.name])) if f.name in trl_fields else ""
+        rows.append(
+            (
+                f.name,
+                type_name(hints[f.name]),
+                yaml_value(field_default(f)),
+                trl_default,
+                f.metadata.get("help", ""),
+            )
+        )
+    return rows
+
+
+def entropy_control_rows() -> list[tuple[str, str, str, str]]:
+    """The entropy-control presets of :data:`eapo.core.ENTROPY_CONTROLS`: ``(method, source, the
+    ``algorithm.*`` settings it sets, what it does)``, in registration order."""
+    from eapo.core import ENTROPY_CONTROLS
+
+    return [
+        (
+            control.name,
+            control.source,
+            ", ".join(f"{key}={yaml_value(value)}" for key, value in control.settings.items()),
+            control.help,
+        )
+        for control in ENTROPY_CONTROLS.values()
+    ]
+
+
+# --- docutils tables ----------------------------------------------------------------------------------------
+
+
+def _cell(text: str, literal: bool = False) -> nodes.entry:
+    entry = nodes.entry()
+    paragraph = nodes.paragraph()
+    paragraph += nodes.literal(text, text) if literal else nodes.Text(text)
+    entry += paragraph
+    return entry
+
+
+def _table(
+    header: list[str], rows: list[tuple[str, ...]], literal_columns: set[int], widths: list[int]
+) -> nodes.table:
+    table = nodes.table(classes=["eapo-config"])
+    group = nodes.tgroup(cols=len(header))
+    table += group
+    for width in widths:
+        group += nodes.colspec(colwidth=width)
+    head = nodes.thead()
+    group += head
+    row = nodes.row()
+    for title in header:
+        row += _cell(title)
+    head += row
+    body = nodes.tbody()
+    group += body
+    for values in rows:
+        row = nodes.row()
+        for index, value in enumerate(values):
+            row += _cell(value, literal=index in literal_columns and value != "")
+        body += row
+    return table
+
+
+class ConfigSection(SphinxDirective):
+    """``{eapo-config-section} model.lora``: one section of the ``eapo train`` tree as a table."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        name = self.arguments[0]
+        sections = config_sections()
+        if name not in sections:
+            raise self.error(f"no config section {name!r}; sections: {', '.join(sections)}")
+        rendered = getattr(self.env, "eapo_config_sections", set())
+        rendered.add(name)
+        self.env.eapo_config_sections = rendered
+        return [_table(["key", "type", "default", "what"], sections[name], {0, 2}, [22, 14, 14, 50])]
+
+
+class TRLConfigFields(SphinxDirective):
+    """``{eapo-trl-config}``: the fields ``eapo.EAPOConfig`` adds to or overrides in TRL's ``GRPOConfig``."""
+
+    def run(self) -> list[nodes.Node]:
+        header = ["field", "type", "default", "TRL's default", "what"]
+        return [_table(header, trl_config_rows(), {0, 2, 3}, [18, 12, 10, 10, 50])]
+
+
+class EntropyControlPresets(SphinxDirective):
+    """``{eapo-entropy-controls}``: the entropy-control presets (``algorithm.method``) from the registry."""
+
+    def run(self) -> list[nodes.Node]:
+        header = ["method", "source", "settings", "what it does"]
+        return [_table(header, entropy_control_rows(), {0, 2}, [14, 30, 22, 40])]
+
+
+def _check_every_section(app, env) -> None:
+    missing = [name for name in config_sections() if name not in getattr(env, "eapo_config_sections", set())]
+    if missing:
+        logger.warning(
+            "config sections not documented by any {eapo-config-section} directive: %s (add them to "
+            "docs/guide/configuration.md)",
+            ", ".join(missing),
+        )
+
+
+def _merge(app, env, docnames, other) -> None:
+    env.eapo_config_sections = getattr(env, "eapo_config_sections", set()) | getattr(
+        other, "eapo_config_sections", set()
+    )
+
+
+def _purge(app, env, docname) -> None:
+    # sections are re-added when their page is read again
+    if docname == "guide/configuration":
+        env.eapo_config_sections = set()
+
+
+def setup(app) -> dict[str, Any]:
+    app.add_directive("eapo-config-section", ConfigSection)
+    app.add_directive("eapo-trl-config", TRLConfigFields)
+    app.add_directive("eapo-entropy-controls", EntropyControlPresets)
+    app.connect("env-purge-doc", _purge)
+    app.connect("env-merge-info", _merge)
+    app.connect("env-check-consistency", _check_every_section)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

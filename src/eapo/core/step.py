@@ -1,0 +1,286 @@
+"""One owner for EAPO's per-step decision, shared by the TRL trainer and the verl plugin.
+
+A training step of any polarity weighting scheme is, given the step's rewards (one per rollout, NaN
+where no reward could score it), the group id of each rollout and the rollout entropy ``H_t``:
+
+1. group statistics over the *scored* rollouts of each group (groups may differ in size and need
+   not be contiguous, as verl's ``index``): :func:`grouped_advantages`;
+2. the polarity split ``D+ = {i : r_i >= centre}`` at the group mean (the paper) or median:
+   :func:`polarity_split`;
+3. ``(w+, w-)`` from the weighting scheme and the weighted advantages ``Â = w±·A``;
+4. ``H_0`` / the first step's entropy, the metrics under :data:`METRIC_KEYS`, and one serialisable
+   state (:meth:`EAPOStep.state_dict`) that both engines write to :data:`STATE_FILE` in their
+   checkpoints.
+
+**Unscorable rollouts (one rule, both engines).** A rollout whose reward is NaN gets advantage 0,
+is left out of its group's mean and std, counts as positive (its advantage is 0 either way) and is
+left out of ``eapo/frac_positive``; ``eapo/num_unscored`` counts it. A group with fewer than two
+scored rollouts has nothing to contrast: advantage 0, positive.
+
+This module is pure maths and plain data: the engines move tensors in and out and write the state
+dict to disk themselves.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+
+__all__ = [
+    "STATE_FILE",
+    "LEGACY_STATE_FILES",
+    "METRIC_KEYS",
+    "group_rows",
+    "contiguous_index",
+    "polarity_split",
+    "grouped_advantages",
+    "grouped_polarity_advantages",
+    "polarity_metrics",
+    "split_metrics",
+    "EAPOStep",
+]
+
+#: The file both engines write the step's state to, in every checkpoint folder.
+STATE_FILE = "eapo_state.json"
+
+#: Older names of that file, still read on resume (the verl plugin wrote ``eapo_weighting.json``).
+LEGACY_STATE_FILES: tuple[str, ...] = ("eapo_weighting.json",)
+
+#: The metric keys of the step (the contract both engines log under).
+METRIC_KEYS: tuple[str, ...] = (
+    "entropy/rollout",
+    "eapo/H0",
+    "eapo/w_pos",
+    "eapo/w_neg",
+    "eapo/frac_positive",
+    "eapo/num_unscored",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups by index, NaN-tolerant
+# ---------------------------------------------------------------------------------------------
+
+
+def group_rows(index: Sequence[Any]) -> list[list[int]]:
+    """Row indices of each group (rows with equal ``index`` values), groups in order of first appearance."""
+    rows: dict[Any, list[int]] = defaultdict(list)
+    for row, group_id in enumerate(index):
+        rows[group_id].append(row)
+    return list(rows.values())
+
+
+def contiguous_index(num_rows: int, group_size: int) -> list[int]:
+    """The ``index`` of a batch whose groups are ``group_size`` contiguous rows (TRL's layout)."""
+    return [row // group_size for row in range(num_rows)]
+
+
+def _check(scores: torch.Tensor, index: Sequence[Any]) -> torch.Tensor:
+    if scores.dim() != 1 or len(index) != scores.shape[0]:
+        raise ValueError(
+            f"scores must be (B,) with one index per row; got {tuple(scores.shape)} and {len(index)} ids"
+        )
+    return ~torch.isnan(scores)
+
+
+def _scored_groups(scores: torch.Tensor, index: Sequence[Any]) -> Iterator[tuple[int, torch.Tensor]]:
+    """``(size, rows)`` for each set of groups with ``size >= 2`` scored rows: ``rows`` lists their
+    scored rows group after group (``size`` contiguous entries per group), so the maths of
+    :mod:`eapo.core` for contiguous groups applies to it."""
+    scored = ~torch.isnan(scores)
+    by_size: dict[int, list[int]] = defaultdict(list)
+    for rows in group_rows(index):
+        kept = [row for row in rows if bool(scored[row])]
+        by_size[len(kept)].extend(kept)
+    for size, rows in by_size.items():
+        if size >= 2:  # fewer: nothing to contrast with (advantage 0, positive)
+            yield size, torch.tensor(rows, dtype=torch.long, device=scores.device)
+
+
+def polarity_split(
+    scores: torch.Tensor, index: Sequence[Any], *, by: Literal["mean", "median"] = "mean"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(positive, scored)``, both ``(B,)`` bool: ``r_i >= centre`` of the scored rows of its group.
+
+    Unscored (NaN) rows and groups with fewer than two scored rows are positive.
+    """
+    from eapo.core import positive_mask
+
+    scored = _check(scores, index)
+    positive = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
+    for size, order in _scored_groups(scores, index):
+        positive[order] = positive_mask(scores[order], size, by=by).to(positive.device)
+    return positive, scored
+
+
+def grouped_advantages(
+    scores: torch.Tensor,
+    index: Sequence[Any],
+    *,
+    scale: Literal["group", "none"] = "group",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Group-relative advantages ``(B,)`` over the scored rows of each group (0 for unscored rows and
+    for groups with fewer than two scored rows)."""
+    from eapo.core import group_advantages
+
+    _check(scores, index)
+    dtype = scores.dtype if scores.dtype.is_floating_point else torch.float32
+    advantages = torch.zeros(scores.shape[0], dtype=dtype, device=scores.device)
+    for size, order in _scored_groups(scores, index):
+        advantages[order] = group_advantages(scores[order], size, scale=scale, eps=eps).to(dtype)
+    return advantages
+
+
+def grouped_polarity_advantages(
+    scores: torch.Tensor,
+    index: Sequence[Any],
+    w_pos: float,
+    w_neg: float,
+    *,
+    scale: Literal["group", "none"] = "group",
+    by: Literal["mean", "median"] = "mean",
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(weighted advantages, positive, scored)``, each ``(B,)``: :func:`grouped_advantages` weighted
+    ``w_pos`` on D+ and ``w_neg`` on D- (:func:`polarity_split`)."""
+    from eapo.core import weight_advantages
+
+    advantages = grouped_advantages(scores, index, scale=scale, eps=eps)
+    positive, scored = polarity_split(scores, index, by=by)
+    return weight_advantages(advantages, positive, w_pos, w_neg), positive, scored
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def polarity_metrics(num_positive: int, num_scored: int, num_unscored: int) -> dict[str, float]:
+    """``eapo/frac_positive`` (|D+| among scored rollouts; NaN with none scored) and ``eapo/num_unscored``."""
+    return {
+        "eapo/frac_positive": num_positive / num_scored if num_scored else float("nan"),
+        "eapo/num_unscored": float(num_unscored),
+    }
+
+
+def split_metrics(positive: torch.Tensor, scored: torch.Tensor) -> dict[str, float]:
+    """:func:`polarity_metrics` of the output of :func:`polarity_split`."""
+    scored = scored.to(torch.bool)
+    return polarity_metrics(
+        int((positive.to(scored.device) & scored).sum()), int(scored.sum()), int((~scored).sum())
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The step's owner: weights, H_0, metrics, state
+# ---------------------------------------------------------------------------------------------
+
+
+class EAPOStep:
+    """The per-step decision of one run: a weighting scheme, its polarity split and the step's state.
+
+    Args:
+        weighting: a :class:`eapo.core.WeightingScheme` (``eapo.core.make_weighting``).
+        method: the name recorded in (and checked against) the checkpointed state; default the
+            scheme's name (the verl plugin passes ``algorithm.eapo.method``, e.g. an entropy-control
+            preset that runs the ``grpo`` scheme).
+        split_by: ``"mean"`` (the paper) or ``"median"``.
+    """
+
+    def __init__(self, weighting: Any, *, method: str | None = None, split_by: str = "mean") -> None:
+        if split_by not in ("mean", "median"):
+            raise ValueError(f"unknown split {split_by!r}; known: 'mean' (the paper), 'median'")
+        self.weighting = weighting
+        self.method = method if method is not None else getattr(weighting, "name", None)
+        self.split_by = split_by
+        #: ``H`` of the first step with an entropy: ``eapo/H0`` for schemes without their own anchor.
+        self.first_entropy: float | None = None
+
+    @property
+    def h0(self) -> float | None:
+        """The anchor logged as ``eapo/H0``: the scheme's ``H_0`` (``eapo``), else the first step's ``H``."""
+        h0 = getattr(self.weighting, "h0", None)
+        return h0 if h0 is not None else self.first_entropy
+
+    def weights(self, entropy: float | None) -> tuple[float, float]:
+        """This step's ``(w+, w-)`` from ``H_t`` (advances the scheme; records the first ``H``)."""
+        w_pos, w_neg = self.weighting.weights(entropy)
+        if self.first_entropy is None and entropy is not None:
+            self.first_entropy = float(entropy)
+        return w_pos, w_neg
+
+    def split(self, scores: torch.Tensor, index: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        """``(positive (B,), split metrics)`` of this step's rewards (:func:`polarity_split`)."""
+        positive, scored = polarity_split(scores, index, by=self.split_by)  # type: ignore[arg-type]
+        return positive, split_metrics(positive, scored)
+
+    def weight_metrics(self, entropy: float | None, w_pos: float, w_neg: float) -> dict[str, float]:
+        """``entropy/rollout`` (with an entropy), ``eapo/H0`` (once known), ``eapo/w_pos``, ``eapo/w_neg``."""
+        metrics: dict[str, float] = {}
+        if entropy is not None:
+            metrics["entropy/rollout"] = float(entropy)
+        if self.h0 is not None:
+            metrics["eapo/H0"] = self.h0
+        metrics["eapo/w_pos"] = w_pos
+        metrics["eapo/w_neg"] = w_neg
+        return metrics
+
+    def step(
+        self,
+        scores: torch.Tensor,
+        index: Sequence[Any],
+        entropy: float | None,
+        *,
+        scale: Literal["group", "none"] = "group",
+        eps: float = 1e-6,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The whole step: ``(weighted advantages (B,), metrics)`` from rewards, groups and ``H_t``."""
+        w_pos, w_neg = self.weights(entropy)
+        advantages, positive, scored = grouped_polarity_advantages(
+            scores,
+            index,
+            w_pos,
+            w_neg,
+            scale=scale,
+            by=self.split_by,
+            eps=eps,  # type: ignore[arg-type]
+        )
+        return advantages, {**self.weight_metrics(entropy, w_pos, w_neg), **split_metrics(positive, scored)}
+
+    # --- state ------------------------------------------------------------------------------------
+
+    def state_dict(self, **extras: Any) -> dict[str, Any]:
+        """The step's state: ``method``, the scheme's ``weighting`` state and ``first_entropy``, plus
+        the engine's ``extras`` (its entropy-control state) at the top level."""
+        reserved = {"method", "weighting", "first_entropy"} & set(extras)
+        if reserved:
+            raise ValueError(f"extras may not replace {sorted(reserved)}")
+        return {
+            "method": self.method,
+            "weighting": self.weighting.state_dict(),
+            "first_entropy": self.first_entropy,
+            **extras,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Restore from :meth:`state_dict` (or an older file without ``method``); returns the extras.
+
+        Raises:
+            ValueError: the state was written for another method or other settings.
+        """
+        saved = state.get("method")
+        if saved is not None and self.method is not None and saved != self.method:
+            raise ValueError(
+                f"the state was written by method {saved}, but this run uses {self.method}; "
+                "resume with the same algorithm settings"
+            )
+        self.weighting.load_state_dict(state["weighting"])
+        first = state.get("first_entropy")
+        self.first_entropy = None if first is None else float(first)
+        return {
+            key: value for key, value in state.items() if key not in ("method", "weighting", "first_entropy")
+        }

@@ -1,0 +1,115 @@
+"""eapo.core.step: the per-step decision both engines delegate to."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from eapo.core import (
+    WEIGHTING_SCHEMES,
+    EAPOStep,
+    group_advantages,
+    make_weighting,
+    polarity_weighted_advantages,
+    register_weighting,
+)
+from eapo.core.step import (
+    contiguous_index,
+    grouped_polarity_advantages,
+    polarity_split,
+    split_metrics,
+)
+
+NAN = math.nan
+
+
+def test_uneven_groups_with_unscored_rows_match_the_contiguous_maths_on_the_scored_rows():
+    # group "x": five rows, one unscored; group "y": three rows, one unscored; rows interleaved
+    index = ["x", "y", "x", "x", "y", "x", "y", "x"]
+    scores = torch.tensor([0.9, 0.2, NAN, 0.1, 0.7, 0.4, NAN, 0.6])
+    advantages, positive, scored = grouped_polarity_advantages(scores, index, 0.5, 2.0, eps=1e-6)
+    assert scored.tolist() == [True, True, False, True, True, True, False, True]
+    x, y = [0, 3, 5, 7], [1, 4]
+    for rows in (x, y):
+        weighted, pos = polarity_weighted_advantages(scores[rows], len(rows), 0.5, 2.0, eps=1e-6)
+        torch.testing.assert_close(advantages[rows], weighted)
+        assert positive[rows].tolist() == pos.tolist()
+    assert advantages[2] == 0.0 and advantages[6] == 0.0  # unscored: advantage 0 ...
+    assert positive[2] and positive[6]  # ... and positive
+    # frac_positive over the six scored rows: x [0.9, 0.1, 0.4, 0.6] mean 0.5 -> 2; y [0.2, 0.7] -> 1
+    assert split_metrics(positive, scored) == {"eapo/frac_positive": 0.5, "eapo/num_unscored": 2.0}
+
+
+def test_a_group_with_fewer_than_two_scored_rows_gets_zero_and_is_positive():
+    scores = torch.tensor([NAN, 0.3, 0.1, 0.9, NAN, NAN])
+    advantages, positive, _ = grouped_polarity_advantages(scores, [0, 0, 1, 1, 2, 2], 1.0, 1.0)
+    assert advantages[[0, 1, 4, 5]].tolist() == [0.0] * 4
+    assert positive.tolist() == [True, True, False, True, True, True]
+
+
+def test_without_unscored_rows_the_split_is_positive_mask_on_contiguous_groups():
+    torch.manual_seed(0)
+    scores = torch.rand(12)
+    for by in ("mean", "median"):
+        positive, scored = polarity_split(scores, contiguous_index(12, 4), by=by)
+        from eapo.core import positive_mask
+
+        assert positive.tolist() == positive_mask(scores, 4, by=by).tolist() and bool(scored.all())
+    advantages, _, _ = grouped_polarity_advantages(scores, contiguous_index(12, 4), 1.0, 1.0)
+    torch.testing.assert_close(advantages, group_advantages(scores, 4))
+
+
+def test_step_weights_h0_metrics_and_state_round_trip():
+    step = EAPOStep(make_weighting("eapo"))
+    index = contiguous_index(4, 2)
+    scores = torch.tensor([1.0, 0.0, NAN, 0.5])
+    _, metrics = step.step(scores, index, 2.0)
+    assert metrics == {
+        "entropy/rollout": 2.0,
+        "eapo/H0": 2.0,
+        "eapo/w_pos": pytest.approx(0.2),
+        "eapo/w_neg": 1.0,
+        "eapo/frac_positive": pytest.approx(2 / 3),  # 1.0; and 0.5, alone in its group: positive
+        "eapo/num_unscored": 1.0,
+    }
+    state = step.state_dict(extra=3)
+    assert state["method"] == "eapo" and state["first_entropy"] == 2.0 and state["extra"] == 3
+    resumed = EAPOStep(make_weighting("eapo"))
+    assert resumed.load_state_dict(state) == {"extra": 3}
+    _, after = resumed.step(scores, index, 3.0)
+    _, straight = step.step(scores, index, 3.0)
+    assert after == straight and after["eapo/w_pos"] == pytest.approx(0.3)
+    legacy = {key: value for key, value in state.items() if key != "method"}  # TRL's older files
+    EAPOStep(make_weighting("eapo")).load_state_dict(legacy)
+    with pytest.raises(ValueError, match="written by method eapo"):
+        EAPOStep(make_weighting("grpo")).load_state_dict(state)
+
+
+def test_fixed_scheme_anchors_h0_on_the_first_entropy_and_runs_without_one():
+    step = EAPOStep(make_weighting("psr"))
+    assert step.weights(None) == (1.0, 0.0)
+    assert step.weight_metrics(None, 1.0, 0.0) == {"eapo/w_pos": 1.0, "eapo/w_neg": 0.0}
+    step.weights(1.5)
+    step.weights(2.5)
+    assert step.h0 == 1.5
+
+
+def test_registry_by_decorator_keeps_the_dict_shape():
+    assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "eapo"]
+    builder, accepted = WEIGHTING_SCHEMES["psr"]
+    assert accepted == ("w_pos", "w_neg") and builder("psr").weights(None) == (1.0, 0.0)
+    with pytest.raises(ValueError, match="already registered"):
+        register_weighting("psr", ("w_pos",))(lambda name: None)
+    try:
+
+        @register_weighting("half", ("w_neg",))
+        def half(name, *, w_neg=0.5):
+            from eapo.core import FixedWeighting
+
+            return FixedWeighting(name, 0.5, w_neg)
+
+        assert make_weighting("half", w_neg=0.25).weights(None) == (0.5, 0.25)
+    finally:
+        WEIGHTING_SCHEMES.pop("half", None)
