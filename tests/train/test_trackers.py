@@ -98,7 +98,8 @@ def test_report_to_rejects_an_unknown_tracker():
     from eapo.config import ConfigError, load_config
 
     with pytest.raises(
-        ConfigError, match=r"logging.report_to\[\]='tensorbored' is invalid; valid: tensorboard, wandb"
+        ConfigError,
+        match=r"logging.report_to=\['tensorbored'\] is invalid; valid: a list of trackers \(tensorboard, wandb",
     ):
         load_config(ROOT / "configs" / "tiny.yaml", ["logging.report_to=[tensorbored]"])
     assert load_config(ROOT / "configs" / "tiny.yaml").logging.report_to == ["tensorboard"]
