@@ -439,24 +439,24 @@ def register_weighting(
 _FIXED_KEYS = ("w_pos", "w_neg")
 
 
-@register_weighting("grpo", _FIXED_KEYS)
-def _grpo(name: str, *, w_pos: float = 1.0, w_neg: float = 1.0) -> FixedWeighting:
-    return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
+#: The fixed schemes' default (w+, w−), the paper's (Section 5.1); each is overridable per run.
+FIXED_WEIGHTS: dict[str, tuple[float, float]] = {
+    "grpo": (1.0, 1.0),
+    "psr": (1.0, 0.0),
+    "nsr": (0.0, 1.0),
+    "w_reinforce": (0.1, 1.0),
+}
 
 
-@register_weighting("psr", _FIXED_KEYS)
-def _psr(name: str, *, w_pos: float = 1.0, w_neg: float = 0.0) -> FixedWeighting:
-    return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
+def _fixed(default_pos: float, default_neg: float) -> Callable[..., FixedWeighting]:
+    def build(name: str, *, w_pos: float = default_pos, w_neg: float = default_neg) -> FixedWeighting:
+        return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
+
+    return build
 
 
-@register_weighting("nsr", _FIXED_KEYS)
-def _nsr(name: str, *, w_pos: float = 0.0, w_neg: float = 1.0) -> FixedWeighting:
-    return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
-
-
-@register_weighting("w_reinforce", _FIXED_KEYS)
-def _w_reinforce(name: str, *, w_pos: float = 0.1, w_neg: float = 1.0) -> FixedWeighting:
-    return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
+for _name, (_pos, _neg) in FIXED_WEIGHTS.items():
+    register_weighting(_name, _FIXED_KEYS)(_fixed(_pos, _neg))
 
 
 @register_weighting("eapo", ("w0", "w_min", "w_max", "w_neg", "anchor_steps"))
