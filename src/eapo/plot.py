@@ -120,6 +120,20 @@ def _labels(run_dirs: Sequence[Path]) -> list[str]:
     return labels
 
 
+def _panel_grid(
+    panels: int, entries: int, *, max_cols: int, size: tuple[float, float], pad: float
+) -> tuple[Figure, Any]:
+    """A figure of ``panels`` axes (at most ``max_cols`` a row, ``size`` inches each) with room below
+    for a legend of ``entries`` lines, three a row; returns the figure and its axes, flattened."""
+    ncols = min(max_cols, panels)
+    nrows = math.ceil(panels / ncols)
+    width, height = size
+    figure = Figure(
+        figsize=(width * ncols, height * nrows + pad + 0.25 * math.ceil(entries / 3)), layout="constrained"
+    )
+    return figure, figure.subplots(nrows, ncols, squeeze=False).ravel()
+
+
 def _save(figure: Figure, path: Path, fmt: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{fmt}", dir=path.parent)
     os.close(fd)
@@ -173,12 +187,7 @@ def plot_runs(
     if not panels:
         raise ValueError(f"none of the runs logged a plotted key ({', '.join(k for k, _ in PANELS)})")
 
-    ncols = min(4, len(panels))
-    nrows = math.ceil(len(panels) / ncols)
-    figure = Figure(
-        figsize=(4.2 * ncols, 3.0 * nrows + 0.4 + 0.25 * math.ceil(len(run_dirs) / 3)), layout="constrained"
-    )
-    axes = figure.subplots(nrows, ncols, squeeze=False).ravel()
+    figure, axes = _panel_grid(len(panels), len(run_dirs), max_cols=4, size=(4.2, 3.0), pad=0.4)
     handles: dict[int, Any] = {}  # run index -> its first smoothed line (the legend entry)
     for axis, (key, panel_title) in zip(axes, panels, strict=False):
         for run_index, (rows, label) in enumerate(zip(runs, labels, strict=True)):
@@ -295,12 +304,7 @@ def plot_seed_bands(
     ]
     if not panels:
         raise ValueError(f"none of the runs logged a plotted key ({', '.join(k for k, _ in BAND_PANELS)})")
-    ncols = min(3, len(panels))
-    nrows = math.ceil(len(panels) / ncols)
-    figure = Figure(
-        figsize=(4.6 * ncols, 3.2 * nrows + 0.5 + 0.25 * math.ceil(len(runs) / 3)), layout="constrained"
-    )
-    axes = figure.subplots(nrows, ncols, squeeze=False).ravel()
+    figure, axes = _panel_grid(len(panels), len(runs), max_cols=3, size=(4.6, 3.2), pad=0.5)
     handles: dict[str, Any] = {}
     for axis, (key, panel_title) in zip(axes, panels, strict=False):
         for index, (label, seeds) in enumerate(runs.items()):
