@@ -92,7 +92,7 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis docs/_build
 
-# The verl plugin (eapo.integrations.verl) in its own environment: verl 0.9.x pins transformers
+# The verl plugin (eapo.engines.verl) in its own environment: verl 0.9.x pins transformers
 # below 5.11, the TRL stack above needs 5.23. torch==2.13.0 first (the CPU wheel on disk), then verl
 # with what its v1 trainer imports beyond verl's own requirements (TransferQueue, cachetools, fastapi,
 # uvicorn; no vLLM), then eapo itself with --no-deps plus the light packages eapo.core, rewards, data

@@ -75,7 +75,7 @@ def _peak_gib() -> float | None:
 def load_prompts(model_path: str, count: int, max_prompt_tokens: int) -> tuple[list[str], str]:
     """``count`` rendered prompts: MedQuAD train questions when present, else the bundled demo set."""
     from eapo.data import default_prompt_for, load, render_prompts
-    from eapo.models import load_tokenizer
+    from eapo.runtime.models import load_tokenizer
 
     tokenizer = load_tokenizer(model_path)
     try:
@@ -90,7 +90,7 @@ def load_prompts(model_path: str, count: int, max_prompt_tokens: int) -> tuple[l
 
 
 def make_engine(engine: str, model_path: str, dtype: str):
-    from eapo.evaluation.generate import PagedGenerator, TransformersGenerator, VLLMGenerator
+    from eapo.runtime.generate import PagedGenerator, TransformersGenerator, VLLMGenerator
 
     if engine == "generate":
         return TransformersGenerator(model_path, dtype=dtype)
@@ -260,8 +260,8 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown engine(s) {unknown}; valid: {', '.join(ENGINES)}")
 
-    from eapo.engines import device_facts, vllm_runs_here
-    from eapo.models import resolve_model
+    from eapo.runtime.backends import device_facts, vllm_runs_here
+    from eapo.runtime.models import resolve_model
 
     facts = device_facts()
     model_path = resolve_model(args.model)

@@ -226,7 +226,7 @@ def bare(base_url: str, model: str, concurrency: int, inputs: tuple) -> tuple[fl
 def vllm_main(args: argparse.Namespace) -> None:
     from contextlib import nullcontext
 
-    from eapo.vllm_server import VLLMServer
+    from eapo.runtime.vllm_server import VLLMServer
 
     levels = [int(level) for level in args.levels.split(",")]
     calls = [int(count) for count in args.calls_per_level.split(",")]

@@ -33,8 +33,8 @@ def run_once(
     from trl import GRPOTrainer
 
     from eapo.core import make_weighting
-    from eapo.train import grpo_args, reward_function
-    from eapo.trainer import EAPOTrainer
+    from eapo.engines.trl.args import grpo_args, reward_function
+    from eapo.engines.trl.trainer import EAPOTrainer
 
     timer = StepTimer()
     common = dict(
@@ -72,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from eapo.config import load_config
-    from eapo.models import load_tokenizer, resolve_model
+    from eapo.runtime.models import load_tokenizer, resolve_model
     from eapo.train import build_dataset, build_reward
 
     config = load_config(

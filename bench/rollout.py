@@ -79,7 +79,7 @@ def _prompts(model_path: str, count: int, config_path: str) -> list[str]:
     """``count`` prompts rendered as the step config renders them (its data, prompt and prefix)."""
     from eapo.config import load_config
     from eapo.data import default_prompt_for, load, render_prompts
-    from eapo.models import load_tokenizer
+    from eapo.runtime.models import load_tokenizer
 
     config = load_config(config_path)
     records = load(config.data.name, config.data.path, split="all", **config.data.options)
@@ -96,8 +96,8 @@ def _prompts(model_path: str, count: int, config_path: str) -> list[str]:
 
 
 def rollout_worker(engine: str, model: str, size: str, repeats: int, config_path: str) -> dict[str, Any]:
-    from eapo.evaluation.generate import TransformersGenerator, VLLMGenerator
-    from eapo.models import load_tokenizer, resolve_model
+    from eapo.runtime.generate import TransformersGenerator, VLLMGenerator
+    from eapo.runtime.models import load_tokenizer, resolve_model
 
     n_prompts, k, new_tokens = (int(part) for part in size.split("x"))
     model_path = resolve_model(model)
@@ -236,7 +236,7 @@ def main() -> int:
     if args.quick:
         args.model, args.sizes, args.repeats = "tiny", "2x2x16", 1
         args.steps, args.step_config = min(args.steps, 2), str(ROOT / "configs" / "tiny.yaml")
-    from eapo.engines import device_facts, vllm_runs_here
+    from eapo.runtime.backends import device_facts, vllm_runs_here
 
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     unknown = sorted(set(engines) - set(ENGINES))

@@ -6,7 +6,7 @@ In one run:
    MLP shape over the step's tokens; the faster of the two is the rate every floor below uses);
 2. for every ``--engines`` entry (``auto``: what ``rollout.engine`` resolves to here; ``generate``)
    and every ``--variants`` entry (``trl``: TRL's fused LM head over every position; ``eapo``:
-   eapo.policy_forward, completion positions only and the frozen layers shared with the reference),
+   eapo.engines.trl.policy_forward, completion positions only and the frozen layers shared with the reference),
    ``--steps`` steps of ``--config`` (default configs/demo.yaml) through ``eapo.train.run``, each
    in a fresh process, with the time of every phase of every step:
 
@@ -182,7 +182,7 @@ def _instrument(clock: PhaseClock, batches: list[dict[str, Any]]) -> None:
     import trl.extras.profiling as profiling
     import trl.trainer.grpo_trainer as grpo
 
-    from eapo.trainer import EAPOTrainer
+    from eapo.engines.trl.trainer import EAPOTrainer
 
     names = {
         "vLLM.generate": "generation",
@@ -263,7 +263,7 @@ def step_worker(
     from transformers import AutoConfig, TrainerCallback
 
     from eapo.config import load_config
-    from eapo.models import resolve_model
+    from eapo.runtime.models import resolve_model
     from eapo.train import run
 
     clock = PhaseClock()
@@ -434,7 +434,7 @@ def main() -> int:
         args.config = str(ROOT / "configs" / "tiny.yaml")
         args.engines, args.steps = "generate", 2
         args.overrides = QUICK_OVERRIDES + args.overrides
-    from eapo.engines import choose_engine, device_facts
+    from eapo.runtime.backends import choose_engine, device_facts
 
     # "auto" is what rollout.engine=auto resolves to here; one run per distinct engine
     auto = choose_engine("auto", device_facts())

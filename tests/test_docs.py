@@ -113,7 +113,7 @@ def test_trl_quickstart_trains_the_papers_objective_on_the_tiny_model(tmp_path):
     """README's and docs/guide/trl.md's TRL script, with the tiny random model, 2 steps, short answers
     and CPU settings substituted: it trains the paper's objective with EAPO's weights."""
     from eapo.core import EntropyAdaptiveWeighting
-    from eapo.models import resolve_model
+    from eapo.runtime.models import resolve_model
 
     code = the_block("trl-quickstart", on=("README.md", "docs/guide/trl.md"))
     code = replace_once(code, '"HuggingFaceTB/SmolLM2-135M-Instruct"', repr(resolve_model("tiny")))

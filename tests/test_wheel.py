@@ -82,7 +82,7 @@ def test_wheel_installs_into_a_fresh_venv_and_trains_the_tiny_preset(tmp_path):
         [
             str(venv / "bin" / "python"),
             "-c",
-            "import eapo, eapo.trl_config; print(eapo.__file__, eapo.__version__)",
+            "import eapo, eapo.engines.trl.config; print(eapo.__file__, eapo.__version__)",
         ],
         cwd=work,
         env=env,

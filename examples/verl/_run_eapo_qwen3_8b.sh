@@ -16,7 +16,7 @@
 #   PRINT_ARGS=1: print the verl arguments, one per line, and exit (used by tests/verl_plugin)
 #   EAPO_METHOD [eapo]: eapo (the paper), or an entropy-control preset on GRPO's weights (1, 1):
 #     entropy_bonus, adaptive_entropy, clip_higher, clip_cov, kl_cov or top_entropy (run by
-#     algorithm.adv_estimator=eapo_grpo; see eapo.integrations.verl.entropy_control and
+#     algorithm.adv_estimator=eapo_grpo; see eapo.engines.verl.entropy_control and
 #     run_entropy_control_qwen3_8b.sh)
 # A control composes with EAPO's weights as a further override, e.g. EAPO + DAPO's clip-higher:
 #   run_eapo_qwen3_8b_rjua.sh +algorithm.eapo.epsilon_high=0.28
@@ -36,7 +36,7 @@ JUDGE_API_KEY_ENV=${JUDGE_API_KEY_ENV:-OPENAI_API_KEY}
 EAPO_METHOD=${EAPO_METHOD:-eapo}
 
 if [[ "${EAPO_METHOD}" == eapo ]]; then
-    # EAPO: polarity-weighted GRPO advantages, w+ from the rollout entropy (eapo.integrations.verl)
+    # EAPO: polarity-weighted GRPO advantages, w+ from the rollout entropy (eapo.engines.verl)
     method_args=(
         algorithm.adv_estimator=eapo
         +algorithm.eapo.w0=0.2
@@ -87,8 +87,8 @@ args=(
     +algorithm.eapo.entropy_agg=token-mean  # H_t as on TRL (eapo.core.rollout_entropy), not loss_agg_mode
     trainer.use_v1=True
     trainer.v1.trainer_mode=eapo
-    # reward: α·(format, Rouge-L, reranker, LLM judge), eapo.rewards via eapo.integrations.verl.compute_score
-    reward.custom_reward_function.path=pkg://eapo.integrations.verl
+    # reward: α·(format, Rouge-L, reranker, LLM judge), eapo.rewards via eapo.engines.verl.compute_score
+    reward.custom_reward_function.path=pkg://eapo.engines.verl
     reward.custom_reward_function.name=compute_score
     "+reward.custom_reward_function.reward_kwargs.options.llm_judge.base_url='${JUDGE_BASE_URL}'"
     "+reward.custom_reward_function.reward_kwargs.options.llm_judge.model='${JUDGE_MODEL}'"

@@ -3,10 +3,10 @@
 The algorithm core is :mod:`eapo.core` (pure tensor maths). Rewards live in :mod:`eapo.rewards`,
 datasets and prompts in :mod:`eapo.data`, the ``eapo train`` recipe in :mod:`eapo.train`, evaluation,
 plots and sweeps in :mod:`eapo.evaluation`, :mod:`eapo.plot`, :mod:`eapo.sweep`, and the verl
-plugin in :mod:`eapo.integrations.verl`.
+plugin in :mod:`eapo.engines.verl`.
 
 In a TRL script, ``from eapo import EAPOTrainer, EAPOConfig`` replaces ``GRPOTrainer, GRPOConfig``
-(:mod:`eapo.trainer`, :mod:`eapo.trl_config`). Both are imported on first use, so ``import eapo``
+(:mod:`eapo.engines.trl.trainer`, :mod:`eapo.engines.trl.config`). Both are imported on first use, so ``import eapo``
 stays light (no torch, no TRL).
 """
 
@@ -16,14 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from eapo import _moved  # noqa: E402
+
+_moved.install()  # an import of a moved module names its new path
+
 __all__ = ["EAPOConfig", "EAPOTrainer", "__version__"]
 
 #: Lazily imported names -> the module that defines them.
-_LAZY = {"EAPOConfig": "eapo.trl_config", "EAPOTrainer": "eapo.trainer"}
+_LAZY = {"EAPOConfig": "eapo.engines.trl.config", "EAPOTrainer": "eapo.engines.trl.trainer"}
 
 if TYPE_CHECKING:
-    from eapo.trainer import EAPOTrainer
-    from eapo.trl_config import EAPOConfig
+    from eapo.engines.trl.config import EAPOConfig
+    from eapo.engines.trl.trainer import EAPOTrainer
 
 
 def __getattr__(name: str) -> Any:

@@ -167,7 +167,7 @@ def _help(
 
 #: model.dtype's values.
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-#: rollout.engine's values (eapo.engines).
+#: rollout.engine's values (eapo.runtime.backends).
 ENGINES = ("auto", "vllm", "paged", "generate")
 #: algorithm.loss_type: TRL 1.16's GRPOConfig.loss_type values.
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -707,7 +707,7 @@ class TrainConfig:
     )
     lm_head: str = _help(
         "How the update computes log-probs and entropies: trl (TRL's fused LM head), eapo (completion "
-        "positions only, eapo.policy_forward) or auto (eapo where TRL has no Triton kernel, i.e. off "
+        "positions only, eapo.engines.trl.policy_forward) or auto (eapo where TRL has no Triton kernel, i.e. off "
         "CUDA/XPU). Same numbers either way (tested).",
         "auto",
         valid=one_of("auto", "eapo", "trl"),

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from eapo.data import Record, render_prompts
 from eapo.evaluation import EvalMismatchError, EvalSettings, evaluate, load_samples
-from eapo.evaluation.generate import TransformersGenerator
-from eapo.models import load_tokenizer, resolve_model
 from eapo.rewards import make_reward
+from eapo.runtime.generate import TransformersGenerator
+from eapo.runtime.models import load_tokenizer, resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = [
@@ -530,7 +530,7 @@ class ScriptedGenerator:
         self.texts = texts
 
     def generate(self, prompts, *, k, **kwargs):
-        from eapo.evaluation.generate import Completion
+        from eapo.runtime.generate import Completion
 
         return [[Completion(text, len(text.split()), True) for text in self.texts[p][:k]] for p in prompts]
 

@@ -90,7 +90,7 @@ def test_paper_presets_spell_out_every_loss_affecting_option(name):
 
 
 def test_the_paper_presets_objective_reaches_trl_as_written(tmp_path):
-    from eapo.train import grpo_args
+    from eapo.engines.trl.args import grpo_args
 
     config = load_config(ROOT / "configs" / "paper_rjua.yaml", ["rollout.use_vllm=false"])
     args = grpo_args(config, tmp_path)

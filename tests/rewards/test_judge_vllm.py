@@ -31,10 +31,10 @@ from pathlib import Path
 
 import pytest
 
-from eapo.engines import device_facts, vllm_runs_here
 from eapo.rewards import make_reward
 from eapo.rewards.judge import RESPONSE_DIMENSIONS, JudgeParseError, parse_scores
 from eapo.run_dir import read_metrics
+from eapo.runtime.backends import device_facts, vllm_runs_here
 from eapo.testing import Fault, FaultProxy
 
 ROOT = Path(__file__).resolve().parents[2]

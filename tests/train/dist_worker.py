@@ -44,10 +44,11 @@ from transformers import Trainer, TrainerCallback
 from trl import GRPOTrainer
 
 import eapo.commands.train
+import eapo.engines.trl.args
+import eapo.engines.trl.trainer
 import eapo.train
-import eapo.trainer
+from eapo.engines.trl.trainer import EAPOTrainer
 from eapo.run_dir import SUMMARY_FILE, read_metrics
-from eapo.trainer import EAPOTrainer
 
 RANK = int(os.environ["RANK"])
 steps: list[dict[str, Any]] = []  # one entry per generation step
@@ -227,13 +228,13 @@ def main(argv: list[str]) -> None:
     _wrap(EAPOTrainer, "_rollout_entropy", _entropy)  # H_t from (per-token entropies, mask)
     _wrap(EAPOTrainer, "_weight", _weight)
     _wrap(eapo.train, "atomic_write_text", _counting)
-    _wrap(eapo.trainer, "atomic_write_text", _counting)
+    _wrap(eapo.engines.trl.trainer, "atomic_write_text", _counting)
     _wrap(eapo.train, "_save_final", _save_final)
     _wrap(eapo.train, "_inspect_run_dir", _late_on_rank_1)
     if RANK == 1:
         eapo.commands.train.time = _LaterClock()
     if short_rank == RANK:
-        _wrap(eapo.train, "grpo_args", _short_generation)
+        _wrap(eapo.engines.trl.args, "grpo_args", _short_generation)
     callbacks: list[Any] = [Recorder(dump_dir)]
     if kill_at is not None:
         _wrap(Trainer, "_save_rng_state", _slow_rng_save(kill_at))

@@ -116,7 +116,7 @@ def test_grpo_config_has_the_papers_kl_term_by_default(tmp_path):
     objective and verl's low_var_kl have no such factor."""
     from trl import GRPOConfig
 
-    from eapo.train import grpo_args
+    from eapo.engines.trl.args import grpo_args
 
     assert GRPOConfig.__dataclass_fields__["use_bias_correction_kl"].default is True  # TRL's, for the record
     assert EAPOConfig().algorithm.kl_bias_correction is False
@@ -136,7 +136,7 @@ def test_grpo_config_has_the_papers_kl_term_by_default(tmp_path):
     ],
 )
 def test_vllm_importance_correction_maps_to_trls_fields(mode, correction, trl_mode, tmp_path):
-    from eapo.train import grpo_args
+    from eapo.engines.trl.args import grpo_args
 
     config = load_config(
         None, [f"rollout.vllm_importance_correction={mode}", "rollout.vllm_importance_cap=2.5"]
@@ -151,7 +151,7 @@ def test_defaults_of_the_issue_12_options(tmp_path):
     """TRL's own vLLM default is sequence_mask with a cap of 3; ours is explicit token truncation."""
     from trl import GRPOConfig
 
-    from eapo.train import grpo_args
+    from eapo.engines.trl.args import grpo_args
 
     assert GRPOConfig.__dataclass_fields__["vllm_importance_sampling_mode"].default == "sequence_mask"
     c = EAPOConfig()
@@ -217,7 +217,7 @@ def test_lora_layers_are_validated(overrides, message):
 def test_lora_layers_select_the_last_n_decoder_layers(tmp_path):
     from transformers import LlamaConfig
 
-    from eapo.train import lora_config
+    from eapo.engines.trl.args import lora_config
 
     LlamaConfig(num_hidden_layers=6).save_pretrained(tmp_path)
     base = ["model.lora.enabled=true", LINEAR]

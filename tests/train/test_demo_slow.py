@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from eapo.config import load_config
-from eapo.engines import device_facts, vllm_runs_here
 from eapo.run_dir import REQUIRED_METRIC_KEYS, read_metrics
+from eapo.runtime.backends import device_facts, vllm_runs_here
 
 ROOT = Path(__file__).resolve().parents[2]
 

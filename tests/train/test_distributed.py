@@ -17,8 +17,8 @@ from two_processes import OVERRIDES, TINY, dumps, launch
 
 from eapo.config import load_config
 from eapo.core import group_advantages, positive_mask, weight_advantages
-from eapo.engines import device_facts, vllm_runs_here
 from eapo.run_dir import complete_checkpoints, read_metrics
+from eapo.runtime.backends import device_facts, vllm_runs_here
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
@@ -64,7 +64,7 @@ def test_one_metrics_line_per_step_with_the_values_every_rank_computed(ddp_run):
 
 
 def test_ddp_does_not_search_for_unused_parameters(ddp_run):
-    """find_unused_parameters is False for a dense model (eapo.train.ddp_find_unused_parameters): DDP
+    """find_unused_parameters is False for a dense model (eapo.engines.trl.args.ddp_find_unused_parameters): DDP
     warned at every step that its search (transformers' default) found nothing."""
     _, _, output = ddp_run
     assert "find_unused_parameters=True" not in output

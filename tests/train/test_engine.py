@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eapo.config import ConfigError, load_config
-from eapo.engines import (
+from eapo.runtime.backends import (
     DeviceFacts,
     EngineError,
     choose_engine,
@@ -151,7 +151,7 @@ def test_use_vllm_is_kept_as_an_alias_of_engine_vllm():
 
 
 def test_grpo_args_follow_the_chosen_engine(tmp_path):
-    from eapo.train import grpo_args
+    from eapo.engines.trl.args import grpo_args
 
     config = load_config(TINY)
     args = grpo_args(config, tmp_path, facts=CPU)
@@ -189,8 +189,8 @@ def test_grpo_args_follow_the_chosen_engine(tmp_path):
 
 
 def test_vllm_settings_carry_the_policy_dtype_cpu_cache_and_seed():
-    from eapo.train import rollout_plan, vllm_settings
-    from eapo.vllm_engine import GIB
+    from eapo.engines.trl.args import rollout_plan, vllm_settings
+    from eapo.runtime.vllm import GIB
 
     config = load_config(TINY, ["rollout.engine=auto", "train.seed=3", "rollout.vllm_kv_cache_gib=0.5"])
     settings = vllm_settings(config, rollout_plan(config, CPU_VLLM))
@@ -206,7 +206,7 @@ def test_vllm_settings_carry_the_policy_dtype_cpu_cache_and_seed():
 
 
 def test_rollout_plan_on_a_gpu_without_vllm_is_paged_bf16_sdpa():
-    from eapo.train import rollout_plan
+    from eapo.engines.trl.args import rollout_plan
 
     plan = rollout_plan(load_config(TINY, ["rollout.engine=auto"]), GPU)
     assert (plan.engine, plan.dtype, plan.attn_implementation) == ("paged", "bfloat16", "sdpa")
@@ -306,13 +306,13 @@ def test_fast_engines_train_on_a_gpu(tmp_path, overrides, engine, compiled):
     ],
 )
 def test_eval_backend_follows_the_engine_choice(backend, facts, chosen):
-    from eapo.evaluation.generate import choose_backend
+    from eapo.runtime.generate import choose_backend
 
     assert choose_backend(backend, facts) == chosen
 
 
 def test_eval_backend_errors_name_the_flag():
-    from eapo.evaluation.generate import choose_backend
+    from eapo.runtime.generate import choose_backend
 
     with pytest.raises(ImportError, match="--backend vllm needs the vllm package"):
         choose_backend("vllm", GPU)
@@ -324,8 +324,8 @@ def test_eval_backend_errors_name_the_flag():
 
 @pytest.mark.slow
 def test_paged_eval_backend_matches_generate_greedily_and_repeats_with_a_seed():
-    from eapo.evaluation.generate import PagedGenerator, TransformersGenerator
-    from eapo.models import resolve_model
+    from eapo.runtime.generate import PagedGenerator, TransformersGenerator
+    from eapo.runtime.models import resolve_model
 
     path = resolve_model("tiny")
     prompts = [

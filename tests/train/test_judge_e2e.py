@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from eapo.engines import device_facts, vllm_runs_here
 from eapo.run_dir import read_metrics
+from eapo.runtime.backends import device_facts, vllm_runs_here
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 900

@@ -42,12 +42,12 @@ class FailAtStep(TrainerCallback):
 
 
 def _fail_trainer_construction(monkeypatch):
-    import eapo.trainer
+    import eapo.engines.trl.trainer
 
     def broken(self, *args, **kwargs):
         raise RuntimeError("injected: the trainer cannot be built")
 
-    monkeypatch.setattr(eapo.trainer.EAPOTrainer, "__init__", broken)
+    monkeypatch.setattr(eapo.engines.trl.trainer.EAPOTrainer, "__init__", broken)
 
 
 def _bad_config():

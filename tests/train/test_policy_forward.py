@@ -1,4 +1,4 @@
-"""eapo's log-prob forward (eapo.policy_forward) against TRL's fused LM head: the same log-probs,
+"""eapo's log-prob forward (eapo.engines.trl.policy_forward) against TRL's fused LM head: the same log-probs,
 entropies, H_t, loss and gradients.
 
 Tolerances: both paths compute the same float32 quantities with different summation orders (TRL's
@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from eapo.core import rollout_entropy, token_logprobs_and_entropy
+from eapo.core import rollout_entropy
+from eapo.engines.trl.lm_head import token_logprobs_and_entropy
 
 ATOL = 2e-5
 ROOT = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------------------------
-# The maths: eapo.core.token_logprobs_and_entropy
+# The kernel: eapo.engines.trl.lm_head.token_logprobs_and_entropy
 # ----------------------------------------------------------------------------------------------
 
 
@@ -84,7 +85,7 @@ def test_token_logprobs_and_entropy_reject_bad_shapes():
 
 
 # ----------------------------------------------------------------------------------------------
-# The model forward: eapo.policy_forward against trl.trainer.utils.add_fused_lm_head
+# The model forward: eapo.engines.trl.policy_forward against trl.trainer.utils.add_fused_lm_head
 # ----------------------------------------------------------------------------------------------
 
 
@@ -94,8 +95,8 @@ def _lora_models(num_layers: int = 4, lora_layers: int = 2, temperature: float =
     from peft import LoraConfig, get_peft_model
     from trl.trainer.utils import add_fused_lm_head
 
-    from eapo.models import build_tiny_model
-    from eapo.policy_forward import install_completion_head
+    from eapo.engines.trl.policy_forward import install_completion_head
+    from eapo.runtime.models import build_tiny_model
 
     base, _ = build_tiny_model(num_layers=num_layers, seed=3)
     layers = list(range(num_layers - lora_layers, num_layers))
@@ -189,7 +190,7 @@ def test_hidden_states_that_do_not_match_the_full_forward_switch_sharing_off(cap
             _trl_call(eapo_model, ids, mask, keep)
         for key in head._cache:
             head._cache[key] = head._cache[key] + 0.5
-        with caplog.at_level(logging.WARNING, logger="eapo.policy_forward"):
+        with caplog.at_level(logging.WARNING, logger="eapo.engines.trl.policy_forward"):
             logps, _ = _trl_call(eapo_model, ids, mask, keep)
         expected, _ = _trl_call(trl_model, ids, mask, keep)
     assert head.shared_layers == 0 and "switched off" in caplog.text
@@ -202,8 +203,8 @@ def test_full_fine_tuning_and_other_inputs_share_nothing_and_fall_back_to_trl():
     (inputs_embeds, pre-shifted labels) go through TRL's forward, with the same result."""
     from trl.trainer.utils import add_fused_lm_head
 
-    from eapo.models import build_tiny_model
-    from eapo.policy_forward import frozen_prefix_layers, install_completion_head
+    from eapo.engines.trl.policy_forward import frozen_prefix_layers, install_completion_head
+    from eapo.runtime.models import build_tiny_model
 
     model, _ = build_tiny_model(num_layers=2, seed=4)
     add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
@@ -251,7 +252,7 @@ def test_training_with_eapos_forward_logs_the_same_steps_as_with_trls(tmp_path, 
                 "logging.tensorboard=false",
             ],
         )
-        with caplog.at_level(logging.INFO, logger="eapo.trainer"):
+        with caplog.at_level(logging.INFO, logger="eapo.engines.trl.trainer"):
             run_dir = run(config, tmp_path / head)
         lines[head] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert "log-probs: completion positions only, layer 0 shared with the reference" in caplog.text

@@ -3,7 +3,7 @@ configs/tiny.yaml: ``accelerate launch --config_file configs/accelerate/fsdp.yam
 ``fully_shard``: parameters, gradients and Adam's state split across the processes) and, where
 DeepSpeed is installed, ``configs/accelerate/zero3.yaml`` (ZeRO-3, the same split; not in CI).
 
-accelerate would silently run the FSDP file as DDP on CPU processes: eapo.sharding switches it to
+accelerate would silently run the FSDP file as DDP on CPU processes: eapo.engines.trl.sharding switches it to
 FSDP2. Checked for each: the model, its checkpoints and Adam's state are split across the processes;
 final/ loads to the parameters the processes held (full fine-tune and LoRA); one metrics line per
 step; the numbers of the DDP run (``ddp_run`` in conftest.py) within a stated tolerance; a process
@@ -24,8 +24,8 @@ import pytest
 import torch
 from two_processes import NPROC, TINY, alive, dumps, finish, launch, start, wait_for
 
-from eapo.engines import device_facts, vllm_runs_here
 from eapo.run_dir import complete_checkpoints, read_metrics
+from eapo.runtime.backends import device_facts, vllm_runs_here
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
@@ -101,7 +101,7 @@ def test_the_fsdp_plugin_comes_from_accelerate_launch_and_is_refused_where_it_ca
     from accelerate.utils import DistributedType
 
     from eapo.config import ConfigError
-    from eapo.sharding import enable_fsdp_on_cpu, requested_fsdp_plugin
+    from eapo.engines.trl.sharding import enable_fsdp_on_cpu, requested_fsdp_plugin
 
     monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
     assert requested_fsdp_plugin() is None
@@ -127,7 +127,7 @@ def test_deepspeed_dropped_for_ddp_is_refused(monkeypatch):
     from accelerate.utils import DistributedType
 
     from eapo.config import ConfigError
-    from eapo.sharding import check_deepspeed_kept
+    from eapo.engines.trl.sharding import check_deepspeed_kept
 
     monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
     check_deepspeed_kept(_Accelerator(DistributedType.MULTI_CPU))  # DDP asked for
@@ -141,7 +141,7 @@ def test_ddp_searches_for_unused_parameters_only_in_a_mixture_of_experts(tmp_pat
     from transformers import LlamaConfig, MixtralConfig, Qwen3MoeConfig
 
     from eapo.config import load_config
-    from eapo.train import ddp_find_unused_parameters, grpo_args
+    from eapo.engines.trl.args import ddp_find_unused_parameters, grpo_args
 
     small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
     for name, config, expected in (

@@ -70,9 +70,10 @@ def _step_gradients(
     """Gradient of the first step's loss (beta=0) for one method, on identical rollouts."""
     from transformers.trainer_callback import PrinterCallback
 
-    from eapo.models import load_tokenizer, resolve_model
-    from eapo.train import build_dataset, build_reward, grpo_args, reward_function
-    from eapo.trainer import EAPOTrainer
+    from eapo.engines.trl.args import grpo_args, reward_function
+    from eapo.engines.trl.trainer import EAPOTrainer
+    from eapo.runtime.models import load_tokenizer, resolve_model
+    from eapo.train import build_dataset, build_reward
 
     config = tiny(f"algorithm.method={method}", "algorithm.beta=0.0", "train.save_steps=0")
     path = resolve_model("tiny")
@@ -139,7 +140,7 @@ def test_all_positive_batch_leaves_nsr_parameters_unchanged(tmp_path):
     )
     from transformers import AutoModelForCausalLM
 
-    from eapo.models import resolve_model
+    from eapo.runtime.models import resolve_model
 
     before = AutoModelForCausalLM.from_pretrained(resolve_model("tiny")).state_dict()
     run_dir = run(config, tmp_path / "run")
@@ -248,9 +249,10 @@ def test_two_iterations_per_generation_take_entropy_from_trls_old_logp_pass(tmp_
     ],
 )
 def test_entropy_source_follows_the_batch_layout(overrides, source, tmp_path):
-    from eapo.models import load_tokenizer, resolve_model
-    from eapo.train import build_dataset, build_reward, grpo_args, reward_function
-    from eapo.trainer import EAPOTrainer
+    from eapo.engines.trl.args import grpo_args, reward_function
+    from eapo.engines.trl.trainer import EAPOTrainer
+    from eapo.runtime.models import load_tokenizer, resolve_model
+    from eapo.train import build_dataset, build_reward
 
     config = tiny(*overrides)
     path = resolve_model("tiny")
@@ -283,9 +285,10 @@ def _trainer(config, tmp_path: Path, reward=None, **kwargs):
     """An EAPOTrainer for ``config`` as run() builds it (no training), in train mode."""
     from transformers.trainer_callback import PrinterCallback
 
-    from eapo.models import load_tokenizer, resolve_model
-    from eapo.train import build_dataset, build_reward, entropy_control_settings, grpo_args, reward_function
-    from eapo.trainer import EAPOTrainer
+    from eapo.engines.trl.args import entropy_control_settings, grpo_args, reward_function
+    from eapo.engines.trl.trainer import EAPOTrainer
+    from eapo.runtime.models import load_tokenizer, resolve_model
+    from eapo.train import build_dataset, build_reward
 
     path = resolve_model(config.model.name_or_path)
     tokenizer = load_tokenizer(path)
@@ -416,9 +419,9 @@ def test_trl_path_gives_the_shared_step_its_hand_derived_decision(reuse_loss_pas
     rollouts of four), as tests/verl_plugin/test_verl_trainer.py runs it through verl: same H_t,
     weights, advantages (TRL's group std + 1e-4), metrics and state."""
     from eapo.core import rollout_entropy
+    from eapo.engines.trl.trainer import EAPOTrainer
     from eapo.rewards import CompositeReward
     from eapo.testing import entropy_batch
-    from eapo.trainer import EAPOTrainer
 
     config = tiny("algorithm.method=eapo", "algorithm.beta=0.0", "reward.missing=unscorable")
     composite = CompositeReward(
@@ -542,9 +545,9 @@ def test_median_split_leaves_an_unscored_rollout_out_of_the_median(tmp_path):
 
 
 def test_validation_every_n_steps_scores_a_fixed_dev_subset(tmp_path):
-    from eapo.models import resolve_model
+    from eapo.engines.trl.validation import VALIDATION_FILE
+    from eapo.runtime.models import resolve_model
     from eapo.train import build_reward, build_validation
-    from eapo.validation import VALIDATION_FILE
 
     overrides = ["train.save_steps=0", "train.max_steps=3"]
     validated = tiny(*overrides, "train.eval_steps=2", "train.eval_limit=4")
@@ -580,7 +583,7 @@ def test_validation_every_n_steps_scores_a_fixed_dev_subset(tmp_path):
 
 
 def test_validation_subset_settings(tmp_path):
-    from eapo.models import resolve_model
+    from eapo.runtime.models import resolve_model
     from eapo.train import build_reward, build_validation
 
     config = tiny(
@@ -603,7 +606,7 @@ def test_metrics_lines_carry_rollout_values_forward_but_not_validation(tmp_path)
     """A step that reuses the previous generation (μ > 1) carries its rollout values, never val/*."""
     from types import SimpleNamespace
 
-    from eapo.callbacks import MetricsCallback
+    from eapo.engines.trl.callbacks import MetricsCallback
 
     callback = MetricsCallback(tmp_path, tensorboard=False)
     fresh = {"loss": 0.5, "entropy/rollout": 1.2, "reward/mean": 0.3, "val/reward": 0.4}

@@ -68,8 +68,8 @@ def test_eapo_config_validates_the_weighting_once():
 
 
 def test_grpo_args_returns_an_eapo_config_built_from_the_tree(tmp_path):
-    from eapo.train import grpo_args
-    from eapo.trl_config import EAPOConfig
+    from eapo.engines.trl.args import grpo_args
+    from eapo.engines.trl.config import EAPOConfig
 
     config = load_config(
         ROOT / "configs" / "tiny.yaml",
@@ -98,8 +98,8 @@ def test_import_eapo_is_light_until_a_trl_name_is_used():
     code = (
         "import sys, eapo\n"
         "assert 'torch' not in sys.modules and 'trl' not in sys.modules, sorted(sys.modules)\n"
-        "import eapo.trl_config, eapo.trainer\n"
-        "assert eapo.EAPOConfig is eapo.trl_config.EAPOConfig and eapo.EAPOTrainer is eapo.trainer.EAPOTrainer\n"
+        "import eapo.engines.trl.config, eapo.engines.trl.trainer\n"
+        "assert eapo.EAPOConfig is eapo.engines.trl.config.EAPOConfig and eapo.EAPOTrainer is eapo.engines.trl.trainer.EAPOTrainer\n"
         "from eapo import EAPOConfig, EAPOTrainer\n"
         "import eapo.config\n"
         "assert eapo.config.EAPOConfig is not EAPOConfig  # the CLI's YAML tree keeps its module path\n"
@@ -130,7 +130,7 @@ def test_a_trl_script_with_eapo_config_trains_the_paper_objective(tmp_path):
     """The TRL quick start with GRPOTrainer/GRPOConfig swapped for EAPOTrainer/EAPOConfig and no other
     eapo argument: the trainer uses the paper's objective and EAPO's weighting, and w+ follows H_t/H_0."""
     from eapo import EAPOConfig, EAPOTrainer
-    from eapo.models import resolve_model
+    from eapo.runtime.models import resolve_model
 
     trainer = EAPOTrainer(
         model=resolve_model("tiny"),
@@ -177,7 +177,7 @@ def test_a_plain_grpo_config_still_works_and_names_what_differs(tmp_path):
     from trl import GRPOConfig
 
     from eapo import EAPOTrainer
-    from eapo.models import resolve_model
+    from eapo.runtime.models import resolve_model
 
     args = GRPOConfig(
         output_dir=str(tmp_path), **CPU, per_device_train_batch_size=8, num_generations=4, report_to="none"

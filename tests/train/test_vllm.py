@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from eapo.engines import device_facts, vllm_runs_here
 from eapo.run_dir import read_metrics
+from eapo.runtime.backends import device_facts, vllm_runs_here
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -47,7 +47,7 @@ pytestmark = [
 # Runs `eapo train` in a fresh process; MODE breaks one part on purpose (the failing twins) or kills it.
 _TRAIN = """
 import os, sys
-import eapo.vllm_engine as vllm_engine
+import eapo.engines.trl.vllm as vllm_engine
 from transformers import TrainerCallback
 from eapo.config import load_config
 from eapo.train import run
@@ -189,7 +189,7 @@ def test_a_model_vllm_cannot_run_fails_at_start_with_the_cause_and_the_fix(tmp_p
     model.generate): training and eval stop before their first step and say what to use instead."""
     import torch
 
-    from eapo.models import build_tiny_model
+    from eapo.runtime.models import build_tiny_model
 
     model, tokenizer = build_tiny_model(num_heads=4)  # 64 / 4 = head size 16
     model.save_pretrained(tmp_path / "heads16")
@@ -224,8 +224,8 @@ def test_a_model_vllm_cannot_run_fails_at_start_with_the_cause_and_the_fix(tmp_p
 
 
 _SEEDED = """
-from eapo.evaluation.generate import VLLMGenerator
-from eapo.models import resolve_model
+from eapo.runtime.generate import VLLMGenerator
+from eapo.runtime.models import resolve_model
 
 generator = VLLMGenerator(resolve_model("tiny"), dtype="float32")
 prompts = [f"question {i}: " + "x" * 400 for i in range(24)]  # 9,000+ prompt tokens: more than one step holds

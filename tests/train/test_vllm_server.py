@@ -1,4 +1,4 @@
-"""eapo.vllm_server.VLLMServer without vLLM: the command it builds, its key handling, and its lifecycle
+"""eapo.runtime.vllm_server.VLLMServer without vLLM: the command it builds, its key handling, and its lifecycle
 (start, wait until /v1/models answers, stop the process group, report an early death) on a stand-in
 server process. The real server is started by tests/conftest.py for the tests marked vllm."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eapo.vllm_server import VLLMServer, VLLMServerError, free_port
+from eapo.runtime.vllm_server import VLLMServer, VLLMServerError, free_port
 
 
 @pytest.fixture

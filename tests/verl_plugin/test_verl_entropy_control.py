@@ -32,15 +32,15 @@ from eapo.core.entropy_control import (  # noqa: E402
     kl_cov_policy_loss,
     top_entropy_mask,
 )
-from eapo.integrations.verl import EapoSettings, EAPOVerlTrainer  # noqa: E402
-from eapo.integrations.verl.entropy_control import (  # noqa: E402
+from eapo.engines.verl import EapoSettings, EAPOVerlTrainer  # noqa: E402
+from eapo.engines.verl.entropy_control import (  # noqa: E402
     ENTROPY_COEF_KEY,
     TOP_ENTROPY_LOSS_MODE,
     EntropyControls,
     compute_policy_loss_top_entropy,
     entropy_control_loss,
 )
-from eapo.integrations.verl.estimators import fixed_weights  # noqa: E402
+from eapo.engines.verl.estimators import fixed_weights  # noqa: E402
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 
@@ -150,7 +150,7 @@ def preset_config(verl_config, method, **keys):
 def test_every_preset_is_covered():
     import dataclasses
 
-    from eapo.integrations.verl.estimators import CONTROL_KEYS, SETTING_KEYS
+    from eapo.engines.verl.estimators import CONTROL_KEYS, SETTING_KEYS
 
     assert set(PRESET_OPTIONS) == set(ENTROPY_CONTROLS)
     assert [f.name for f in dataclasses.fields(EntropyControls)] == list(CONTROL_KEYS)
@@ -793,7 +793,7 @@ def test_eapo_grpo_estimator_equals_verls_grpo(norm_by_std):
     import numpy as np
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-    from eapo.integrations.verl.estimators import compute_eapo_grpo_advantage
+    from eapo.engines.verl.estimators import compute_eapo_grpo_advantage
 
     generator = torch.Generator().manual_seed(3)
     mask = (torch.arange(6)[None, :] < torch.tensor([3, 6, 2, 5, 4, 1, 6, 2])[:, None]).float()  # [8, 6]
@@ -825,7 +825,7 @@ def test_resume_without_the_adaptive_control_is_refused(verl_config, in_memory_t
 def _gather_worker(rank: int, world: int, port: int, results) -> None:
     import torch.distributed as dist
 
-    from eapo.integrations.verl.entropy_control import _dp_gather
+    from eapo.engines.verl.entropy_control import _dp_gather
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:

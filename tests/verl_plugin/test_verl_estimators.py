@@ -14,9 +14,9 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn  # noqa: E402
 
-import eapo.integrations.verl  # noqa: E402, F401  (the plugin; verl also loads it via the entry point)
+import eapo.engines.verl  # noqa: E402, F401  (the plugin; verl also loads it via the entry point)
 from eapo.core import polarity_weighted_advantages  # noqa: E402
-from eapo.integrations.verl import polarity_weights  # noqa: E402
+from eapo.engines.verl import polarity_weights  # noqa: E402
 
 FIXED = {"psr": (1.0, 0.0), "nsr": (0.0, 1.0), "w_reinforce": (0.1, 1.0)}
 
@@ -53,7 +53,7 @@ def expected_from_core(scores, uids, w_pos, w_neg, group_size, scale="group"):
 def test_all_four_are_registered_in_verls_registry():
     for name in ("eapo", "psr", "nsr", "w_reinforce"):
         fn = get_adv_estimator_fn(name)
-        assert fn is eapo.integrations.verl.ESTIMATORS[name]
+        assert fn is eapo.engines.verl.ESTIMATORS[name]
         assert fn.__name__ == f"compute_{name}_advantage"
 
 

@@ -23,7 +23,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E
 from verl.trainer.ppo.v1 import get_trainer_cls  # noqa: E402
 from verl.utils.config import validate_config  # noqa: E402
 
-from eapo.integrations.verl import EapoSettings  # noqa: E402
+from eapo.engines.verl import EapoSettings  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "verl"
 
@@ -61,7 +61,7 @@ def test_example_composes_into_the_papers_setting(dataset):
     )
 
     reward_fn = get_custom_reward_fn(config)  # verl's loader: pkg:// path, reward_kwargs merged in
-    assert reward_fn.args[0].__module__ == "eapo.integrations.verl.reward"
+    assert reward_fn.args[0].__module__ == "eapo.engines.verl.reward"
     assert reward_fn.args[1] == {
         "options": {
             "llm_judge": {

@@ -13,7 +13,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 
 from eapo.cli import app  # noqa: E402
 from eapo.data import build_messages, load  # noqa: E402
-from eapo.integrations.verl_parquet import VERL_COLUMNS  # noqa: E402
+from eapo.engines.verl.parquet import VERL_COLUMNS  # noqa: E402
 
 
 def test_export_writes_what_rlhf_dataset_reads(tmp_path, tiny_tokenizer):

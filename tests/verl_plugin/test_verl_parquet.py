@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from eapo.cli import app
 from eapo.data import build_messages, load
-from eapo.integrations.verl_parquet import VERL_COLUMNS, verl_rows
+from eapo.engines.verl.parquet import VERL_COLUMNS, verl_rows
 
 
 def test_rows_follow_verls_layout():

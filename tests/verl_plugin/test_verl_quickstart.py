@@ -22,7 +22,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E
 from verl.trainer.ppo.v1 import get_trainer_cls  # noqa: E402
 from verl.utils.config import validate_config  # noqa: E402
 
-from eapo.integrations.verl import EapoSettings  # noqa: E402
+from eapo.engines.verl import EapoSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- docs-test: verl-quickstart -->"
@@ -61,4 +61,4 @@ def test_verl_quickstart_composes_into_an_eapo_run(page):
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
     assert trainer.settings == EapoSettings(method="eapo", w0=0.2, w_max=2.0)
     reward_fn = get_custom_reward_fn(config)
-    assert reward_fn.args[0].__module__ == "eapo.integrations.verl.reward"
+    assert reward_fn.args[0].__module__ == "eapo.engines.verl.reward"

@@ -14,7 +14,7 @@ import torch  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.trainer.ppo.reward import load_reward_manager  # noqa: E402
 
-from eapo.integrations.verl import compute_score  # noqa: E402
+from eapo.engines.verl import compute_score  # noqa: E402
 from eapo.rewards import make_composite  # noqa: E402
 
 REFERENCE = "drink water and rest"
@@ -28,7 +28,7 @@ WEIGHTS = {"format": 0.5, "rouge_l": 0.5}
 
 
 def reward_manager(verl_config, tokenizer, **reward_kwargs):
-    verl_config.reward.custom_reward_function.path = "pkg://eapo.integrations.verl"
+    verl_config.reward.custom_reward_function.path = "pkg://eapo.engines.verl"
     verl_config.reward.custom_reward_function.name = "compute_score"
     verl_config.reward.custom_reward_function.reward_kwargs = reward_kwargs
     verl_config.reward.reward_manager.name = "naive"
@@ -117,7 +117,7 @@ def test_unscorable_rollout_scores_nan_and_is_flagged(missing):
 
 def test_default_weights_are_the_projects_and_a_judge_needs_its_endpoint():
     from eapo.config import RewardConfig
-    from eapo.integrations.verl.reward import default_weights
+    from eapo.engines.verl.reward import default_weights
 
     assert (
         default_weights()

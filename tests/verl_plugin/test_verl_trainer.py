@@ -26,7 +26,7 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
 
 from eapo.core import polarity_weighted_advantages  # noqa: E402
-from eapo.integrations.verl import WEIGHTING_STATE_FILE, EAPOVerlTrainer  # noqa: E402
+from eapo.engines.verl import WEIGHTING_STATE_FILE, EAPOVerlTrainer  # noqa: E402
 from eapo.testing import entropy_batch  # noqa: E402
 
 # Two prompts, four rollouts each, interleaved as after verl's length balancing.
@@ -128,7 +128,7 @@ def attach_checkpoint_io(trainer, folder):
 
 def test_entry_point_group_is_the_one_verl_reads():
     (plugin,) = [ep for ep in entry_points(group="verl.plugins") if ep.name == "eapo"]
-    assert plugin.value == "eapo.integrations.verl"
+    assert plugin.value == "eapo.engines.verl"
 
 
 def test_importing_verl_alone_loads_the_plugin():
@@ -137,7 +137,7 @@ def test_importing_verl_alone_loads_the_plugin():
         "import verl, sys\n"
         "from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY\n"
         "from verl.trainer.ppo.v1 import get_trainer_cls\n"
-        "assert 'eapo.integrations.verl' in sys.modules\n"
+        "assert 'eapo.engines.verl' in sys.modules\n"
         "print(sorted(n for n in ('eapo', 'psr', 'nsr', 'w_reinforce') if n in ADV_ESTIMATOR_REGISTRY))\n"
         "print(get_trainer_cls('eapo').__name__)\n"
     )
@@ -318,7 +318,7 @@ def test_resuming_a_checkpoint_without_eapo_state_warns_and_reanchors(verl_confi
     (tmp_path / "global_step_3").mkdir()
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")
     trainer = attach_checkpoint_io(EAPOVerlTrainer(verl_config), tmp_path)
-    with caplog.at_level(logging.WARNING, logger="eapo.integrations.verl.trainer"):
+    with caplog.at_level(logging.WARNING, logger="eapo.engines.verl.trainer"):
         trainer._load_checkpoint()
     assert trainer.global_steps == 3
     assert trainer.weighting.h0 is None
@@ -353,7 +353,7 @@ def test_verl_path_gives_the_shared_step_its_hand_derived_decision(verl_config, 
     """The batch of eapo.testing.entropy_batch (NaN rewards; each group three scored rollouts of four),
     interleaved as after verl's length balancing, through two steps: the same H_t, weights,
     advantages, metrics and state as tests/train/test_train.py gets from the TRL trainer."""
-    from eapo.integrations.verl import polarity_grpo_advantages
+    from eapo.engines.verl import polarity_grpo_advantages
 
     trainer = attach_checkpoint_io(EAPOVerlTrainer(verl_config), tmp_path)
     order = [0, 4, 1, 5, 2, 6, 3, 7]  # verl row -> row of the shared (contiguous) batch

@@ -50,7 +50,7 @@ def serve(
 
     Arguments after `--` go to vLLM's api_server unchanged (e.g. `-- --max-num-seqs 64`).
     """
-    from eapo.vllm_server import VLLMServer, VLLMServerError
+    from eapo.runtime.vllm_server import VLLMServer, VLLMServerError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

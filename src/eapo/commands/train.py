@@ -49,7 +49,7 @@ def start_time() -> str:
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
 
-    from eapo.train import use_cpu
+    from eapo.engines.trl.args import use_cpu
 
     stamp = [time.strftime("%Y%m%d-%H%M%S")]
     if PartialState(cpu=use_cpu()).num_processes > 1:

@@ -4,7 +4,7 @@ Example (the paper's RJUA run; ``examples/verl/run_eapo_qwen3_8b_rjua.sh`` reads
 
     eapo data export-verl rjua --out data/verl/rjua            # train.parquet, dev.parquet
 
-Columns and their meaning: :mod:`eapo.integrations.verl_parquet`.
+Columns and their meaning: :mod:`eapo.engines.verl.parquet`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def export_verl(
 ) -> None:
     """Write verl parquet files (prompt, reward_model.ground_truth, extra_info...) for RLHFDataset."""
     from eapo.data import DataError, default_prompt_for
-    from eapo.integrations.verl_parquet import verl_rows, write_verl_parquet
+    from eapo.engines.verl.parquet import verl_rows, write_verl_parquet
 
     options = _parse_options(option)
     if limit is not None:

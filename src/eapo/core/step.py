@@ -107,7 +107,7 @@ def polarity_split(
 
     Unscored (NaN) rows and groups with fewer than two scored rows are positive.
     """
-    from eapo.core import positive_mask
+    from eapo.core.advantages import positive_mask
 
     scored = _check(scores, index)
     positive = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
@@ -125,7 +125,7 @@ def grouped_advantages(
 ) -> torch.Tensor:
     """Group-relative advantages ``(B,)`` over the scored rows of each group (0 for unscored rows and
     for groups with fewer than two scored rows)."""
-    from eapo.core import group_advantages
+    from eapo.core.advantages import group_advantages
 
     _check(scores, index)
     dtype = scores.dtype if scores.dtype.is_floating_point else torch.float32
@@ -147,7 +147,7 @@ def grouped_polarity_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(weighted advantages, positive, scored)``, each ``(B,)``: :func:`grouped_advantages` weighted
     ``w_pos`` on D+ and ``w_neg`` on D- (:func:`polarity_split`)."""
-    from eapo.core import weight_advantages
+    from eapo.core.advantages import weight_advantages
 
     advantages = grouped_advantages(scores, index, scale=scale, eps=eps)
     positive, scored = polarity_split(scores, index, by=by)

@@ -4,7 +4,7 @@ bootstrap confidence intervals over prompts, from ``k`` samples per prompt score
 reward components as training (:mod:`eapo.rewards`).
 
 * :mod:`~eapo.evaluation.metrics` — the metric definitions and the bootstrap (pure NumPy);
-* :mod:`~eapo.evaluation.generate` — sampling with vLLM or transformers (LoRA adapters via peft);
+* :mod:`~eapo.runtime.generate` — sampling with vLLM or transformers (LoRA adapters via peft);
 * :mod:`~eapo.evaluation.harness` — the resumable generate → score → aggregate → write loop;
 * :mod:`~eapo.evaluation.runner` — ``run_eval``: model / run directory / config resolution (``eapo eval``);
 * :mod:`~eapo.evaluation.report` — Markdown and CSV tables in the paper's layout.

@@ -44,7 +44,6 @@ from typing import Any
 
 import numpy as np
 
-from eapo.evaluation.generate import Completion, Generator
 from eapo.evaluation.metrics import (
     AVG_COLUMNS,
     FORMAT_SCORER,
@@ -57,6 +56,7 @@ from eapo.evaluation.metrics import (
 )
 from eapo.evaluation.report import results_csv, results_markdown
 from eapo.run_dir import atomic_write_text
+from eapo.runtime.generate import Completion, Generator
 
 logger = logging.getLogger(__name__)
 

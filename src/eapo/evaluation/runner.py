@@ -65,8 +65,8 @@ def resolve_target(
     apply to the run's or the config's configuration, e.g. ``reward.judge.base_url=...``.
     """
     from eapo.config import ConfigError, load_config
-    from eapo.models import resolve_model
     from eapo.run_dir import CONFIG_FILE, FINAL_DIR, is_run_dir
+    from eapo.runtime.models import resolve_model
 
     run_config = None
     run_dir = None
@@ -298,8 +298,8 @@ def run_eval(
     """
     from eapo.config import reward_options
     from eapo.data import DataError, default_prompt_for, load, render_prompts
-    from eapo.evaluation.generate import choose_backend, make_generator
-    from eapo.models import load_tokenizer
+    from eapo.runtime.generate import choose_backend, make_generator
+    from eapo.runtime.models import load_tokenizer
 
     target = resolve_target(model, config, overrides)
     cfg = target["run_config"]

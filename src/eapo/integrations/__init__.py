@@ -1,1 +1,2 @@
-"""Adapters that run EAPO inside other RL engines (``eapo.integrations.verl`` for verl)."""
+"""Former home of the engine adapters, now :mod:`eapo.engines`. ``eapo.integrations.verl`` stays as an
+alias of :mod:`eapo.engines.verl` because verl configs name it (``pkg://eapo.integrations.verl``)."""

@@ -9,9 +9,9 @@ from:
   overrides ``algorithm.eapo.w_pos`` / ``algorithm.eapo.w_neg``. They work with any verl trainer.
   ``eapo_grpo`` is the estimator of the entropy-control presets (``algorithm.eapo.method=clip_cov``
   and the others of :data:`eapo.core.entropy_control.ENTROPY_CONTROLS`), which the ``eapo`` trainer
-  runs (:mod:`eapo.integrations.verl.entropy_control`).
+  runs (:mod:`eapo.engines.verl.entropy_control`).
 * ``eapo``: ``w+_t`` depends on this step's rollout entropy (Eq. ``dynamic_weight``), which an
-  estimator never sees. The ``eapo`` trainer (:mod:`eapo.integrations.verl.trainer`) computes the
+  estimator never sees. The ``eapo`` trainer (:mod:`eapo.engines.verl.trainer`) computes the
   step's weights and hands them over with :func:`polarity_weights`; called without it, the estimator
   fails and says so. Under that trainer the fixed schemes take their weights the same way.
 
@@ -28,7 +28,7 @@ Departures from verl's ``grpo`` estimator, whose maths is otherwise the same (un
 * verl's v1 trainer scores multi-turn agent loops (several outputs per rollout) by their final
   output only for ``grpo``; these estimators treat every output as a rollout of its group. The
   paper's single-turn QA has one output per rollout, where the two agree.
-* a rollout whose score is NaN could not be scored (:func:`eapo.integrations.verl.compute_score`
+* a rollout whose score is NaN could not be scored (:func:`eapo.engines.verl.compute_score`
   returns NaN when the composite has no total, e.g. a failed judge call under
   ``missing=unscorable``): it gets advantage 0 and is left out of its group's mean and std and of
   ``frac_positive``, as TRL treats a ``None`` reward.
@@ -88,7 +88,7 @@ SCHEME_OF_ESTIMATOR: dict[str, str] = {"eapo_grpo": "grpo"}
 WEIGHT_KEYS: tuple[str, ...] = ("w0", "w_min", "w_max", "w_pos", "w_neg")
 
 #: The entropy-control keys of ``algorithm.eapo``: eapo's unified names, the same as the TRL
-#: config's ``algorithm.*`` (see :mod:`eapo.integrations.verl.entropy_control`).
+#: config's ``algorithm.*`` (see :mod:`eapo.engines.verl.entropy_control`).
 CONTROL_KEYS: tuple[str, ...] = (
     "entropy_coef",
     "adaptive_entropy",
@@ -107,7 +107,7 @@ CONTROL_KEYS: tuple[str, ...] = (
     "top_entropy_quantile",
 )
 
-#: Keys accepted under ``algorithm.eapo`` (see :class:`eapo.integrations.verl.trainer.EapoSettings`).
+#: Keys accepted under ``algorithm.eapo`` (see :class:`eapo.engines.verl.trainer.EapoSettings`).
 SETTING_KEYS: tuple[str, ...] = ("method", *WEIGHT_KEYS, "entropy_agg", *CONTROL_KEYS)
 
 

@@ -5,7 +5,7 @@ optimisation steps, :class:`Validation` answers the first ``train.eval_limit`` p
 ``train.eval_split`` (rendered exactly like the training prompts) with the policy being trained —
 greedy, or sampled at the rollout temperature and top-p with a per-step seed — through the
 generators of ``eapo eval``: the training run's colocated vLLM engine when vLLM makes the rollouts
-(its weights synced to the policy's first), else :class:`eapo.evaluation.generate.TransformersGenerator`
+(its weights synced to the policy's first), else :class:`eapo.runtime.generate.TransformersGenerator`
 on the policy itself — and scores the answers with the training composite (the same scorers, weights and ``reward.missing``). The metrics go
 into that step's ``metrics.jsonl`` line:
 
@@ -142,7 +142,7 @@ class Validation:
     def _generator(self, trainer: Any, model: Any):
         """The colocated vLLM engine, its weights synced to the policy's now (as TRL syncs before a
         generation), or ``generate`` on the policy itself."""
-        from eapo.evaluation.generate import TransformersGenerator, VLLMGenerator
+        from eapo.runtime.generate import TransformersGenerator, VLLMGenerator
 
         if getattr(trainer, "use_vllm", False) and trainer.vllm_mode == "colocate":
             if trainer.state.global_step != trainer._last_loaded_step:

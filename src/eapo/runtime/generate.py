@@ -1,4 +1,4 @@
-"""Sampling ``k`` responses per prompt, with the engine :mod:`eapo.engines` chooses for the device.
+"""Sampling ``k`` responses per prompt, with the engine :mod:`eapo.runtime.backends` chooses for the device.
 
 Backends (``--backend``): ``vllm`` (its CUDA build on a GPU, vLLM's CPU build on a CPU); ``paged`` —
 transformers' continuous batching (``generate_batch``: paged KV cache, CUDA graphs); ``transformers`` —
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "transformers", "vllm", "paged")
-#: eval backend name -> rollout engine name (eapo.engines); ``generate`` is accepted for ``transformers``.
+#: eval backend name -> rollout engine name (eapo.runtime.backends); ``generate`` is accepted for ``transformers``.
 _ENGINE_OF = {
     "auto": "auto",
     "transformers": "generate",
@@ -97,8 +97,8 @@ def adapter_base(path: str | Path) -> str | None:
 
 def choose_backend(backend: str = "auto", facts=None) -> str:
     """``auto``: ``"vllm"`` when a vLLM build for this device is installed, else ``"paged"`` on CUDA, else
-    ``"transformers"``; an explicit backend is checked against the device (see :func:`eapo.engines.choose_engine`)."""
-    from eapo.engines import EngineError, choose_engine, device_facts
+    ``"transformers"``; an explicit backend is checked against the device (see :func:`eapo.runtime.backends.choose_engine`)."""
+    from eapo.runtime.backends import EngineError, choose_engine, device_facts
 
     if backend not in _ENGINE_OF:
         raise ValueError(f"unknown generation backend {backend!r}; valid: {', '.join(BACKENDS)}")
@@ -145,8 +145,8 @@ class TransformersGenerator:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from eapo.engines import DeviceFacts, device_facts, resolve_attention
-        from eapo.models import load_tokenizer
+        from eapo.runtime.backends import DeviceFacts, device_facts, resolve_attention
+        from eapo.runtime.models import load_tokenizer
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch_dtype = _torch_dtype(dtype)
@@ -159,7 +159,7 @@ class TransformersGenerator:
         if base is not None:
             from peft import PeftModel
 
-            from eapo.models import resolve_model
+            from eapo.runtime.models import resolve_model
 
             model = AutoModelForCausalLM.from_pretrained(resolve_model(base), **load)
             model = PeftModel.from_pretrained(model, model_path).merge_and_unload()
@@ -332,8 +332,8 @@ class VLLMGenerator:
     ) -> None:
         import torch
 
-        from eapo.models import load_tokenizer, resolve_model
-        from eapo.vllm_engine import cpu_engine_options, start_llm
+        from eapo.runtime.models import load_tokenizer, resolve_model
+        from eapo.runtime.vllm import cpu_engine_options, start_llm
 
         cuda = torch.cuda.is_available()
         kwargs: dict = {
@@ -444,7 +444,7 @@ def merge_adapter(adapter_dir: str | Path, *, dtype: str = "float32"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from eapo.models import load_tokenizer, resolve_model
+    from eapo.runtime.models import load_tokenizer, resolve_model
 
     merged = tempfile.TemporaryDirectory(prefix="eapo-merged-")
     base = AutoModelForCausalLM.from_pretrained(

@@ -18,7 +18,7 @@ reward could score (NaN in TRL) gets advantage 0 and stays out of its group's st
 vLLM rollouts the share of tokens and rows whose importance weight TRL truncated or zeroed is
 logged (``vllm_is/token_frac``, ``vllm_is/row_frac``). The scheme's state is written into every
 checkpoint (``eapo_state.json``) and restored on resume, so a resumed run keeps its ``H_0``. Given a
-:class:`eapo.validation.Validation`, every ``train.eval_steps`` steps the policy answers a dev subset
+:class:`eapo.engines.trl.validation.Validation`, every ``train.eval_steps`` steps the policy answers a dev subset
 and ``val/*`` joins that step's log.
 
 The field's entropy controls (:mod:`eapo.core.entropy_control`) ride on the same step: TRL's own
@@ -28,7 +28,7 @@ replace its PPO-clip surrogate with :func:`eapo.core.clip_cov_policy_loss` /
 :func:`eapo.core.kl_cov_policy_loss` (:meth:`EAPOTrainer._covariance_loss`). What they act through is
 logged under :data:`CONTROL_METRICS` (``entropy_control/*``).
 
-Off CUDA/XPU the update's log-probs come from :mod:`eapo.policy_forward` (completion positions
+Off CUDA/XPU the update's log-probs come from :mod:`eapo.engines.trl.policy_forward` (completion positions
 only; frozen leading layers shared with the reference), the same numbers as TRL's fused LM head.
 
 All maths lives in :mod:`eapo.core`; this file only moves tensors between TRL and it.
@@ -126,11 +126,11 @@ def _loads_onto_cpu():
 
 
 def _with_eapo_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """GRPOTrainer's arguments with an :class:`~eapo.trl_config.EAPOConfig` where none was given (TRL
+    """GRPOTrainer's arguments with an :class:`~eapo.engines.trl.config.EAPOConfig` where none was given (TRL
     would make a ``GRPOConfig``, whose defaults are not the paper's objective)."""
     if len(args) >= 3 or kwargs.get("args") is not None:
         return args, kwargs
-    from eapo.trl_config import EAPOConfig
+    from eapo.engines.trl.config import EAPOConfig
 
     model = args[0] if args else kwargs.get("model")
     name = (
@@ -145,7 +145,7 @@ def _weighting_from_args(
     """The scheme, polarity split and entropy aggregation: explicit arguments first, then ``args``'s
     (an ``EAPOConfig``), then EAPO's defaults (a plain ``GRPOConfig``, after a warning where its
     objective is not the paper's)."""
-    from eapo.trl_config import PAPER_OBJECTIVE, EAPOConfig
+    from eapo.engines.trl.config import PAPER_OBJECTIVE, EAPOConfig
 
     if isinstance(args, EAPOConfig):
         return (
@@ -175,7 +175,7 @@ def _weighting_from_args(
 class EAPOTrainer(GRPOTrainer):
     """GRPO with polarity weights from a :class:`eapo.core.WeightingScheme`.
 
-    ``args`` is best an :class:`eapo.trl_config.EAPOConfig` (the paper's objective as defaults, and the
+    ``args`` is best an :class:`eapo.engines.trl.config.EAPOConfig` (the paper's objective as defaults, and the
     weighting settings); without ``args`` one is made. A plain TRL ``GRPOConfig`` still works and trains
     TRL's objective (a warning names where it differs from the paper's).
 
@@ -186,15 +186,15 @@ class EAPOTrainer(GRPOTrainer):
             (``"mean"`` for a ``GRPOConfig``).
         entropy_agg: how ``H_t`` averages per-token entropies (``eapo.core.ENTROPY_AGGREGATIONS``);
             ``None``: ``args.entropy_agg`` (``"token-mean"`` for a ``GRPOConfig``).
-        validation: an :class:`eapo.validation.Validation` run at its steps, or None.
+        validation: an :class:`eapo.engines.trl.validation.Validation` run at its steps, or None.
         reuse_loss_pass: take ``H_t`` from the update's own forward when one micro-batch holds the
             whole step (see :meth:`entropy_source`); False forces the extra no-grad forward.
         vllm_settings: with ``use_vllm`` in colocate mode, the engine's dtype, compilation, CPU sizing
-            and seed (:class:`eapo.vllm_engine.VLLMSettings`); ``None``: TRL's own vLLM setup.
-        lm_head: ``"trl"`` (TRL's fused LM head), ``"eapo"`` (:mod:`eapo.policy_forward`: completion
+            and seed (:class:`eapo.engines.trl.vllm.VLLMSettings`); ``None``: TRL's own vLLM setup.
+        lm_head: ``"trl"`` (TRL's fused LM head), ``"eapo"`` (:mod:`eapo.engines.trl.policy_forward`: completion
             positions only) or ``"auto"`` (eapo's where TRL has no Triton kernel, off CUDA/XPU).
         share_frozen_layers: with eapo's head, run the frozen leading layers once per step for the
-            reference and the policy (:func:`eapo.policy_forward.frozen_prefix_layers`).
+            reference and the policy (:func:`eapo.engines.trl.policy_forward.frozen_prefix_layers`).
         entropy_control: Clip-Cov / KL-Cov and the H_0-anchored adaptive entropy target
             (:class:`EntropyControlSettings`); TRL's own controls (``entropy_coef``,
             ``use_adaptive_entropy``, ``epsilon_high``, ``top_entropy_quantile``) come from ``args``.
@@ -214,7 +214,7 @@ class EAPOTrainer(GRPOTrainer):
         entropy_control: EntropyControlSettings | None = None,
         **kwargs: Any,
     ) -> None:
-        from eapo.vllm_engine import colocated_vllm
+        from eapo.engines.trl.vllm import colocated_vllm
 
         args, kwargs = _with_eapo_args(args, kwargs)
         with colocated_vllm(vllm_settings):
@@ -240,14 +240,14 @@ class EAPOTrainer(GRPOTrainer):
         self._loss_entropies: torch.Tensor | None = None  # the loss pass's per-token entropies, for metrics
 
     def _install_completion_head(self, lm_head: str, share_frozen_layers: bool):
-        """eapo's log-prob forward in place of TRL's fused LM head (see :mod:`eapo.policy_forward`)."""
+        """eapo's log-prob forward in place of TRL's fused LM head (see :mod:`eapo.engines.trl.policy_forward`)."""
         from trl.kernels.chunked_logprob import _use_triton
 
         if lm_head not in ("auto", "eapo", "trl"):
             raise ValueError(f"lm_head must be auto, eapo or trl, got {lm_head!r}")
         if lm_head == "trl" or (lm_head == "auto" and _use_triton(self.accelerator.device)):
             return None
-        from eapo.policy_forward import install_completion_head
+        from eapo.engines.trl.policy_forward import install_completion_head
 
         policy = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         head = install_completion_head(
@@ -261,8 +261,8 @@ class EAPOTrainer(GRPOTrainer):
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
         # FSDP on CPU processes, which accelerate would silently run as DDP, and DeepSpeed that it
-        # dropped for DDP (eapo.sharding says why).
-        from eapo.sharding import check_deepspeed_kept, enable_fsdp_on_cpu
+        # dropped for DDP (eapo.engines.trl.sharding says why).
+        from eapo.engines.trl.sharding import check_deepspeed_kept, enable_fsdp_on_cpu
 
         if enable_fsdp_on_cpu(self.accelerator, self.args.fsdp_plugin_args):
             self.is_fsdp_enabled = True

@@ -7,7 +7,7 @@ until it answers, and stops it with SIGTERM to its process group (SIGKILL after 
 its engine process goes too. If the parent dies first, the server is sent SIGTERM (Linux
 ``PR_SET_PDEATHSIG``): a crashed test run leaves no server behind.
 
-On a CPU it gets what ``eapo.vllm_engine.cpu_engine_options`` gives the colocated engine, as server
+On a CPU it gets what :func:`eapo.runtime.vllm.cpu_engine_options` gives the colocated engine, as server
 flags: a fixed KV cache (``--kv-cache-memory-bytes``; else vLLM reserves most of the machine's memory),
 no chunked prefill, eager execution, and float32 (vLLM's ``auto`` would serve a float32 checkpoint in
 bfloat16). ``--max-model-len`` bounds the context (the judge's prompts are about 500 tokens plus the
@@ -37,11 +37,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from eapo.runtime.vllm import cpu_server_flags
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["VLLMServer", "VLLMServerError", "free_port", "die_with_parent"]
-
-GIB = 1 << 30
 
 
 class VLLMServerError(RuntimeError):
@@ -140,7 +140,7 @@ class VLLMServer:
     def command(self) -> list[str]:
         """The server's argv (the model resolved to a local directory where it is an embedded name)."""
         if self._model_path is None:
-            from eapo.models import resolve_model
+            from eapo.runtime.models import resolve_model
 
             self._model_path = resolve_model(self.model)
         argv = [
@@ -165,9 +165,7 @@ class VLLMServer:
                 "--dtype",
                 "float32" if self.dtype == "auto" else self.dtype,
                 "--enforce-eager",
-                "--kv-cache-memory-bytes",
-                str(int(self.kv_cache_gib * GIB)),
-                "--no-enable-chunked-prefill",
+                *cpu_server_flags(self.kv_cache_gib),
             ]
         elif self.dtype != "auto":
             argv += ["--dtype", self.dtype]

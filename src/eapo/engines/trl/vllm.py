@@ -37,59 +37,16 @@ from typing import Any
 
 from trl.generation.vllm_generation import VLLMGeneration
 
+from eapo.runtime.vllm import GIB, cpu_engine_options, start_llm
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "VLLMEngineError",
-    "start_llm",
-    "cpu_engine_options",
     "VLLMSettings",
     "ColocateVLLMGeneration",
     "colocated_vllm",
     "refresh_tied_lm_heads",
-    "prepare_vllm_environment",
-    "GIB",
 ]
-
-GIB = 1 << 30
-
-
-class VLLMEngineError(ValueError):
-    """vLLM cannot load or run the model on this device; the message names the cause and the fix."""
-
-
-def cpu_engine_options(kv_cache_gib: float) -> dict[str, Any]:
-    """``LLM(...)`` options of an engine on a CPU.
-
-    * ``kv_cache_memory_bytes``: a fixed KV cache (else vLLM reserves ``gpu_memory_utilization`` of the
-      machine's memory and refuses to start when less is free);
-    * ``enable_chunked_prefill=False``: when a batch's prompts pass ``max_num_batched_tokens`` vLLM
-      splits a prefill and rewinds that request's seeded generator with ``Generator.set_offset``,
-      which only CUDA generators have ("CPU Generator does not use offset": 24 seeded prompts of 400
-      tokens failed, measured). Without chunking vLLM sizes a step to the context length.
-    """
-    return {"kv_cache_memory_bytes": int(kv_cache_gib * GIB), "enable_chunked_prefill": False}
-
-
-def start_llm(model: str, *, fix: str, **kwargs: Any):
-    """``vllm.LLM(model=model, **kwargs)``, then one greedy token from a one-token prompt: some kernels
-    refuse a model only on first use (vLLM's CPU attention supports head sizes 32, 64, 80, 96, 112, 128,
-    160, 192, 224, 256 and 512), and a run should fail at start, not at its first step. Any failure is a
-    :class:`VLLMEngineError` naming the model, vLLM's reason and ``fix``."""
-    prepare_vllm_environment()
-    from vllm import LLM, SamplingParams
-
-    try:
-        llm = LLM(model=model, **kwargs)
-        llm.generate(
-            [{"prompt_token_ids": [0]}], SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False
-        )
-    except Exception as error:  # noqa: BLE001 - whatever vLLM raises, the user gets the cause and the fix
-        reason = str(error).strip().splitlines()[-1] if str(error).strip() else ""
-        raise VLLMEngineError(
-            f"vLLM cannot run the model {model}: {type(error).__name__}: {reason[:500]}. {fix}"
-        ) from error
-    return llm
 
 
 @dataclass(frozen=True)
@@ -110,15 +67,6 @@ class VLLMSettings:
     device: str = "cpu"
     kv_cache_bytes: int | None = None
     seed: int = 0
-
-
-def prepare_vllm_environment() -> None:
-    """Run vLLM's engine inside this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) unless the user chose.
-
-    In-process, a script that builds an ``LLM`` at import time works (a spawned engine process would
-    re-import it), and on a small CPU the engine does not compete with the trainer from another process.
-    """
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
 def refresh_tied_lm_heads(model: Any) -> int:

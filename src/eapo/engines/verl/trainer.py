@@ -5,14 +5,14 @@ reward → old log-probs (which writes each token's entropy into the TransferQue
 and logs an aggregate as ``actor/entropy``) → ref log-probs → ``_compute_advantage`` → actor update.
 This subclass overrides only ``_compute_advantage``: it computes ``H_t`` from the per-token
 entropies with :func:`eapo.core.rollout_entropy` and ``algorithm.eapo.entropy_agg`` — the function
-and setting :class:`eapo.trainer.EAPOTrainer` uses, so both engines give the same ``H_t`` for the same
+and setting :class:`eapo.engines.trl.trainer.EAPOTrainer` uses, so both engines give the same ``H_t`` for the same
 rollouts — asks the weighting scheme for ``(w+_t, w-)`` (Eq. ``dynamic_weight`` for ``eapo``), hands
-them to the registered estimator with :func:`~eapo.integrations.verl.estimators.polarity_weights`,
+them to the registered estimator with :func:`~eapo.engines.verl.estimators.polarity_weights`,
 and logs::
 
     eapo/w_pos  eapo/w_neg  eapo/H0  eapo/frac_positive  eapo/num_unscored  entropy/rollout
 
-(the keys of :class:`eapo.trainer.EAPOTrainer`; ``eapo/H0`` is the scheme's anchor for ``eapo`` and
+(the keys of :class:`eapo.engines.trl.trainer.EAPOTrainer`; ``eapo/H0`` is the scheme's anchor for ``eapo`` and
 the first step's entropy for the fixed schemes). The step's decision — ``(w+, w-)``, ``H_0``, the
 split, these metrics and the state — is :class:`eapo.core.step.EAPOStep`'s, the one the TRL trainer
 uses; this class only moves verl's tensors and files in and out of it. Its state (the ``H_0`` anchor)
@@ -23,7 +23,7 @@ resume.
 Enable it with ``trainer.use_v1=True trainer.v1.trainer_mode=eapo algorithm.adv_estimator=eapo``;
 settings come from ``algorithm.eapo.*`` (see :class:`EapoSettings`).
 
-Entropy controls (:mod:`eapo.integrations.verl.entropy_control`): ``algorithm.eapo.method=clip_cov``
+Entropy controls (:mod:`eapo.engines.verl.entropy_control`): ``algorithm.eapo.method=clip_cov``
 (and the other presets, with ``algorithm.adv_estimator=eapo_grpo``: GRPO's weights) or control keys
 beside any scheme (``algorithm.eapo.epsilon_high=0.28`` with ``method=eapo``). ``__init__`` writes
 their verl options into ``actor_rollout_ref.actor`` before verl's own ``__init__``; with a control
@@ -62,7 +62,7 @@ from eapo.core import (
 )
 from eapo.core.entropy_control import ENTROPY_CONTROLS, AdaptiveEntropyCoef
 from eapo.core.step import LEGACY_STATE_FILES, STATE_FILE, EAPOStep, polarity_metrics
-from eapo.integrations.verl.entropy_control import (
+from eapo.engines.verl.entropy_control import (
     ENTROPY_COEF_KEY,
     METRIC_PREFIX,
     EntropyControls,
@@ -70,7 +70,7 @@ from eapo.integrations.verl.entropy_control import (
     apply_to_actor_config,
     entropy_control_loss,
 )
-from eapo.integrations.verl.estimators import (
+from eapo.engines.verl.estimators import (
     CONTROL_KEYS,
     ESTIMATOR_NAMES,
     WEIGHT_KEYS,
@@ -111,7 +111,7 @@ class EapoSettings:
     Unset (``None``) values take the scheme's defaults, the paper's (Section 5.1): ``eapo`` w0 = 0.2,
     w_min = 0, w_max = 2, w- = 1; ``psr`` (1, 0); ``nsr`` (0, 1); ``w_reinforce`` (0.1, 1); ``grpo``
     (1, 1). The entropy-control keys are eapo's unified names (the TRL config's ``algorithm.*``); unset
-    ones take the method's preset, if it is one (:mod:`eapo.integrations.verl.entropy_control`).
+    ones take the method's preset, if it is one (:mod:`eapo.engines.verl.entropy_control`).
     """
 
     method: str
@@ -174,7 +174,7 @@ class EapoSettings:
         if estimator not in ESTIMATOR_NAMES:
             raise ValueError(
                 f"trainer.v1.trainer_mode={TRAINER_NAME} needs algorithm.adv_estimator to be one of "
-                f"{list(ESTIMATOR_NAMES)} (registered by eapo.integrations.verl), got {estimator!r}"
+                f"{list(ESTIMATOR_NAMES)} (registered by eapo.engines.verl), got {estimator!r}"
             )
         values = eapo_settings(algorithm)
         method = values.pop("method", None) or scheme_of(estimator)
@@ -396,7 +396,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
 
     def actor_loss_fn(self) -> functools.partial:
         """The actor's loss with eapo's entropy controls, for ``set_loss_fn`` (verl's ``ppo_loss`` wrapped
-        by :func:`~eapo.integrations.verl.entropy_control.entropy_control_loss`, on the actor config
+        by :func:`~eapo.engines.verl.entropy_control.entropy_control_loss`, on the actor config
         the workers build themselves: ``omega_conf_to_dataclass(actor_rollout_ref.actor)``)."""
         from verl.utils.config import omega_conf_to_dataclass
 

@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 
 from eapo.run_dir import METRICS_FILE, WriteFailedError, describe_write_error
 
-#: Keys of the in-training validation (eapo.validation), logged only at the steps that validate.
+#: Keys of the in-training validation (eapo.engines.trl.validation), logged only at the steps that validate.
 VALIDATION_PREFIX = "val/"
 
 # TRL's log keys → the contract's names (TRL's own keys are kept too).

