@@ -9,7 +9,7 @@ tree must be rendered somewhere: a section the pages leave out is a warning, whi
 ``{eapo-entropy-controls}`` renders the entropy-control presets registered in
 :data:`eapo.core.ENTROPY_CONTROLS` (name, source, settings, what each does).
 
-``{eapo-trl-config}`` renders the fields :class:`eapo.trl_config.EAPOConfig` defines on top of TRL's
+``{eapo-trl-config}`` renders the fields :class:`eapo.engines.trl.config.EAPOConfig` defines on top of TRL's
 ``GRPOConfig``: its default, TRL's default where it overrides one, and the help string.
 """
 
@@ -85,11 +85,11 @@ def config_sections() -> dict[str, list[tuple[str, str, str, str]]]:
 
 
 def trl_config_rows() -> list[tuple[str, str, str, str, str]]:
-    """The fields :class:`eapo.trl_config.EAPOConfig` declares itself: ``(name, type, default, TRL's
+    """The fields :class:`eapo.engines.trl.config.EAPOConfig` declares itself: ``(name, type, default, TRL's
     default or "", help)``."""
     from trl import GRPOConfig
 
-    from eapo.trl_config import EAPOConfig
+    from eapo.engines.trl.config import EAPOConfig
 
     trl_fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
     hints = typing.get_type_hints(EAPOConfig)
