@@ -19,7 +19,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("eapo.runtime",),
     ("eapo.engines", "eapo.integrations"),
     ("eapo.evaluation",),
-    ("eapo.train", "eapo.plot", "eapo.summary", "eapo.sweep", "eapo.study", "eapo.study_paper", "eapo.study_power"),
+    (
+        "eapo.train",
+        "eapo.plot",
+        "eapo.summary",
+        "eapo.sweep",
+        "eapo.study",
+        "eapo.study_paper",
+        "eapo.study_power",
+    ),
     ("eapo.commands", "eapo.cli", "eapo.demo"),
 )
 #: Neither engine imports the other.
@@ -40,7 +48,11 @@ def _imports() -> list[tuple[str, str, int]]:
     for path in sorted((SRC / "eapo").rglob("*.py")):
         importer = _module(path)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("eapo"):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and (node.module or "").startswith("eapo")
+            ):
                 found.append((importer, node.module, node.lineno))
                 for alias in node.names:  # `from eapo.engines.trl import args` imports a module
                     full = f"{node.module}.{alias.name}"
@@ -124,7 +136,9 @@ def test_a_moved_module_names_its_new_path(old):
 
 
 def test_the_backend_names_of_old_eapo_engines_name_their_new_module():
-    with pytest.raises(ImportError, match=r"eapo.engines.plan_rollout moved to eapo.runtime.backends.plan_rollout"):
+    with pytest.raises(
+        ImportError, match=r"eapo.engines.plan_rollout moved to eapo.runtime.backends.plan_rollout"
+    ):
         from eapo.engines import plan_rollout  # noqa: F401
     from eapo.runtime.backends import plan_rollout  # noqa: F401  (there it is)
 

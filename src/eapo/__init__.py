@@ -1,13 +1,27 @@
 """eapo: Entropy-driven Adaptive Positive-negative sample weighting for Policy Optimization.
 
-The algorithm core is :mod:`eapo.core` (pure tensor maths). Rewards live in :mod:`eapo.rewards`,
-datasets and prompts in :mod:`eapo.data`, the ``eapo train`` recipe in :mod:`eapo.train`, evaluation,
-plots and sweeps in :mod:`eapo.evaluation`, :mod:`eapo.plot`, :mod:`eapo.sweep`, and the verl
-plugin in :mod:`eapo.engines.verl`.
+The package reads in pipeline order; each layer imports only the layers above it in this list
+(``tests/test_layout.py`` checks it):
+
+1. :mod:`eapo.core` — EAPO's maths as pure tensor functions: advantages and the polarity split, the
+   weighting schemes and ``w+_t``, entropy, losses, the field's entropy controls, and
+   :class:`eapo.core.step.EAPOStep`, the one owner of a training step's decision.
+2. :mod:`eapo.data` (datasets, splits, prompts), :mod:`eapo.rewards` (format, Rouge-L, reranker, the
+   LLM judge, the composite) and :mod:`eapo.run_dir` (the run-directory contract, atomic writes).
+3. :mod:`eapo.config` — the typed ``eapo train`` configuration (YAML + ``key=value`` overrides).
+4. :mod:`eapo.runtime` — what generates text: model sources, generation backends, vLLM (in-process
+   and as a server), generators.
+5. :mod:`eapo.engines` — the RL engines side by side, each a thin adapter over ``eapo.core``:
+   :mod:`eapo.engines.trl` (TRL's ``GRPOTrainer``) and :mod:`eapo.engines.verl` (a verl plugin).
+6. :mod:`eapo.evaluation` — the evaluation harness, metrics with intervals, reports.
+7. Recipes: :mod:`eapo.train` (``eapo train``), :mod:`eapo.sweep`, :mod:`eapo.study`, :mod:`eapo.plot`,
+   :mod:`eapo.summary`.
+8. :mod:`eapo.cli` and :mod:`eapo.commands` — the command line (``make demo`` runs :mod:`eapo.demo`).
 
 In a TRL script, ``from eapo import EAPOTrainer, EAPOConfig`` replaces ``GRPOTrainer, GRPOConfig``
-(:mod:`eapo.engines.trl.trainer`, :mod:`eapo.engines.trl.config`). Both are imported on first use, so ``import eapo``
-stays light (no torch, no TRL).
+(:mod:`eapo.engines.trl.trainer`, :mod:`eapo.engines.trl.config`). Both are imported on first use, so
+``import eapo`` stays light (no torch, no TRL). A module path from before this layout (``eapo.trainer``,
+``eapo.models``, ...) raises an error naming its new home (:mod:`eapo._moved`).
 """
 
 from __future__ import annotations

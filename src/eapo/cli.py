@@ -1,6 +1,7 @@
-"""The ``eapo`` command line (Typer). Each subcommand lives beside the code it drives and is
-registered here; heavy imports (torch, transformers) happen inside the commands, so ``--help``
-stays fast."""
+"""The ``eapo`` command line (Typer): the top of the pipeline. Each subcommand family is a module of
+:mod:`eapo.commands` (``register(app)``) that parses flags and calls the recipe or library function it
+names (``eapo train`` -> :func:`eapo.train.run`, ``eapo eval`` -> :mod:`eapo.evaluation`, ...); heavy
+imports (torch, transformers) happen inside the commands, so ``--help`` stays fast."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("eapo/w_pos", "w+ (positive weight)"),
     ("kl", "KL to reference"),
     ("clip_frac", "Clip fraction"),
-    # the entropy controls' own metrics (eapo.engines.trl.trainer.CONTROL_METRICS), drawn when a run logged them
+    # the entropy controls' own metrics (eapo.core.CONTROL_METRICS), drawn when a run logged them
     ("entropy_control/coef", "Entropy coefficient (applied)"),
     ("entropy_control/clip_low_frac", "Lower-clip fraction (tokens)"),
     ("entropy_control/clip_high_frac", "Upper-clip fraction (tokens)"),

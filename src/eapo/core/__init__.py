@@ -106,6 +106,7 @@ __all__ = [
 # The field's entropy controls (presets, Clip-Cov / KL-Cov losses, the top-entropy mask, the adaptive
 # entropy coefficient) live in their own module and are re-exported here.
 from eapo.core.entropy_control import (  # noqa: E402
+    CONTROL_METRICS,
     ENTROPY_CONTROLS,
     LOSS_MODES,
     AdaptiveEntropyCoef,
@@ -135,6 +136,7 @@ def method_scheme(method: str) -> str:
 __all__ += [
     "METHODS",
     "method_scheme",
+    "CONTROL_METRICS",
     "ENTROPY_CONTROLS",
     "LOSS_MODES",
     "AdaptiveEntropyCoef",

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "CONTROL_METRICS",
     "EntropyControl",
     "ENTROPY_CONTROLS",
     "register_entropy_control",
@@ -379,3 +380,13 @@ class AdaptiveEntropyCoef:
         self.target = state.get("target")
         last = state.get("last_entropy")
         self.last_entropy = math.inf if last is None else float(last)
+
+
+#: The metric keys the entropy controls act through, the same on both engines (``eapo plot`` draws them).
+CONTROL_METRICS = {
+    "coef": "entropy_control/coef",  # the entropy coefficient applied to this update (bonus or adaptive)
+    "clip_low_frac": "entropy_control/clip_low_frac",  # share of tokens the lower PPO clip acted on
+    "clip_high_frac": "entropy_control/clip_high_frac",  # share of tokens the upper PPO clip acted on
+    "cov_frac": "entropy_control/cov_frac",  # share of tokens Clip-Cov / KL-Cov selected
+    "top_entropy_frac": "entropy_control/top_entropy_frac",  # share of tokens the top-entropy mask kept
+}

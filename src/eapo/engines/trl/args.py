@@ -61,7 +61,7 @@ def reward_function(composite):
 
 def entropy_control_settings(config: EAPOConfig):
     """What ``EAPOTrainer`` needs beyond TRL's options for the entropy controls (``algorithm.*``)."""
-    from eapo.engines.trl.trainer import EntropyControlSettings
+    from eapo.engines.trl.entropy_control import EntropyControlSettings
 
     a = config.algorithm
     return EntropyControlSettings(

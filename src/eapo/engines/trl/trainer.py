@@ -42,7 +42,6 @@ import os
 import shutil
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +50,15 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from eapo.core import (
-    LOSS_AGGREGATIONS,
     WeightingScheme,
-    clip_cov_policy_loss,
     importance_correction,
     importance_correction_counts,
-    kl_cov_policy_loss,
-    kl_penalty,
     make_weighting,
     rollout_entropy,
     weight_advantages,
 )
 from eapo.core.step import EAPOStep, contiguous_index
+from eapo.engines.trl.entropy_control import _COV_AGGREGATION, EntropyControlMixin, EntropyControlSettings
 from eapo.run_dir import (
     EAPO_STATE_FILE,
     FINAL_DIR,
@@ -73,37 +69,6 @@ from eapo.run_dir import (
 )
 
 logger = logging.getLogger(__name__)
-
-#: The metric keys the entropy controls act through, the same on TRL and verl (``eapo plot`` draws them).
-CONTROL_METRICS = {
-    "coef": "entropy_control/coef",  # the entropy coefficient applied to this update (bonus or adaptive)
-    "clip_low_frac": "entropy_control/clip_low_frac",  # share of tokens the lower PPO clip acted on
-    "clip_high_frac": "entropy_control/clip_high_frac",  # share of tokens the upper PPO clip acted on
-    "cov_frac": "entropy_control/cov_frac",  # share of tokens Clip-Cov / KL-Cov selected
-    "top_entropy_frac": "entropy_control/top_entropy_frac",  # share of tokens the top-entropy mask kept
-}
-
-#: TRL loss types eapo's Clip-Cov / KL-Cov loss aggregates like: 1/|y_i| (the paper) or token-mean.
-_COV_AGGREGATION = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean"}
-
-
-@dataclass(frozen=True)
-class EntropyControlSettings:
-    """The entropy-control settings TRL's ``GRPOConfig`` has no field for (``algorithm.*``).
-
-    ``loss_mode`` ``clip_cov`` / ``kl_cov`` replace TRL's PPO-clip loss by eapo.core's
-    (:func:`eapo.core.clip_cov_policy_loss`, :func:`eapo.core.kl_cov_policy_loss`); with
-    ``use_adaptive_entropy``, ``entropy_target_ratio`` (not None) sets TRL's ``entropy_target`` to
-    ``ratio × H_0`` once the first step's entropy is known.
-    """
-
-    loss_mode: str = "vanilla"
-    clip_cov_ratio: float = 2e-4
-    clip_cov_lb: float = 1.0
-    clip_cov_ub: float = 5.0
-    kl_cov_ratio: float = 2e-4
-    ppo_kl_coef: float = 0.1
-    entropy_target_ratio: float | None = None
 
 
 @contextmanager
@@ -172,7 +137,7 @@ def _weighting_from_args(
     )
 
 
-class EAPOTrainer(GRPOTrainer):
+class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
     """GRPO with polarity weights from a :class:`eapo.core.WeightingScheme`.
 
     ``args`` is best an :class:`eapo.engines.trl.config.EAPOConfig` (the paper's objective as defaults, and the
@@ -474,93 +439,6 @@ class EAPOTrainer(GRPOTrainer):
         scored = ~torch.isnan(per_func).all(dim=1)  # [B_all]
         rewards[~scored] = torch.nan
         return rewards.to(torch.float64), scored
-
-    # --- entropy controls -------------------------------------------------------------------------
-
-    def _applied_entropy_coef(self) -> float:
-        """The entropy coefficient TRL applies to the coming update (0 with no bonus; adaptive: gated)."""
-        if not self._entropy_bonus_enabled:
-            return 0.0
-        if self.use_adaptive_entropy:
-            return self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
-        return self.entropy_coef
-
-    def _anchor_entropy_target(self, h0: float) -> None:
-        """Adaptive entropy with an H_0-anchored target: TRL's ``entropy_target`` = ratio × H_0."""
-        ratio = self.entropy_control.entropy_target_ratio
-        if self.use_adaptive_entropy and ratio is not None:
-            self.args.entropy_target = ratio * h0
-
-    def _covariance_loss(self, model, inputs):
-        """Clip-Cov / KL-Cov (Cui et al. 2025) in place of TRL's PPO-clip surrogate: the per-token loss
-        from :mod:`eapo.core`, then what TRL's loss adds — the top-entropy mask, the vLLM importance
-        weights, β·k3 to the reference — aggregated as ``loss_type`` (grpo: 1/|y_i|; bnpo: token-mean)."""
-        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + T]
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        mask = self._completion_mask(inputs)  # [B, T]
-        logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
-        )  # [B, T] each; a deferred polarity weighting has now been applied to inputs["advantages"]
-        advantages = inputs["advantages"]  # [B] or [B, T]
-        old_logps = inputs.get("old_per_token_logps")
-        old_logps = logps.detach() if old_logps is None else old_logps
-        c = self.entropy_control
-        if c.loss_mode == "clip_cov":
-            per_token, selected = clip_cov_policy_loss(
-                logps,
-                old_logps,
-                advantages,
-                mask,
-                clip_low=self.epsilon_low,
-                clip_high=self.epsilon_high,
-                clip_cov_ratio=c.clip_cov_ratio,
-                clip_cov_lb=c.clip_cov_lb,
-                clip_cov_ub=c.clip_cov_ub,
-            )
-        else:
-            per_token, selected = kl_cov_policy_loss(
-                logps, old_logps, advantages, mask, kl_cov_ratio=c.kl_cov_ratio, ppo_kl_coef=c.ppo_kl_coef
-            )
-        if self.top_entropy_quantile < 1.0:
-            per_token = per_token * self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
-        if self.use_vllm and self.vllm_importance_sampling_correction:
-            per_token = per_token * inputs["importance_sampling_ratio"]
-        mode = "train" if self.model.training else "eval"
-        if self.beta != 0.0:
-            kl = kl_penalty(logps, inputs["ref_per_token_logps"], kind="k3")  # [B, T]
-            if self.args.use_bias_correction_kl:
-                kl = kl * torch.exp(logps - old_logps)
-            per_token = per_token + self.beta * kl
-            self._metrics[mode]["kl"].append(self._global_masked_mean(kl.detach(), mask))
-        loss = LOSS_AGGREGATIONS[_COV_AGGREGATION[self.loss_type]](per_token, mask)
-        self._metrics[mode]["entropy"].append(self._global_masked_mean(entropies.detach(), mask))
-        self._metrics[mode][CONTROL_METRICS["cov_frac"]].append(
-            self._global_masked_mean(selected.to(per_token.dtype), mask)
-        )
-        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        return loss / normalizer
-
-    def _global_masked_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
-        totals = torch.stack([(values * mask).sum(), mask.sum().to(values.dtype)])
-        totals = self.accelerator.reduce(totals, reduction="sum")
-        return (totals[0] / totals[1].clamp(min=1.0)).item()
-
-    def _log_control_metrics(self, inputs: dict[str, Any], applied_coef: float) -> None:
-        """The entropy controls' ``entropy_control/*`` metrics of this update (:data:`CONTROL_METRICS`)."""
-        metrics = self._metrics["train"]
-        if self._entropy_bonus_enabled:
-            metrics[CONTROL_METRICS["coef"]].append(applied_coef)
-        if self.entropy_control.loss_mode == "vanilla" and metrics.get("clip_ratio/low_mean"):
-            metrics[CONTROL_METRICS["clip_low_frac"]].append(metrics["clip_ratio/low_mean"][-1])
-            metrics[CONTROL_METRICS["clip_high_frac"]].append(metrics["clip_ratio/high_mean"][-1])
-        entropies = self._loss_entropies
-        if self.top_entropy_quantile < 1.0 and entropies is not None:
-            mask = self._completion_mask(inputs)
-            kept = self.get_high_entropy_mask(entropies.detach(), mask, 1 - self.top_entropy_quantile)
-            metrics[CONTROL_METRICS["top_entropy_frac"]].append(
-                self._global_masked_mean(kept.to(entropies.dtype), mask)
-            )
 
     # --- checkpoints ----------------------------------------------------------------------------
 
