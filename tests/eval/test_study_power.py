@@ -1,4 +1,4 @@
-"""eapo.study_power: the detection bar of each verdict with S seeds, by hand, and its command line."""
+"""eapo.study.power: the detection bar of each verdict with S seeds, by hand, and its command line."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from statistics import NormalDist
 
 import pytest
 
-from eapo.study_power import main, minimum_detectable
+from eapo.study.power import main, minimum_detectable
 
 Z = 1.959963984540054
 Z80 = NormalDist().inv_cdf(0.8)
