@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from statistics import NormalDist
 
@@ -96,3 +99,21 @@ def test_command_line_on_the_first_study(capsys):
         "NSR keeps a higher entropy than PSR",
         "EAPO keeps a stable entropy level",
     }
+
+
+def test_python_dash_m_runs_the_module_as_documented(capsys):
+    """`python -m eapo.study.power DIR --seeds 3` (docs/guide/evaluation.md) prints what main() prints,
+    with nothing on stderr (eapo.study does not import its power module, so runpy has nothing to warn of)."""
+    study = ROOT / "docs" / "results" / "study-cpu-smollm2-medquad"
+    paths = [str(ROOT / "src"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    done = subprocess.run(
+        [sys.executable, "-m", "eapo.study.power", str(study), "--seeds", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stderr == ""
+    assert main([str(study), "--seeds", "3"]) == 0
+    assert done.stdout == capsys.readouterr().out
