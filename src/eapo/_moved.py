@@ -29,6 +29,8 @@ MOVED_MODULES: dict[str, str] = {
     "eapo.integrations.verl.entropy_control": "eapo.engines.verl.entropy_control",
     "eapo.integrations.verl.reward": "eapo.engines.verl.reward",
     "eapo.evaluation.generate": "eapo.runtime.generate",
+    "eapo.study_paper": "eapo.study.paper",
+    "eapo.study_power": "eapo.study.power",
 }
 
 

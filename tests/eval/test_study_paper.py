@@ -1,4 +1,4 @@
-"""The paper's claims in its words (eapo.study_paper): intervals and verdicts by hand, the tuning-free
+"""The paper's claims in its words (eapo.study.paper): intervals and verdicts by hand, the tuning-free
 bootstrap on hand-built evaluations, and every claim on synthetic dynamics."""
 
 from __future__ import annotations
@@ -8,17 +8,20 @@ import math
 import numpy as np
 import pytest
 
-from eapo.study import HELD, NOT_HELD, NOT_MEASURED, WITHIN_NOISE, Interval, MethodData
-from eapo.study_paper import (
-    APPROACH_MARGIN,
+from eapo.study.claims import MethodData
+from eapo.study.paper import APPROACH_MARGIN, assess_paper_claims, paper_claims_markdown
+from eapo.study.stats import (
+    HELD,
+    NOT_HELD,
+    NOT_MEASURED,
+    WITHIN_NOISE,
+    Interval,
     approach_verdict,
-    assess_paper_claims,
     below_verdict,
     between_verdict,
     deviation_interval,
     difference_interval,
     lower_verdict,
-    paper_claims_markdown,
     range_difference_interval,
     ratio_interval,
 )

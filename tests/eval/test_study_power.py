@@ -1,15 +1,18 @@
-"""eapo.study_power: the detection bar of each verdict with S seeds, by hand, and its command line."""
+"""eapo.study.power: the detection bar of each verdict with S seeds, by hand, and its command line."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from statistics import NormalDist
 
 import pytest
 
-from eapo.study_power import main, minimum_detectable
+from eapo.study.power import main, minimum_detectable
 
 Z = 1.959963984540054
 Z80 = NormalDist().inv_cdf(0.8)
@@ -96,3 +99,21 @@ def test_command_line_on_the_first_study(capsys):
         "NSR keeps a higher entropy than PSR",
         "EAPO keeps a stable entropy level",
     }
+
+
+def test_python_dash_m_runs_the_module_as_documented(capsys):
+    """`python -m eapo.study.power DIR --seeds 3` (docs/guide/evaluation.md) prints what main() prints,
+    with nothing on stderr (eapo.study does not import its power module, so runpy has nothing to warn of)."""
+    study = ROOT / "docs" / "results" / "study-cpu-smollm2-medquad"
+    paths = [str(ROOT / "src"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    done = subprocess.run(
+        [sys.executable, "-m", "eapo.study.power", str(study), "--seeds", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stderr == ""
+    assert main([str(study), "--seeds", "3"]) == 0
+    assert done.stdout == capsys.readouterr().out

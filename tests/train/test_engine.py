@@ -115,7 +115,7 @@ def test_vllm_runs_eager_on_a_cpu_and_compiled_on_a_gpu_unless_told():
 def test_vllm_cpu_build_is_read_from_the_installed_metadata(monkeypatch):
     from importlib import metadata
 
-    from eapo import engines
+    from eapo.runtime import backends as engines
 
     def versions(**installed):
         def version(name):

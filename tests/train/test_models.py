@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eapo import models
+from eapo.runtime import models
 
 
 def _write_complete(tmp):

@@ -1,60 +1,44 @@
 """The EAPO paper's claims in its own words, each with a rule fixed before the data (issue 26).
 
-``eapo study`` judges, besides the eight claims of :mod:`eapo.study` (kept as they were), the
+``eapo study`` judges, besides the eight claims of :mod:`eapo.study.claims` (kept as they were), the
 sentences below, quoted with their section. Each rule was written from the sentence before any run of
 the study it judges, and can only say *held* when an interval clears it: noise alone gives *within
 noise* (or, with intervals that clear the other way, *did not hold*). Runs are found by method and
-effective weights (:func:`eapo.study.run_role`): ``eapo`` is EAPO with w0 = 0.2, ``w_reinforce`` is
+effective weights (:func:`eapo.study.claims.run_role`): ``eapo`` is EAPO with w0 = 0.2, ``w_reinforce`` is
 W-REINFORCE with w+ = 0.1, ``eapo:w0=0.05`` / ``w_reinforce:w_pos=0.2`` the sensitivity points.
 
 Every Avg claim is judged twice: on the paper's ``avg`` and on ``avg_strict`` (an answer without its
 ``<advice>`` block scores 0; :mod:`eapo.evaluation.metrics`).
 
-Intervals (95%):
-
-* a *window* (start / end of a run) and an *Avg* are those of :mod:`eapo.study`;
-* the *end/start ratio* of a run: per seed ``r = end / start`` of the windows, ``SE_r² = (SE_end² +
-  r²·SE_start²) / start²`` (delta method, the windows disjoint); several seeds: the mean ratio,
-  ``SE² = Σ SE_r²/S²``; its *deviation* ``|r − 1|`` has the interval of ``|x − 1|`` over the ratio's
-  interval (0 at its low end when the interval holds 1);
-* a *difference* ``a − c·b`` of two methods' intervals (separate runs, independent): ``SE² = SE_a² +
-  c²·SE_b²``, ``SE`` = half-width / 1.96;
-* a *difference of Ranges* (tuning-free): a bootstrap of ``Range_EAPO − Range_W-REINFORCE``: each
-  replicate draws the evaluation prompts with replacement (one draw shared by every run, as every run
-  was evaluated on the same prompts; from ``results.json``'s ``per_prompt``) and, per configuration,
-  its seeds with replacement; the 2.5 / 97.5 percentiles. Runs whose ``results.json`` has no
-  ``per_prompt`` are drawn from a normal with their bootstrap interval's SE instead (prompts not shared:
-  wider, so never easier to call held).
+The intervals (a run's window and end/start ratio with its deviation ``|r − 1|``, an Avg, a difference
+of two methods' intervals, the bootstrap of a difference of Ranges) and the verdicts that compare them
+are :mod:`eapo.study.stats`'s; this module holds the sentences, the rules written from them, and which
+runs each rule reads.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from eapo.evaluation.metrics import AVG_COLUMNS, STRICT_AVG_COLUMNS
-from eapo.study import (
-    _Z95,
-    CLIPPED_KEY,
-    ENTROPY_KEY,
-    HELD,
-    LENGTH_KEY,
-    MIN_WINDOW_STEPS,
-    NOT_HELD,
+from eapo.study.claims import CLIPPED_KEY, ENTROPY_KEY, LENGTH_KEY, Claim, MethodData
+from eapo.study.stats import (
     NOT_MEASURED,
-    WITHIN_NOISE,
-    Claim,
     Interval,
-    MethodData,
-    _mean_and_se,
-    _window_size,
+    approach_verdict,
     avg_interval,
+    band_verdict,
+    below_verdict,
     best_verdict,
+    between_verdict,
     change_verdict,
+    combine_verdicts,
+    deviation_interval,
+    difference_interval,
+    lower_verdict,
+    range_difference_interval,
+    ratio_interval,
     window_interval,
 )
 
@@ -66,14 +50,6 @@ __all__ = [
     "PAPER_RULES",
     "W_REINFORCE_SENSITIVITY",
     "PaperClaim",
-    "ratio_interval",
-    "deviation_interval",
-    "difference_interval",
-    "between_verdict",
-    "below_verdict",
-    "lower_verdict",
-    "approach_verdict",
-    "range_difference_interval",
     "assess_paper_claims",
     "paper_claims_markdown",
 ]
@@ -96,7 +72,6 @@ W_REINFORCE_SENSITIVITY = (
 FIXED_WEIGHT_METHODS = ("grpo", "psr", "nsr", "w_reinforce")
 
 _AVG_KEYS = (("avg", ""), ("avg_strict", " (strict Avg)"))
-_AVG_COLUMNS_OF = {**AVG_COLUMNS, **STRICT_AVG_COLUMNS}
 
 #: Each rule, verbatim in claims.md ({band}, {cut}, {margin} filled from the settings).
 PAPER_RULES: dict[str, str] = {
@@ -165,209 +140,6 @@ class PaperClaim(Claim):
 
 
 # --------------------------------------------------------------------------------------------
-# Intervals and verdicts (pure functions)
-# --------------------------------------------------------------------------------------------
-
-
-def _se(interval: Interval) -> float:
-    return (interval.high - interval.low) / (2 * _Z95)
-
-
-def ratio_interval(series: Sequence[Sequence[float | None]], *, fraction: float) -> Interval | None:
-    """End-window ÷ start-window of a metric per seed, pooled (see the module docstring).
-
-    Returns ``None`` when no seed has ``2·MIN_WINDOW_STEPS`` values or a start window of mean 0."""
-    ratios, errors, count = [], [], 0
-    for values in series:
-        clean = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-        if clean.size < 2 * MIN_WINDOW_STEPS:
-            continue
-        size = _window_size(clean.size, fraction)
-        start, se_start = _mean_and_se(clean[:size])
-        end, se_end = _mean_and_se(clean[-size:])
-        if start == 0:
-            continue
-        ratio = end / start
-        ratios.append(ratio)
-        errors.append(math.sqrt(se_end**2 + ratio**2 * se_start**2) / abs(start))
-        count += 2 * size
-    if not ratios:
-        return None
-    mean = float(np.mean(ratios))
-    se = math.sqrt(sum(e * e for e in errors)) / len(ratios)
-    return Interval(mean, mean - _Z95 * se, mean + _Z95 * se, count)
-
-
-def deviation_interval(ratio: Interval | None) -> Interval | None:
-    """``|r − 1|`` over the interval of ``r``: ``[0, max]`` when it holds 1, else ``[min, max]``."""
-    if ratio is None:
-        return None
-    ends = (abs(ratio.low - 1), abs(ratio.high - 1))
-    low = 0.0 if ratio.low <= 1 <= ratio.high else min(ends)
-    return Interval(abs(ratio.mean - 1), low, max(ends), ratio.n)
-
-
-def difference_interval(a: Interval | None, b: Interval | None, scale: float = 1.0) -> Interval | None:
-    """``a − scale·b`` of two independent intervals, ``SE² = SE_a² + scale²·SE_b²``."""
-    if a is None or b is None:
-        return None
-    mean = a.mean - scale * b.mean
-    se = math.sqrt(_se(a) ** 2 + (scale * _se(b)) ** 2)
-    return Interval(mean, mean - _Z95 * se, mean + _Z95 * se, a.n + b.n)
-
-
-def between_verdict(target: Interval | None, one: Interval | None, other: Interval | None) -> str:
-    """Held if ``target`` lies entirely above the lower (by mean) of ``one``/``other`` and entirely below
-    the higher; did not hold if it lies entirely below the lower or entirely above the higher."""
-    if target is None or one is None or other is None:
-        return NOT_MEASURED
-    lower, higher = sorted((one, other), key=lambda interval: interval.mean)
-    if target.high < lower.low or target.low > higher.high:
-        return NOT_HELD
-    if target.low > lower.high and target.high < higher.low:
-        return HELD
-    return WITHIN_NOISE
-
-
-def below_verdict(interval: Interval | None, threshold: float) -> str:
-    """Held if ``interval`` lies entirely below ``threshold``; did not hold if entirely above."""
-    if interval is None:
-        return NOT_MEASURED
-    if interval.high < threshold:
-        return HELD
-    if interval.low > threshold:
-        return NOT_HELD
-    return WITHIN_NOISE
-
-
-def lower_verdict(target: Interval | None, other: Interval | None) -> str:
-    """Held if ``target`` lies entirely below ``other``; did not hold if entirely above."""
-    if target is None or other is None:
-        return NOT_MEASURED
-    if target.high < other.low:
-        return HELD
-    if target.low > other.high:
-        return NOT_HELD
-    return WITHIN_NOISE
-
-
-def approach_verdict(differences: Mapping[str, Interval | None]) -> str:
-    """Held if every ``D_F`` lies entirely above 0; did not hold if one lies entirely below 0."""
-    if not differences or any(d is None for d in differences.values()):
-        return NOT_MEASURED
-    if any(d.high < 0 for d in differences.values()):  # type: ignore[union-attr]
-        return NOT_HELD
-    if all(d.low > 0 for d in differences.values()):  # type: ignore[union-attr]
-        return HELD
-    return WITHIN_NOISE
-
-
-def _combine(parts: Sequence[str]) -> str:
-    if NOT_HELD in parts:
-        return NOT_HELD
-    if NOT_MEASURED in parts:
-        return NOT_MEASURED
-    return HELD if all(p == HELD for p in parts) else WITHIN_NOISE
-
-
-# --------------------------------------------------------------------------------------------
-# The tuning-free bootstrap
-# --------------------------------------------------------------------------------------------
-
-
-def _per_prompt(result: Mapping[str, Any], columns: Sequence[str]) -> tuple[list[str], np.ndarray] | None:
-    """``(prompt ids, [n_prompts, len(columns)] values)`` from ``results.json``'s ``per_prompt`` (None if absent)."""
-    stored = result.get("per_prompt")
-    if not isinstance(stored, Mapping) or not all(c in (stored.get("columns") or {}) for c in columns):
-        return None
-    ids = [str(i) for i in stored.get("ids") or []]
-    values = np.array(
-        [[math.nan if v is None else float(v) for v in stored["columns"][c]] for c in columns], dtype=float
-    ).T  # [n_prompts, columns]
-    if values.shape[0] != len(ids) or not ids:
-        return None
-    return ids, values
-
-
-def _nanmean(values: np.ndarray, axis: int) -> np.ndarray:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(values, axis=axis)
-
-
-def range_difference_interval(
-    first: Sequence[Sequence[Mapping[str, Any]]],
-    second: Sequence[Sequence[Mapping[str, Any]]],
-    *,
-    key: str = "avg",
-    n_resamples: int = 2000,
-    seed: int = 0,
-    confidence: float = 0.95,
-) -> tuple[Interval, Interval, Interval] | None:
-    """``Range(first) − Range(second)`` of ``key`` with a bootstrap over prompts and seeds.
-
-    Args:
-        first, second: per configuration, its evaluations (one ``results.json`` dict per seed).
-        key: ``avg`` or ``avg_strict``.
-    Returns ``(difference, range of first, range of second)`` intervals (point: the Ranges of the
-    per-configuration means over seeds), or ``None`` when a configuration has no value of ``key``.
-    """
-    configs = [list(group) for group in (*first, *second)]
-    columns = _AVG_COLUMNS_OF[key]
-    values: list[list[float]] = []
-    for group in configs:
-        found = [r["metrics"][key] for r in group if (r.get("metrics") or {}).get(key) is not None]
-        if not found:
-            return None
-        values.append(found)
-    runs = [r for group in configs for r in group if (r.get("metrics") or {}).get(key) is not None]
-    stored = [_per_prompt(r, columns) for r in runs]
-    rng = np.random.default_rng(seed)
-    shared = all(s is not None for s in stored) and len({tuple(s[0]) for s in stored}) == 1  # type: ignore[index]
-    replicates: list[np.ndarray] = []  # per run: [R]
-    if shared:
-        n_prompts = len(stored[0][0])  # type: ignore[index]
-        indices = rng.integers(0, n_prompts, size=(n_resamples, n_prompts))  # [R, n_prompts]
-        for _, table in stored:  # type: ignore[misc]
-            column_means = np.stack([_nanmean(table[:, c][indices], axis=1) for c in range(len(columns))])
-            replicates.append(column_means.mean(axis=0))  # [R]
-    else:
-        for run in runs:
-            value = float(run["metrics"][key])
-            ci = (run.get("ci95") or {}).get(key)
-            se = (ci[1] - ci[0]) / (2 * _Z95) if ci else 0.0
-            replicates.append(value + se * rng.standard_normal(n_resamples))
-    # per configuration: its seeds drawn with replacement, each replicate
-    per_config: list[np.ndarray] = []
-    position = 0
-    for found in values:
-        block = np.stack(replicates[position : position + len(found)])  # [S, R]
-        position += len(found)
-        draws = rng.integers(0, len(found), size=(n_resamples, len(found)))  # [R, S]
-        per_config.append(block[draws, np.arange(n_resamples)[:, None]].mean(axis=1))  # [R]
-    split = len(first)
-    stacked = np.stack(per_config)  # [configs, R]
-    range_first = stacked[:split].max(axis=0) - stacked[:split].min(axis=0)
-    range_second = stacked[split:].max(axis=0) - stacked[split:].min(axis=0)
-    means = [float(np.mean(found)) for found in values]
-    point_first = max(means[:split]) - min(means[:split])
-    point_second = max(means[split:]) - min(means[split:])
-    low_q, high_q = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
-    count = len(runs)
-
-    def interval(point: float, draws: np.ndarray) -> Interval:
-        return Interval(point, float(np.percentile(draws, low_q)), float(np.percentile(draws, high_q)), count)
-
-    return (
-        interval(point_first - point_second, range_first - range_second),
-        interval(point_first, range_first),
-        interval(point_second, range_second),
-    )
-
-
-# --------------------------------------------------------------------------------------------
 # The claims
 # --------------------------------------------------------------------------------------------
 
@@ -415,7 +187,7 @@ def assess_paper_claims(
     """The paper's claims of the module docstring, from each configuration's dynamics and evaluations.
 
     Args:
-        data: configuration role (:func:`eapo.study.run_role`) -> its runs' series and results.
+        data: configuration role (:func:`eapo.study.claims.run_role`) -> its runs' series and results.
     Returns ``(claims, tables)``: ``tables`` holds the entropy-control comparison (per method: entropy
     ratio, deviation, Avg and Avg strict with intervals) for claims.md.
     """
@@ -514,7 +286,7 @@ def assess_paper_claims(
         PaperClaim(
             "eapo_confines_length",
             "EAPO confines response length within a reasonable range",
-            _combine([between, uncut]),
+            combine_verdicts([between, uncut]),
             "; ".join(parts),
             {"eapo_end": eapo_len, "psr_end": psr_len, "nsr_end": nsr_len, "clipped_end": clipped},
             quote="EAPO maintains a stable entropy level and confines the response length within a reasonable range",
@@ -593,7 +365,7 @@ def assess_paper_claims(
             )
         )
 
-    # 7. EAPO achieves the best overall performance, on the strict Avg (the lenient one is claim 5 of eapo.study)
+    # 7. EAPO achieves the best overall performance, on the strict Avg (the lenient one is claim 5 of eapo.study.claims)
     main = ("grpo", "psr", "nsr", "w_reinforce")
     eapo_strict = avg_interval(get("eapo").results, "avg_strict")
     others_strict = {r: avg_interval(get(r).results, "avg_strict") for r in main}
@@ -649,8 +421,6 @@ def assess_paper_claims(
 
 
 def _band(interval: Interval | None, band: float) -> str:
-    from eapo.study import band_verdict
-
     return band_verdict(interval, 1 - band, 1 + band)
 
 

@@ -1,8 +1,9 @@
 """How large a difference each verdict of ``eapo study`` can detect with S seeds, from a finished study.
 
-Every verdict compares 95% intervals (:mod:`eapo.study`, :mod:`eapo.study_paper`). From a study's
-``claims.json`` (its per-method intervals) this module takes each quantity's standard error for one
-seed and scales it to S seeds, then asks, per verdict, how large the true difference must be:
+Every verdict compares 95% intervals (:mod:`eapo.study.stats`; the claims: :mod:`eapo.study.claims`,
+:mod:`eapo.study.paper`). From a study's ``claims.json`` (its per-method intervals) this module takes
+each quantity's standard error for one seed and scales it to S seeds, then asks, per verdict, how large
+the true difference must be:
 
 * the *threshold*: the smallest observed difference the rule calls held (the rule's bar);
 * the *minimum detectable difference* (MDD): the smallest true difference that the rule calls held
@@ -19,14 +20,14 @@ Rules and their bars (z = 1.96, z_p = the power's normal quantile, e.g. 0.84 for
 
 Standard errors with S seeds: a window's or a slope's ``SE_S = SE_1/√S`` (``SE_1``: one seed's,
 recovered from a study with S₀ seeds as ``SE_pooled·√S₀``). An Avg's ``SE_S² = (SE_prompts² + sd²_seeds)/S``
-(:func:`eapo.study.avg_interval`'s pooling): a one-seed study says nothing of ``sd_seeds``, so it is a
-parameter (``--seed-sd``; default: equal to ``SE_prompts``, stated in the output).
+(:func:`eapo.study.stats.avg_interval`'s pooling): a one-seed study says nothing of ``sd_seeds``, so it
+is a parameter (``--seed-sd``; default: equal to ``SE_prompts``, stated in the output).
 
 Approximations, stated: quantities a study did not run are taken from a stand-in (W-REINFORCE w+=0.2's
 entropy from W-REINFORCE w+=0.1's; a comparator's entropy deviation from EAPO's); a Range of three
 Avgs has ``SE ≈ √2·SE_Avg`` (max − min of two of them), a difference of two Ranges ``SE ≈ 2·SE_Avg``.
 
-    python -m eapo.study_power docs/results/study-cpu-smollm2-medquad --seeds 3
+    python -m eapo.study.power docs/results/study-cpu-smollm2-medquad --seeds 3
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
+
+from eapo.study.paper import APPROACH_MARGIN
 
 __all__ = ["Detectable", "minimum_detectable", "power_markdown", "main"]
 
@@ -162,7 +165,7 @@ def minimum_detectable(
             )
         )
 
-    # The first eight claims (eapo.study).
+    # The first eight claims (eapo.study.claims).
     for claim, method, what in (
         ("PSR lowers entropy", "psr", "entropy"),
         ("PSR shortens answers", "psr", "length"),
@@ -193,7 +196,7 @@ def minimum_detectable(
         one_seed("psr", "reward_slope"),
     )
 
-    # The paper's claims (eapo.study_paper).
+    # The paper's claims (eapo.study.paper).
     disjoint(
         "NSR keeps a higher entropy than PSR",
         "end-window entropy: nsr vs psr",
@@ -229,8 +232,6 @@ def minimum_detectable(
     fixed = {m: avg_se(m) for m in ("grpo", "psr", "nsr", "w_reinforce") if avg_se(m)[1] is not None}
     if fixed and eapo_avg[1] is not None:
         best = max(fixed, key=lambda m: fixed[m][0])  # type: ignore[arg-type,return-value]
-        from eapo.study_paper import APPROACH_MARGIN
-
         m_best, se_best, note = fixed[best]
         se_d = math.sqrt(eapo_avg[1] ** 2 + ((1 - APPROACH_MARGIN) * se_best) ** 2)  # type: ignore[operator]
         observed = eapo_avg[0] - (1 - APPROACH_MARGIN) * m_best  # type: ignore[operator]
@@ -292,7 +293,7 @@ def power_markdown(rows: Sequence[Detectable], *, seeds: int, power: float, sour
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m eapo.study_power",
+        prog="python -m eapo.study.power",
         description="Minimum detectable difference of each eapo study verdict with S seeds, from a study's claims.json.",
     )
     parser.add_argument("study", type=Path, help="a study directory (with claims.json) or a claims.json file")

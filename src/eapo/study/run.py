@@ -1,0 +1,411 @@
+"""``eapo study``'s runs: plan them, train and evaluate them through the sweep runner, write the verdicts.
+
+The study trains GRPO, PSR, NSR, W-REINFORCE (w+ = 0.1) and EAPO (w0 = 0.2) from the same base model
+and seed(s), evaluates each on a held-out split with k samples per prompt, and writes — besides the
+sweep's ``comparison.md`` table and ``dynamics.png`` figure (it *is* an ``eapo sweep``: same runner,
+tables and skip-if-finished) — ``claims.md`` and ``claims.json``: for each claim of the paper
+(:mod:`eapo.study.claims`), whether it *held*, *did not hold*, or is *within noise* in this run, with the
+numbers and the rules that decided them (:mod:`eapo.study.stats`).
+
+``study.runs`` replaces the five methods with labelled runs (:func:`study_runs`), e.g.::
+
+    study:
+      seeds: [0, 1, 2]
+      runs:
+        - {label: W-REINFORCE w+=0.1, method: w_reinforce, overrides: {w_pos: 0.1}}
+        - {label: W-REINFORCE w+=0.05, method: w_reinforce, overrides: {w_pos: 0.05}, seeds: [0, 1]}
+        - {label: Clip-higher, method: clip_higher, overrides: {algorithm.epsilon_high: 0.28}, seeds: [0, 1]}
+
+The claims find runs by method and effective weights (:func:`eapo.study.claims.run_role`), so the eight
+claims read the w+ = 0.1 / w0 = 0.2 runs whatever they are labelled. With such runs, ``claims.md`` also
+judges the paper's own sentences (:mod:`eapo.study.paper`), ``sensitivity.md`` shows every metric and
+both Avgs, and ``dynamics.png`` draws each configuration's mean over seeds with a band across them
+(:func:`write_study_tables`). A run whose weights are gone but whose committed small outputs are
+complete counts as finished (:func:`eapo.run_dir.training_finished`, :mod:`eapo.sweep.run`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eapo.run_dir import SUMMARY_FILE, atomic_write_text, read_metrics, training_finished
+from eapo.study.claims import (
+    CLIPPED_KEY,
+    CUT_SHARE,
+    ENTROPY_BAND,
+    ENTROPY_KEY,
+    H0_KEY,
+    LENGTH_KEY,
+    STUDY_METHODS,
+    Claim,
+    MethodData,
+    assess_claims,
+    claims_markdown,
+    run_role,
+)
+from eapo.study.paper import assess_paper_claims, paper_claims_markdown
+from eapo.study.stats import Interval
+from eapo.sweep.manifest import MANIFEST, read_json
+from eapo.sweep.plan import WEIGHT_KEYS, EvalOptions, SweepError, SweepRun, plan_runs
+from eapo.sweep.run import SweepReport, run_sweep
+
+__all__ = [
+    "STUDY_GRIDS",
+    "SENSITIVITY_COLUMNS",
+    "StudySettings",
+    "StudyReport",
+    "read_study_config",
+    "plan_study",
+    "study_runs",
+    "collect_method_data",
+    "write_study_tables",
+    "run_study",
+]
+
+#: Their weights, set explicitly (not left to defaults): W-REINFORCE w+ = 0.1, EAPO w0 = 0.2.
+STUDY_GRIDS = ("w_reinforce.w_pos=0.1", "eapo.w0=0.2")
+
+
+# --------------------------------------------------------------------------------------------
+# Settings and plan
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StudySettings:
+    """The ``study:`` section of a study config (every field can also be given on the command line)."""
+
+    seeds: list[int] = field(default_factory=lambda: [0])  # training seeds; results are pooled per method
+    jobs: int = 5  # configurations trained/evaluated at once (they share one GPU)
+    k: int = 8  # samples per prompt in evaluation (RL@k, RR@k)
+    eval_split: str = "dev"  # the held-out split
+    eval_limit: int | None = 100  # prompts evaluated (None: the whole split)
+    eval_max_new_tokens: int | None = None  # response cap in evaluation (None: the run's)
+    eval_batch_size: int | None = None  # prompts per generation call (None: eapo eval's default)
+    backend: str = "auto"  # eval generation backend
+    window: float = 0.1  # fraction of steps in the start / end windows
+    entropy_band: float = ENTROPY_BAND  # claim 4's tolerance around H_0 (and the stable-entropy band)
+    max_clipped_share: float = (
+        CUT_SHARE  # "not cut at the cap": at most this share of completions hit the cap
+    )
+    # labelled runs, each {label, method, overrides, seeds}; None: the paper's five methods x seeds
+    runs: list[dict[str, Any]] | None = None
+
+    def validate(self, where: str = "study") -> StudySettings:
+        if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+            raise SweepError(f"{where}.seeds must be a non-empty list of integers, got {self.seeds!r}")
+        if self.jobs < 1 or self.k < 1:
+            raise SweepError(f"{where}.jobs and {where}.k must be >= 1 (got {self.jobs}, {self.k})")
+        if self.eval_limit is not None and self.eval_limit < 1:
+            raise SweepError(f"{where}.eval_limit must be >= 1 or null, got {self.eval_limit}")
+        if not 0 < self.window <= 0.5:
+            raise SweepError(f"{where}.window must be in (0, 0.5], got {self.window}")
+        if not 0 < self.entropy_band < 1:
+            raise SweepError(f"{where}.entropy_band must be in (0, 1), got {self.entropy_band}")
+        if not 0 < self.max_clipped_share < 1:
+            raise SweepError(f"{where}.max_clipped_share must be in (0, 1), got {self.max_clipped_share}")
+        if self.runs is not None:
+            study_runs(self.runs, self.seeds, where=f"{where}.runs")  # raises on a bad entry
+        return self
+
+
+def read_study_config(path: str | os.PathLike) -> tuple[StudySettings, dict[str, Any]]:
+    """Split a study config into its ``study:`` settings and the training config every run starts from."""
+    from eapo.config import ConfigError, read_config_tree
+
+    path = Path(path)
+    if not path.exists():
+        raise SweepError(f"study config {path} does not exist (the preset is configs/study.yaml)")
+    try:
+        tree = read_config_tree(path)
+    except ConfigError as error:
+        raise SweepError(str(error)) from None
+    section = tree.pop("study", None) or {}
+    if not isinstance(section, dict):
+        raise SweepError(
+            f"{path}: 'study' must be a mapping of {', '.join(f.name for f in fields(StudySettings))}"
+        )
+    known = {f.name for f in fields(StudySettings)}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise SweepError(f"{path}: unknown key study.{unknown[0]}; valid keys: {', '.join(sorted(known))}")
+    if isinstance(section.get("seeds"), int):
+        section["seeds"] = [section["seeds"]]
+    return StudySettings(**section).validate(f"{path}: study"), tree
+
+
+def plan_study(seeds: Sequence[int], runs: Sequence[Mapping[str, Any]] | None = None) -> list[SweepRun]:
+    """The study's runs: without ``runs``, the five methods × ``seeds``, every method from the same
+    base and seed; with ``runs`` (the ``study.runs`` entries), those labelled runs (:func:`study_runs`)."""
+    if runs is not None:
+        return study_runs(runs, seeds)
+    return plan_runs(STUDY_METHODS, STUDY_GRIDS, list(seeds))
+
+
+_RUN_FIELDS = ("label", "method", "overrides", "seeds")
+
+
+def study_runs(
+    entries: Sequence[Mapping[str, Any]], seeds: Sequence[int], *, where: str = "study.runs"
+) -> list[SweepRun]:
+    """The labelled runs of a study config's ``runs:`` list, each × its seeds (default: ``study.seeds``).
+
+    Each entry: ``label`` (names the run directory ``<label>-seed<N>`` and its table row; distinct),
+    ``method`` (an ``algorithm.method``), ``overrides`` (optional mapping: a weight — ``w_pos``,
+    ``w_neg``, ``w0``, ``w_min``, ``w_max``, ``anchor_steps``, bare or as ``algorithm.KEY`` — or any
+    dotted config key, e.g. ``algorithm.epsilon_high: 0.28``) and ``seeds`` (optional list of ints).
+    Two entries of the same method with different weights are two configurations (the sensitivity
+    points); the claims find runs by method and effective weights (:func:`eapo.study.claims.run_role`), not
+    by label.
+    """
+    from eapo.core import METHODS
+
+    if not isinstance(entries, Sequence) or isinstance(entries, str) or not entries:
+        raise SweepError(f"{where} must be a non-empty list of {{label, method, overrides, seeds}} mappings")
+    planned: list[SweepRun] = []
+    labels: set[str] = set()
+    for index, entry in enumerate(entries):
+        here = f"{where}[{index}]"
+        if not isinstance(entry, Mapping):
+            raise SweepError(f"{here} must be a mapping with keys {', '.join(_RUN_FIELDS)}, got {entry!r}")
+        unknown = sorted(set(entry) - set(_RUN_FIELDS))
+        if unknown:
+            raise SweepError(f"{here}: unknown key {unknown[0]!r}; valid keys: {', '.join(_RUN_FIELDS)}")
+        label, method = entry.get("label"), entry.get("method")
+        if not isinstance(label, str) or not label.strip():
+            raise SweepError(f"{here}.label must be a non-empty string (it names the run directory)")
+        if label in labels:
+            raise SweepError(f"{here}.label {label!r} is used twice; every run needs its own label")
+        labels.add(label)
+        if method not in METHODS:
+            raise SweepError(f"{here}.method {method!r} is not a method; valid: {', '.join(METHODS)}")
+        overrides = entry.get("overrides") or {}
+        if not isinstance(overrides, Mapping):
+            raise SweepError(f"{here}.overrides must be a mapping like {{w_pos: 0.05}}, got {overrides!r}")
+        weights: dict[str, float] = {}
+        extra: list[tuple[str, Any]] = []
+        for key, value in overrides.items():
+            bare = key.removeprefix("algorithm.")
+            if bare in WEIGHT_KEYS:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise SweepError(f"{here}.overrides.{key} must be a number, got {value!r}")
+                weights[bare] = float(value)
+            elif "." in key:
+                extra.append((key, value))
+            else:
+                raise SweepError(
+                    f"{here}.overrides.{key}: not a weight ({', '.join(WEIGHT_KEYS)}); write other settings "
+                    f"as dotted config keys, e.g. algorithm.{key}"
+                )
+        run_seeds = entry.get("seeds", list(seeds))
+        if isinstance(run_seeds, int) and not isinstance(run_seeds, bool):
+            run_seeds = [run_seeds]
+        if not run_seeds or not all(isinstance(v, int) and not isinstance(v, bool) for v in run_seeds):
+            raise SweepError(f"{here}.seeds must be a non-empty list of integers, got {run_seeds!r}")
+        for seed in dict.fromkeys(run_seeds):
+            planned.append(SweepRun(method, tuple(sorted(weights.items())), seed, label, tuple(extra)))
+    return planned
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StudyReport:
+    output_dir: Path
+    sweep: SweepReport
+    claims: list[Claim]
+    files: list[Path]
+    wall_time_s: float
+    paper_claims: list[Claim] = field(default_factory=list)  # eapo.study.paper: the paper's sentences
+
+
+def collect_method_data(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str, MethodData]:
+    """Read each planned run's metrics.jsonl and eval/results.json, grouped by configuration
+    (:func:`eapo.study.claims.run_role`: ``"eapo"``, ``"w_reinforce:w_pos=0.2"``, ...; seeds pooled).
+
+    An evaluation counts once its run's training finished (:func:`eapo.run_dir.training_finished`:
+    ``final/`` exists, or — the weights gone — ``metrics.jsonl`` reached ``train.max_steps``)."""
+    data: dict[str, MethodData] = {}
+    for run in runs:
+        run_dir = output_dir / "runs" / run.name
+        rows = read_metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
+        results = read_json(run_dir / "eval" / "results.json")
+        if not rows and results is None:
+            continue
+        d = data.setdefault(run_role(run.method, dict(run.weights)), MethodData())
+        d.runs.append(run.name)
+        if rows:
+            for key in (ENTROPY_KEY, LENGTH_KEY, "reward/mean", "eapo/w_pos", CLIPPED_KEY):
+                d.series.setdefault(key, []).append([row.get(key) for row in rows])
+            d.h0.append(next((row[H0_KEY] for row in rows if row.get(H0_KEY) is not None), None))
+        if results is not None and training_finished(run_dir):
+            d.results.append(results)
+    return data
+
+
+#: The metric columns of the study's sensitivity.md (the paper's layout, every metric, both Avgs).
+SENSITIVITY_COLUMNS = ("rouge_l", "reranker", "rl_at_k", "rr_at_k", "avg", "avg_strict")
+
+
+def write_study_tables(output_dir: Path, runs: Sequence[SweepRun]) -> list[Path]:
+    """The study's versions of the sweep's sensitivity table and figure (they replace the sweep's):
+    ``sensitivity.md`` / ``.csv`` with every metric and both Avgs (:data:`SENSITIVITY_COLUMNS`), and
+    ``dynamics.png`` / ``.svg`` with one line per configuration (the mean over its seeds) and a band
+    from its lowest to its highest seed."""
+    from eapo.plot import plot_seed_bands
+    from eapo.sweep.manifest import update_manifest
+    from eapo.sweep.tables import collect_entries, sensitivity_table
+
+    manifest = update_manifest(output_dir / MANIFEST, {}, {})
+    written: list[Path] = []
+    markdown, table_csv = sensitivity_table(
+        collect_entries(output_dir, manifest, include_base=False), columns=SENSITIVITY_COLUMNS
+    )
+    for name, text in (("sensitivity.md", markdown), ("sensitivity.csv", table_csv)):
+        atomic_write_text(output_dir / name, text)
+        written.append(output_dir / name)
+    groups: dict[str, list[Path]] = {}
+    for run in runs:
+        run_dir = output_dir / "runs" / run.name
+        metrics = run_dir / "metrics.jsonl"
+        if metrics.exists() and metrics.stat().st_size:
+            groups.setdefault(run.label, []).append(run_dir)
+    if groups:
+        plot_seed_bands(groups, output_dir / "dynamics.png", title="Training dynamics")
+        written += [output_dir / "dynamics.png", output_dir / "dynamics.svg"]
+    return written
+
+
+def _engines(output_dir: Path, runs: Sequence[SweepRun]) -> list[str]:
+    engines = []
+    for run in runs:
+        summary = read_json(output_dir / "runs" / run.name / SUMMARY_FILE) or {}
+        if summary.get("rollout/engine"):
+            engines.append(str(summary["rollout/engine"]))
+    return engines
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Interval):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def run_study(
+    config: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    settings: StudySettings | None = None,
+    overrides: Sequence[str] = (),
+    runner: Any = None,
+    echo: Callable[[str], None] = print,
+) -> StudyReport:
+    """Run (or finish) the study and write the sweep's tables and figure plus ``claims.md`` / ``claims.json``.
+
+    Args:
+        config: a study config: a training config with an optional ``study:`` section.
+        settings: replaces the config's ``study:`` section (the CLI merges its flags into it).
+        overrides: ``key=value`` applied to every run's training config.
+        runner: how train/eval are executed (default: subprocesses, as ``eapo sweep``).
+    """
+    started = time.time()
+    output_dir = Path(output_dir)
+    from_file, tree = read_study_config(config)
+    settings = (settings or from_file).validate()
+    runs = plan_study(settings.seeds, settings.runs)
+
+    # The training config every run starts from: the study config without its study section, checked
+    # (with the overrides) before anything is written.
+    from eapo.config import ConfigError, config_from_tree
+
+    try:
+        config_from_tree(copy.deepcopy(tree), list(overrides), source=config)
+    except ConfigError as error:
+        raise SweepError(str(error)) from None
+    output_dir.mkdir(parents=True, exist_ok=True)
+    base = output_dir / "study-base.yaml"
+    text = f"# The training part of {config} (written by eapo study)\n" + yaml.safe_dump(
+        tree, sort_keys=False, allow_unicode=True
+    )
+    if not base.exists() or base.read_text(encoding="utf-8") != text:
+        atomic_write_text(base, text)
+
+    eval_options = EvalOptions(
+        k=settings.k,
+        limit=settings.eval_limit,
+        split=settings.eval_split,
+        max_new_tokens=settings.eval_max_new_tokens,
+        batch_size=settings.eval_batch_size,
+        backend=settings.backend,
+        scorers="rouge_l,reranker,format",
+    )
+    sweep = run_sweep(
+        base,
+        output_dir,
+        methods=STUDY_METHODS,
+        planned=runs,
+        overrides=list(overrides),
+        eval_options=eval_options,
+        include_base=True,
+        runner=runner,
+        echo=echo,
+        jobs=settings.jobs,
+    )
+
+    data = collect_method_data(output_dir, runs)
+    claims, table = assess_claims(data, window=settings.window, entropy_band=settings.entropy_band)
+    paper_claims, paper_tables = assess_paper_claims(
+        data,
+        window=settings.window,
+        entropy_band=settings.entropy_band,
+        max_clipped_share=settings.max_clipped_share,
+    )
+    study_files = write_study_tables(output_dir, runs)
+    wall = time.time() - started
+    engines = _engines(output_dir, runs)
+    context = [
+        f"Study config: `{config}`; seeds: {', '.join(map(str, settings.seeds))}; evaluation: split "
+        f"`{settings.eval_split}`, {settings.eval_limit or 'all'} prompts, k = {settings.k}. "
+        f"Runs: {output_dir / 'runs'}; tables: comparison.md; figure: dynamics.png.",
+        f"Rollout engine(s): {', '.join(sorted(set(engines))) or 'unknown'}. "
+        f"This invocation of eapo study took {wall:.0f} s (finished runs are skipped, not retimed).",
+    ]
+    if sweep.failures:
+        context.append(f"Failed runs (their claims are not measured): {', '.join(sorted(sweep.failures))}.")
+    markdown = claims_markdown(
+        claims, table, window=settings.window, entropy_band=settings.entropy_band, context=context
+    )
+    markdown += "\n" + paper_claims_markdown(paper_claims, paper_tables)
+    atomic_write_text(output_dir / "claims.md", markdown)
+    payload = {
+        "config": str(config),
+        "settings": asdict(settings),
+        "wall_time_s": wall,
+        "engines": engines,
+        "claims": [_jsonable(asdict(claim)) for claim in claims],
+        "methods": _jsonable(table),
+        "paper_claims": [_jsonable(asdict(claim)) for claim in paper_claims],
+        "entropy_controls": _jsonable(paper_tables["entropy_controls"]),
+        "configurations": {role: list(d.runs) for role, d in data.items()},
+        "manifest": MANIFEST,
+    }
+    atomic_write_text(output_dir / "claims.json", json.dumps(payload, indent=2, default=str) + "\n")
+    files = [*sweep.files, *study_files, output_dir / "claims.md", output_dir / "claims.json"]
+    echo(f"wrote {output_dir / 'claims.md'}")
+    return StudyReport(output_dir, sweep, claims, files, wall, list(paper_claims))
