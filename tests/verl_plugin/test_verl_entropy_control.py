@@ -40,7 +40,6 @@ from eapo.engines.verl.entropy_control import (  # noqa: E402
     compute_policy_loss_top_entropy,
     entropy_control_loss,
 )
-from eapo.engines.verl.estimators import fixed_weights  # noqa: E402
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 
@@ -147,14 +146,44 @@ def preset_config(verl_config, method, **keys):
     return verl_config
 
 
+#: The keys users write under ``algorithm.eapo`` (a contract: configs and scripts name them), flat.
+ACCEPTED_KEYS = (
+    "method",
+    "w0",
+    "w_min",
+    "w_max",
+    "w_pos",
+    "w_neg",
+    "entropy_agg",
+    "entropy_coef",
+    "adaptive_entropy",
+    "entropy_target",
+    "entropy_target_ratio",
+    "entropy_coef_delta",
+    "entropy_coef_min",
+    "entropy_coef_max",
+    "epsilon_high",
+    "loss_mode",
+    "clip_cov_ratio",
+    "clip_cov_lb",
+    "clip_cov_ub",
+    "kl_cov_ratio",
+    "ppo_kl_coef",
+    "top_entropy_quantile",
+)
+
+
 def test_every_preset_is_covered():
     import dataclasses
 
-    from eapo.engines.verl.estimators import CONTROL_KEYS, SETTING_KEYS
+    from eapo.engines.verl.settings import CONTROL_KEYS, SETTING_KEYS, WEIGHT_KEYS
 
     assert set(PRESET_OPTIONS) == set(ENTROPY_CONTROLS)
-    assert [f.name for f in dataclasses.fields(EntropyControls)] == list(CONTROL_KEYS)
-    assert {f.name for f in dataclasses.fields(EapoSettings)} == set(SETTING_KEYS)
+    assert SETTING_KEYS == ACCEPTED_KEYS
+    # the controls are defined once (EntropyControls); EapoSettings holds them, resolved
+    assert CONTROL_KEYS == tuple(f.name for f in dataclasses.fields(EntropyControls))
+    fields = tuple(f.name for f in dataclasses.fields(EapoSettings))
+    assert fields == ("method", *WEIGHT_KEYS, "entropy_agg", "controls")
     assert sum(len(row) for row in TOKENS) == N_TOKENS
 
 
@@ -326,10 +355,10 @@ def test_refused_where_verl_cannot_run_them(verl_config):
     with pytest.raises(
         ValueError, match=r"entropy control \(clip_cov\), which only the eapo trainer applies"
     ):
-        fixed_weights("eapo_grpo", {"method": "clip_cov"})
+        EapoSettings.for_estimator("eapo_grpo", {"eapo": {"method": "clip_cov"}})
     with pytest.raises(ValueError, match=r"entropy control \(\['epsilon_high'\]\)"):
-        fixed_weights("psr", {"epsilon_high": 0.28})
-    assert fixed_weights("eapo_grpo", {}) == (1.0, 1.0)
+        EapoSettings.for_estimator("psr", {"eapo": {"epsilon_high": 0.28}})
+    assert EapoSettings.for_estimator("eapo_grpo", {}).build_weighting().weights(None) == (1.0, 1.0)
 
 
 def test_eapo_top_entropy_is_not_selected_by_hand():
@@ -448,10 +477,13 @@ def test_adaptive_coefficient_by_hand(verl_config, in_memory_tq):
 
 def test_settings_equality_and_defaults(verl_config):
     settings = EapoSettings.from_algorithm_config(preset_config(verl_config, "top_entropy").algorithm)
-    assert settings == EapoSettings(method="top_entropy")
-    assert settings.entropy_controls() == EntropyControls(top_entropy_quantile=0.2)
-    composed = EapoSettings(method="eapo", epsilon_high=0.28, top_entropy_quantile=0.5)
-    assert composed.entropy_controls() == EntropyControls(epsilon_high=0.28, top_entropy_quantile=0.5)
+    assert settings == EapoSettings(method="top_entropy", controls=EntropyControls(top_entropy_quantile=0.2))
+    composed = EapoSettings.from_algorithm_config(
+        {"adv_estimator": "eapo", "eapo": {"epsilon_high": 0.28, "top_entropy_quantile": 0.5}}
+    )
+    assert composed == EapoSettings(
+        method="eapo", controls=EntropyControls(epsilon_high=0.28, top_entropy_quantile=0.5)
+    )
 
 
 # --- (d, e) a short CPU training per preset, and composed with eapo's weighting -------------------

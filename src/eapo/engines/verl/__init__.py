@@ -15,6 +15,8 @@ entry-point group ``verl.plugins`` (``verl/__init__.py`` imports every plugin it
   actor options where verl has the control, and run through :mod:`eapo.core.entropy_control` where it
   does not (the adaptive coefficient; the top-entropy mask, as the policy loss ``eapo_top_entropy``)
   (:mod:`eapo.engines.verl.entropy_control`);
+* ``algorithm.eapo.*`` read once, into :class:`EapoSettings`, by the trainer and by the estimators
+  outside it (:mod:`eapo.engines.verl.settings`);
 * the reward function :func:`compute_score`
   (``reward.custom_reward_function.path=pkg://eapo.engines.verl``): the paper's composite of
   format, Rouge-L, reranker and LLM judge (:mod:`eapo.engines.verl.reward`).
@@ -26,7 +28,6 @@ unknown, ``python -c "import eapo.engines.verl"`` shows why.
 from __future__ import annotations
 
 from eapo.engines.verl.estimators import (
-    ESTIMATOR_NAMES,
     ESTIMATORS,
     PolarityStep,
     polarity_grpo_advantages,
@@ -44,11 +45,10 @@ from eapo.engines.verl.entropy_control import (  # noqa: E402
 register_policy_losses()
 
 from eapo.engines.verl.reward import compute_score  # noqa: E402
+from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettings  # noqa: E402
 from eapo.engines.verl.trainer import (  # noqa: E402  (registers the trainer)
     ENTROPY_FIELD,
-    TRAINER_NAME,
     WEIGHTING_STATE_FILE,
-    EapoSettings,
     EAPOVerlTrainer,
 )
 

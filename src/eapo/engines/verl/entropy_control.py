@@ -131,7 +131,10 @@ _MASKABLE_LOSS_MODES = LOSS_MODES
 class EntropyControls:
     """The entropy controls of one run, resolved from ``algorithm.eapo`` and the method's preset.
 
-    ``None`` means unset (verl's own option, or the control, is left alone).
+    The one definition of the controls: its fields are the control keys users write flat under
+    ``algorithm.eapo`` (:data:`eapo.engines.verl.settings.CONTROL_KEYS`), and
+    :class:`~eapo.engines.verl.settings.EapoSettings` holds one of these. ``None`` means unset (verl's
+    own option, or the control, is left alone).
     """
 
     entropy_coef: float | None = None

@@ -6,7 +6,9 @@ from:
 
 * ``psr`` (1, 0), ``nsr`` (0, 1), ``w_reinforce`` (0.1, 1), ``eapo_grpo`` (1, 1: GRPO, eapo.core's
   ``grpo`` scheme, named apart from verl's own ``grpo`` estimator): the scheme's defaults, or the
-  overrides ``algorithm.eapo.w_pos`` / ``algorithm.eapo.w_neg``. They work with any verl trainer.
+  overrides ``algorithm.eapo.w_pos`` / ``algorithm.eapo.w_neg``. They work with any verl trainer;
+  outside the ``eapo`` trainer ``algorithm.eapo`` is read by
+  :meth:`eapo.engines.verl.settings.EapoSettings.for_estimator`.
   ``eapo_grpo`` is the estimator of the entropy-control presets (``algorithm.eapo.method=clip_cov``
   and the others of :data:`eapo.core.entropy_control.ENTROPY_CONTROLS`), which the ``eapo`` trainer
   runs (:mod:`eapo.engines.verl.entropy_control`).
@@ -44,28 +46,18 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-from eapo.core import make_weighting
-from eapo.core.entropy_control import ENTROPY_CONTROLS
 from eapo.core.step import grouped_polarity_advantages
+from eapo.engines.verl.settings import EapoSettings, read_section
 
 __all__ = [
-    "ESTIMATOR_NAMES",
-    "SCHEME_OF_ESTIMATOR",
-    "WEIGHT_KEYS",
-    "CONTROL_KEYS",
-    "SETTING_KEYS",
-    "scheme_of",
-    "estimator_of",
     "PolarityStep",
     "polarity_weights",
     "active_step",
-    "eapo_settings",
-    "fixed_weights",
     "polarity_grpo_advantages",
     "compute_eapo_advantage",
     "compute_psr_advantage",
@@ -75,50 +67,6 @@ __all__ = [
     "ESTIMATORS",
     "register_estimators",
 ]
-
-#: The estimator names this plugin registers; each applies a weighting scheme of :mod:`eapo.core` (see
-#: :data:`SCHEME_OF_ESTIMATOR`).
-ESTIMATOR_NAMES: tuple[str, ...] = ("eapo", "psr", "nsr", "w_reinforce", "eapo_grpo")
-
-#: Estimator name -> the :mod:`eapo.core` weighting scheme it applies, where the two names differ
-#: (verl already has an estimator called ``grpo``).
-SCHEME_OF_ESTIMATOR: dict[str, str] = {"eapo_grpo": "grpo"}
-
-#: The weight keys of ``algorithm.eapo`` (each scheme takes some of them).
-WEIGHT_KEYS: tuple[str, ...] = ("w0", "w_min", "w_max", "w_pos", "w_neg")
-
-#: The entropy-control keys of ``algorithm.eapo``: eapo's unified names, the same as the TRL
-#: config's ``algorithm.*`` (see :mod:`eapo.engines.verl.entropy_control`).
-CONTROL_KEYS: tuple[str, ...] = (
-    "entropy_coef",
-    "adaptive_entropy",
-    "entropy_target",
-    "entropy_target_ratio",
-    "entropy_coef_delta",
-    "entropy_coef_min",
-    "entropy_coef_max",
-    "epsilon_high",
-    "loss_mode",
-    "clip_cov_ratio",
-    "clip_cov_lb",
-    "clip_cov_ub",
-    "kl_cov_ratio",
-    "ppo_kl_coef",
-    "top_entropy_quantile",
-)
-
-#: Keys accepted under ``algorithm.eapo`` (see :class:`eapo.engines.verl.trainer.EapoSettings`).
-SETTING_KEYS: tuple[str, ...] = ("method", *WEIGHT_KEYS, "entropy_agg", *CONTROL_KEYS)
-
-
-def scheme_of(estimator: str) -> str:
-    """The :mod:`eapo.core` weighting scheme the estimator ``estimator`` applies."""
-    return SCHEME_OF_ESTIMATOR.get(estimator, estimator)
-
-
-def estimator_of(scheme: str) -> str:
-    """The estimator name that applies the :mod:`eapo.core` weighting scheme ``scheme``."""
-    return {value: key for key, value in SCHEME_OF_ESTIMATOR.items()}.get(scheme, scheme)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,56 +124,6 @@ def active_step() -> PolarityStep | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Settings from ``algorithm.eapo``
-# ---------------------------------------------------------------------------------------------
-
-
-def eapo_settings(algorithm_config: Any) -> dict[str, Any]:
-    """``algorithm.eapo`` as a plain dict (``{}`` when absent); unknown keys raise.
-
-    ``algorithm_config`` is what verl passes as ``config``: an OmegaConf ``DictConfig``, verl's
-    ``AlgoConfig`` dataclass, a mapping, or ``None``.
-    """
-    if algorithm_config is None:
-        return {}
-    section = algorithm_config.get("eapo", None) if hasattr(algorithm_config, "get") else None
-    if section is None:
-        return {}
-    if isinstance(section, Mapping):  # a plain dict, or an OmegaConf DictConfig
-        settings = dict(section)
-    elif dataclasses.is_dataclass(section):
-        settings = dataclasses.asdict(section)
-    else:
-        raise TypeError(f"algorithm.eapo must be a mapping of settings, got {type(section).__name__}")
-    unknown = sorted(set(settings) - set(SETTING_KEYS))
-    if unknown:
-        raise ValueError(f"algorithm.eapo has unknown keys {unknown}; known: {list(SETTING_KEYS)}")
-    return settings
-
-
-def fixed_weights(name: str, settings: Mapping[str, Any]) -> tuple[float, float]:
-    """``(w_pos, w_neg)`` of the fixed scheme of estimator ``name`` with ``algorithm.eapo`` overrides
-    applied (outside the ``eapo`` trainer, which alone runs the entropy controls)."""
-    method = settings.get("method")
-    if method in ENTROPY_CONTROLS or any(settings.get(key) is not None for key in CONTROL_KEYS):
-        controls = [key for key in CONTROL_KEYS if settings.get(key) is not None]
-        raise ValueError(
-            f"algorithm.eapo sets an entropy control ({method if method in ENTROPY_CONTROLS else controls}), "
-            "which only the eapo trainer applies: set trainer.use_v1=True and trainer.v1.trainer_mode=eapo"
-        )
-    if method is not None and method not in (name, scheme_of(name)):
-        raise ValueError(
-            f"algorithm.adv_estimator={name} but algorithm.eapo.method={method}; set both to the same scheme"
-        )
-    overrides = {key: value for key, value in settings.items() if key in WEIGHT_KEYS}
-    try:
-        scheme = make_weighting(scheme_of(name), **overrides)  # rejects keys the scheme does not take
-    except ValueError as error:
-        raise ValueError(f"algorithm.eapo: {error}") from error
-    return scheme.weights(None)
-
-
-# ---------------------------------------------------------------------------------------------
 # The estimator maths: gather groups, call eapo.core, scatter back
 # ---------------------------------------------------------------------------------------------
 
@@ -272,23 +170,17 @@ def _estimate(
             f"the {name!r} advantage estimator groups rollouts by prompt and needs verl's 'uid' (index); "
             "none was passed"
         )
-    settings = eapo_settings(config)
     step = active_step()
-    if step is not None:
+    if step is not None:  # under the eapo trainer, which read algorithm.eapo into EapoSettings at its start
+        read_section(config)  # the section's type and keys, checked on every call as outside the trainer
         if step.method != name:
             raise ValueError(
                 f"the trainer supplied weights for method {step.method!r} but algorithm.adv_estimator={name}; "
                 "set algorithm.eapo.method and algorithm.adv_estimator to the same scheme"
             )
         w_pos, w_neg = step.w_pos, step.w_neg
-    elif name == "eapo":
-        raise RuntimeError(
-            "algorithm.adv_estimator=eapo needs this step's rollout entropy, which only the eapo trainer "
-            "supplies: set trainer.use_v1=True and trainer.v1.trainer_mode=eapo (with eapo[verl] installed "
-            "so that verl loads the plugin)"
-        )
-    else:
-        w_pos, w_neg = fixed_weights(name, settings)
+    else:  # another verl trainer: the fixed scheme's weights, with algorithm.eapo's overrides
+        w_pos, w_neg = EapoSettings.for_estimator(name, config).build_weighting().weights(None)
     norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
     scores = token_level_rewards.sum(dim=-1)  # [B]
     advantages, positive = polarity_grpo_advantages(

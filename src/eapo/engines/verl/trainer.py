@@ -21,7 +21,8 @@ a ``global_step_N/eapo_weighting.json`` written by earlier versions is still rea
 resume.
 
 Enable it with ``trainer.use_v1=True trainer.v1.trainer_mode=eapo algorithm.adv_estimator=eapo``;
-settings come from ``algorithm.eapo.*`` (see :class:`EapoSettings`).
+settings come from ``algorithm.eapo.*``, read by
+:meth:`eapo.engines.verl.settings.EapoSettings.from_algorithm_config`.
 
 Entropy controls (:mod:`eapo.engines.verl.entropy_control`): ``algorithm.eapo.method=clip_cov``
 (and the other presets, with ``algorithm.adv_estimator=eapo_grpo``: GRPO's weights) or control keys
@@ -47,20 +48,13 @@ import json
 import logging
 import math
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer, trainer_base
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-from eapo.core import (
-    ENTROPY_AGGREGATIONS,
-    WEIGHTING_SCHEMES,
-    WeightingScheme,
-    make_weighting,
-    rollout_entropy,
-)
-from eapo.core.entropy_control import ENTROPY_CONTROLS, AdaptiveEntropyCoef
+from eapo.core import WeightingScheme, rollout_entropy
+from eapo.core.entropy_control import AdaptiveEntropyCoef
 from eapo.core.step import LEGACY_STATE_FILES, STATE_FILE, EAPOStep, polarity_metrics
 from eapo.engines.verl.entropy_control import (
     ENTROPY_COEF_KEY,
@@ -70,23 +64,13 @@ from eapo.engines.verl.entropy_control import (
     apply_to_actor_config,
     entropy_control_loss,
 )
-from eapo.engines.verl.estimators import (
-    CONTROL_KEYS,
-    ESTIMATOR_NAMES,
-    WEIGHT_KEYS,
-    PolarityStep,
-    eapo_settings,
-    estimator_of,
-    polarity_weights,
-    scheme_of,
-)
+from eapo.engines.verl.estimators import PolarityStep, polarity_weights
+from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettings
 from eapo.run_dir import atomic_write_text
 
 __all__ = [
-    "TRAINER_NAME",
     "ENTROPY_FIELD",
     "WEIGHTING_STATE_FILE",
-    "EapoSettings",
     "EAPOVerlTrainer",
     "batch_entropy",
     "save_weighting_state",
@@ -95,145 +79,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: ``trainer.v1.trainer_mode`` value that selects :class:`EAPOVerlTrainer`.
-TRAINER_NAME = "eapo"
 #: The per-token entropy field verl's old-log-prob pass writes into the TransferQueue.
 ENTROPY_FIELD = "entropy"
 #: File written into verl's ``global_step_N`` checkpoint folder (:data:`eapo.core.step.STATE_FILE`, the
 #: same name as in a TRL checkpoint); on resume the older ``eapo_weighting.json`` is read if it is missing.
 WEIGHTING_STATE_FILE = STATE_FILE
-
-
-@dataclass(frozen=True)
-class EapoSettings:
-    """``algorithm.eapo.*``: which polarity weighting and entropy controls the ``eapo`` trainer applies.
-
-    Unset (``None``) values take the scheme's defaults, the paper's (Section 5.1): ``eapo`` w0 = 0.2,
-    w_min = 0, w_max = 2, w- = 1; ``psr`` (1, 0); ``nsr`` (0, 1); ``w_reinforce`` (0.1, 1); ``grpo``
-    (1, 1). The entropy-control keys are eapo's unified names (the TRL config's ``algorithm.*``); unset
-    ones take the method's preset, if it is one (:mod:`eapo.engines.verl.entropy_control`).
-    """
-
-    method: str
-    """A weighting scheme (eapo, psr, nsr, w_reinforce, grpo) or an entropy-control preset on GRPO's
-    weights (entropy_bonus, adaptive_entropy, clip_higher, clip_cov, kl_cov, top_entropy). Defaults to
-    ``algorithm.adv_estimator``'s scheme; presets and grpo run with ``adv_estimator=eapo_grpo``."""
-    w0: float | None = None
-    """eapo: base positive weight w0."""
-    w_min: float | None = None
-    """eapo: lower clip of w+."""
-    w_max: float | None = None
-    """eapo: upper clip of w+."""
-    w_pos: float | None = None
-    """Fixed schemes: the positive weight w+."""
-    w_neg: float | None = None
-    """Every scheme: the negative weight w-."""
-    entropy_agg: str = "token-mean"
-    """How H_t averages per-token entropies: token-mean or seq-mean-token-mean (eapo.core.rollout_entropy)."""
-    entropy_coef: float | None = None
-    """Entropy bonus coefficient (verl: actor.entropy_coeff); with adaptive_entropy, its start."""
-    adaptive_entropy: bool | None = None
-    """Skywork-OR1's adaptive entropy coefficient, moved each step towards the entropy target."""
-    entropy_target: float | None = None
-    """Adaptive: target entropy in nats per token (default: entropy_target_ratio × H_0)."""
-    entropy_target_ratio: float | None = None
-    """Adaptive: target = ratio × H_0 (the run's first-step rollout entropy) when entropy_target is unset."""
-    entropy_coef_delta: float | None = None
-    """Adaptive: the coefficient's step."""
-    entropy_coef_min: float | None = None
-    """Adaptive: the coefficient's lower bound."""
-    entropy_coef_max: float | None = None
-    """Adaptive: the coefficient's upper bound."""
-    epsilon_high: float | None = None
-    """DAPO's clip-higher ε_high (verl: actor.clip_ratio_high)."""
-    loss_mode: str | None = None
-    """vanilla, clip_cov or kl_cov (verl: actor.policy_loss.loss_mode)."""
-    clip_cov_ratio: float | None = None
-    """Clip-Cov: share of tokens whose gradient is cut (verl: actor.policy_loss.clip_cov_ratio)."""
-    clip_cov_lb: float | None = None
-    """Clip-Cov: covariance window's lower bound (verl: actor.policy_loss.clip_cov_lb)."""
-    clip_cov_ub: float | None = None
-    """Clip-Cov: covariance window's upper bound (verl: actor.policy_loss.clip_cov_ub)."""
-    kl_cov_ratio: float | None = None
-    """KL-Cov: share of tokens penalised (verl: actor.policy_loss.kl_cov_ratio)."""
-    ppo_kl_coef: float | None = None
-    """KL-Cov: the |log ρ| penalty's coefficient (verl: actor.policy_loss.ppo_kl_coef)."""
-    top_entropy_quantile: float | None = None
-    """Only this top share of tokens by entropy carries the policy loss (eapo_top_entropy loss)."""
-
-    @classmethod
-    def from_algorithm_config(cls, algorithm: Any) -> EapoSettings:
-        """Read and validate ``algorithm.eapo`` against ``algorithm.adv_estimator``.
-
-        Raises:
-            ValueError: an estimator that is not one of this plugin's, a ``method`` that it does not
-                run, an unknown key, a weight the scheme does not take or rejects, or an entropy
-                control out of range or in a combination that cannot work.
-        """
-        estimator = algorithm.get("adv_estimator", None)
-        if estimator not in ESTIMATOR_NAMES:
-            raise ValueError(
-                f"trainer.v1.trainer_mode={TRAINER_NAME} needs algorithm.adv_estimator to be one of "
-                f"{list(ESTIMATOR_NAMES)} (registered by eapo.engines.verl), got {estimator!r}"
-            )
-        values = eapo_settings(algorithm)
-        method = values.pop("method", None) or scheme_of(estimator)
-        if method == estimator:
-            method = scheme_of(estimator)  # method=eapo_grpo reads as the grpo scheme
-        if method not in WEIGHTING_SCHEMES and method not in ENTROPY_CONTROLS:
-            raise ValueError(
-                f"algorithm.eapo.method={method!r} is unknown; valid: weighting schemes "
-                f"{', '.join(WEIGHTING_SCHEMES)} or entropy-control presets {', '.join(ENTROPY_CONTROLS)}"
-            )
-        settings = cls(method=method, **values)
-        if estimator_of(settings.scheme) != estimator:
-            if method in ENTROPY_CONTROLS:
-                raise ValueError(
-                    f"algorithm.eapo.method={method} is a preset on GRPO's weights (1, 1), run by "
-                    f"algorithm.adv_estimator=eapo_grpo, but algorithm.adv_estimator={estimator}: set "
-                    "adv_estimator=eapo_grpo, or keep your scheme and set the control's keys "
-                    f"(e.g. method={scheme_of(estimator)} {_preset_keys(method)})"
-                )
-            raise ValueError(
-                f"algorithm.eapo.method={method} but algorithm.adv_estimator={estimator}; set both to the same "
-                f"scheme (the {settings.scheme} scheme's estimator is {estimator_of(settings.scheme)})"
-            )
-        if settings.entropy_agg not in ENTROPY_AGGREGATIONS:
-            raise ValueError(
-                f"algorithm.eapo.entropy_agg={settings.entropy_agg!r} is invalid; valid: {', '.join(ENTROPY_AGGREGATIONS)}"
-            )
-        settings.build_weighting()  # validate once, here
-        settings.entropy_controls()
-        return settings
-
-    @property
-    def scheme(self) -> str:
-        """The :mod:`eapo.core` weighting scheme: the method, or ``grpo`` for an entropy-control preset."""
-        return "grpo" if self.method in ENTROPY_CONTROLS else self.method
-
-    @property
-    def estimator(self) -> str:
-        """The ``algorithm.adv_estimator`` that applies :attr:`scheme`."""
-        return estimator_of(self.scheme)
-
-    def overrides(self) -> dict[str, float]:
-        """The weights that were set, by name."""
-        return {key: getattr(self, key) for key in WEIGHT_KEYS if getattr(self, key) is not None}
-
-    def build_weighting(self) -> WeightingScheme:
-        """A fresh :class:`eapo.core.WeightingScheme` for these settings."""
-        try:
-            return make_weighting(self.scheme, **self.overrides())
-        except ValueError as error:
-            raise ValueError(f"algorithm.eapo: {error}") from error
-
-    def entropy_controls(self) -> EntropyControls:
-        """The entropy controls: the method's preset (if it is one) with the keys set here on top."""
-        return EntropyControls.resolve(self.method, {key: getattr(self, key) for key in CONTROL_KEYS})
-
-
-def _preset_keys(method: str) -> str:
-    return " ".join(f"{key}={value}" for key, value in ENTROPY_CONTROLS[method].settings.items())
 
 
 def batch_entropy(data: Any, agg: str) -> float | None:
@@ -364,7 +214,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
         # Validate before verl's __init__ (and long before any GPU work).
         self.settings = EapoSettings.from_algorithm_config(config.algorithm)
         self.weighting: WeightingScheme = self.settings.build_weighting()
-        self.controls: EntropyControls = self.settings.entropy_controls()
+        self.controls: EntropyControls = self.settings.controls
         self.adaptive_entropy: AdaptiveEntropyCoef | None = self.controls.build_adaptive()
         self.eapo_step = EAPOStep(self.weighting, method=self.settings.method)  # H_0, metrics, state
         self.step_entropy_coef: float | None = None  # the coefficient this step's update applies
