@@ -10,7 +10,7 @@ settings are :meth:`AlgorithmConfig.control_problems` (errors) and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from eapo.config.fields import ANY_OF_TYPE, FINITE, above, at_least, between, one_of, setting
 from eapo.core import (
@@ -19,6 +19,7 @@ from eapo.core import (
     LOSS_MODES,
     METHODS,
     WEIGHTING_SCHEMES,
+    AdvantageScale,
     method_scheme,
 )
 
@@ -67,7 +68,7 @@ class AlgorithmConfig:
         "Polarity split at the group 'mean' (paper) or 'median'.", "mean", valid=one_of("mean", "median")
     )
     scale_rewards: str = setting(
-        "Advantage scaling: group (GRPO), batch or none.", "group", valid=one_of("group", "batch", "none")
+        "Advantage scaling: group (GRPO), batch or none.", "group", valid=one_of(*get_args(AdvantageScale))
     )
     beta: float = setting(
         "KL coefficient to the frozen reference model (the paper: 0.001).", 0.001, valid=at_least(0)

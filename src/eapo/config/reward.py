@@ -18,10 +18,8 @@ from eapo.config.fields import (
     setting,
 )
 from eapo.rewards import REWARD_COMPONENTS
-
-#: reward.judge.structured_output's values (eapo.rewards.judge.STRUCTURED_OUTPUTS; kept here so the
-#: config does not import the judge's client).
-STRUCTURED_OUTPUTS = ("auto", "json_schema", "json_object", "plain")
+from eapo.rewards.composite import MISSING_MODES
+from eapo.rewards.judge import STRUCTURED_OUTPUTS, TARGETS  # the judge's client is imported on first use
 
 
 def _reward_weights(value: Any) -> bool:
@@ -66,7 +64,7 @@ class JudgeConfig:
     target: str = setting(
         "What the judge scores during training: think, response or both.",
         "think",
-        valid=one_of("think", "response", "both"),
+        valid=one_of(*TARGETS),
     )
     concurrency: int = setting("Concurrent judge requests.", 32, valid=at_least(1))
     timeout: float = setting("Per-request timeout in seconds.", 60.0, valid=above(0))
@@ -109,5 +107,5 @@ class RewardConfig:
         "(one scale per group: no reward, no advantage, left out of its group's mean and std) or "
         "'renormalize' (the remaining weights rescaled to the full weight).",
         "unscorable",
-        valid=one_of("unscorable", "renormalize"),
+        valid=one_of(*MISSING_MODES),
     )
