@@ -23,6 +23,9 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
+# ``rollout.engine`` and ``model.dtype`` values: the config checks them, so they live below the runtime
+from eapo.config import DTYPES, ENGINES
+
 __all__ = [
     "ENGINES",
     "DTYPES",
@@ -39,10 +42,6 @@ __all__ = [
     "VLLM_CPU_INSTALL",
 ]
 
-#: ``rollout.engine`` values.
-ENGINES = ("auto", "vllm", "paged", "generate")
-#: ``model.dtype`` values.
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 #: ``model.attn_implementation`` values (besides any name transformers accepts).
 ATTENTION = ("auto", "eager", "sdpa", "flash_attention_2")
 #: transformers' continuous batching as TRL 1.16 uses it (``generate_batch`` + ``ContinuousBatchingConfig``).

@@ -1,0 +1,151 @@
+"""The ``eapo train`` tree, :class:`EAPOConfig`: one field per section, and the one place a whole
+configuration is validated (:meth:`EAPOConfig.validate`: each setting against its field, then the
+relations between settings)."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from eapo.config.algorithm import AlgorithmConfig
+from eapo.config.fields import ConfigError, allowed, coerce, is_section
+from eapo.config.reward import RewardConfig
+from eapo.config.rollout import DataConfig, ModelConfig, RolloutConfig
+from eapo.config.train import LoggingConfig, TrainConfig
+from eapo.core import WEIGHTING_SCHEMES, EntropyAdaptiveWeight
+
+
+@dataclass
+class EAPOConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def validate(self) -> EAPOConfig:
+        """Check every setting against what its field admits (``valid`` in the field's metadata), then
+        the relations between settings; raise :class:`ConfigError` naming the key, the value and what
+        is allowed. Ints given for float settings become floats."""
+        for key, section, spec, tp in _settings(self):
+            value = getattr(section, spec.name)
+            try:
+                coerced = coerce(key, value, tp)
+            except ConfigError as error:
+                raise ConfigError(f"{error}; valid: {allowed(spec, tp)}", key=key) from None
+            if coerced is not value:
+                setattr(section, spec.name, coerced)
+            valid = spec.metadata.get("valid")
+            if coerced is not None and valid is not None and not valid.admits(coerced):
+                raise ConfigError(f"{key}={coerced!r} is invalid; valid: {allowed(spec, tp)}", key=key)
+        self._check_relations()
+        return self
+
+    def _check_relations(self) -> None:
+        """Constraints between settings (each setting alone has passed its own)."""
+        a, r, t = self.algorithm, self.rollout, self.train
+        accepted = WEIGHTING_SCHEMES[a.weighting_method()][1]
+        for key in ("w_pos", "w_neg", "w0", "w_min", "w_max", "anchor_steps"):
+            if getattr(a, key) is not None and key not in accepted:
+                raise ConfigError(
+                    f"algorithm.{key} does not apply to method {a.method!r}; it accepts {', '.join(accepted)}",
+                    key=f"algorithm.{key}",
+                )
+        if "w_min" in accepted:
+            clip = {f.name: f.default for f in dataclasses.fields(EntropyAdaptiveWeight)}
+            w_min = a.w_min if a.w_min is not None else clip["w_min"]
+            w_max = a.w_max if a.w_max is not None else clip["w_max"]
+            if w_min > w_max:
+                shown = [
+                    f"algorithm.{name}={value}" + ("" if getattr(a, name) is not None else " (default)")
+                    for name, value in (("w_min", w_min), ("w_max", w_max))
+                ]
+                raise ConfigError(
+                    f"{shown[0]} must be <= {shown[1]} (w+ is clipped to [w_min, w_max])",
+                    key="algorithm.w_min" if a.w_min is not None else "algorithm.w_max",
+                )
+        a.resolve_controls()
+        problems = a.control_problems()
+        if problems:
+            raise ConfigError(problems[0], key="algorithm.method")
+        if r.use_vllm and r.engine not in ("auto", "vllm"):
+            raise ConfigError(
+                f"rollout.use_vllm=true contradicts rollout.engine={r.engine!r}; set only rollout.engine",
+                key="rollout.use_vllm",
+            )
+        if r.compile and r.cache_implementation != "static":
+            raise ConfigError(
+                "rollout.compile=true needs rollout.cache_implementation=static (a fixed-size cache)",
+                key="rollout.compile",
+            )
+        completions = t.prompts_per_step * r.num_generations
+        if completions % t.micro_batch_size != 0:
+            raise ConfigError(
+                f"train.prompts_per_step × rollout.num_generations = {completions} completions per step must be a "
+                f"multiple of train.micro_batch_size={t.micro_batch_size}",
+                key="train.micro_batch_size",
+            )
+        if t.micro_batch_size % r.num_generations != 0 and r.num_generations % t.micro_batch_size != 0:
+            raise ConfigError(
+                f"train.micro_batch_size={t.micro_batch_size} and rollout.num_generations={r.num_generations} must "
+                "divide one another",
+                key="train.micro_batch_size",
+            )
+        reward = self.reward
+        unlisted = sorted(set(reward.options) - set(reward.weights))
+        if unlisted:
+            raise ConfigError(
+                f"reward.options has {unlisted}, which reward.weights does not list ({list(reward.weights)})",
+                key="reward.options",
+            )
+        lora = self.model.lora
+        if lora.layers is not None and isinstance(lora.target_modules, str):
+            raise ConfigError(
+                f"model.lora.layers needs model.lora.target_modules as a list of module names (peft cannot "
+                f"restrict {lora.target_modules!r} to layers), e.g. [q_proj, k_proj, v_proj, o_proj, "
+                "gate_proj, up_proj, down_proj]",
+                key="model.lora.layers",
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _settings(config: Any) -> list[tuple[str, Any, dataclasses.Field, Any]]:
+    """:func:`setting_fields` of a config instance, each with the section object that holds it."""
+    out = []
+    for key, spec, tp in setting_fields(type(config)):
+        section = config
+        for part in key.split(".")[:-1]:
+            section = getattr(section, part)
+        out.append((key, section, spec, tp))
+    return out
+
+
+def setting_fields(cls: type | None = None, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any]]:
+    """Every setting of the config class ``cls`` (default :class:`EAPOConfig`), sections unrolled:
+    ``(dotted key, dataclasses.Field, type)``. What each admits is ``field.metadata["valid"]``."""
+    cls = EAPOConfig if cls is None else cls
+    out = []
+    hints = typing.get_type_hints(cls)
+    for spec in dataclasses.fields(cls):
+        tp = hints[spec.name]
+        if is_section(tp):
+            out.extend(setting_fields(tp, f"{prefix}{spec.name}."))
+        else:
+            out.append((prefix + spec.name, spec, tp))
+    return out
+
+
+def reward_options(config: EAPOConfig) -> dict[str, dict[str, Any]]:
+    """``reward.options`` as the components receive them, in training and in evaluation alike: the
+    format check's ``prefix`` defaults to ``data.response_prefix`` (the response already starts with
+    it, so a completion is checked as ``prefix + completion``); an explicit ``prefix`` is kept."""
+    options = {name: dict(values) for name, values in config.reward.options.items()}
+    if config.data.response_prefix and "prefix" not in options.get("format", {}):
+        options.setdefault("format", {})["prefix"] = config.data.response_prefix
+    return options
