@@ -15,9 +15,9 @@ Uses matplotlib's object API (no ``pyplot``), so it never needs a display and ke
 
 from __future__ import annotations
 
+import io
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from eapo.evaluation.labels import run_label
-from eapo.run_dir import read_metrics
+from eapo.run_dir import atomic_write_bytes, read_metrics
 
 __all__ = [
     "plot_runs",
@@ -135,17 +135,10 @@ def _panel_grid(
 
 
 def _save(figure: Figure, path: Path, fmt: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{fmt}", dir=path.parent)
-    os.close(fd)
-    try:
-        figure.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the figure ordinary permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Render ``figure`` as ``fmt`` and write it to ``path`` all or nothing."""
+    rendered = io.BytesIO()
+    figure.savefig(rendered, format=fmt, dpi=150, bbox_inches="tight")
+    atomic_write_bytes(path, rendered.getvalue())
 
 
 def plot_runs(

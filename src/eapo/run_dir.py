@@ -22,9 +22,9 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -57,20 +57,43 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file, fsync and ``os.replace`` (all or nothing)."""
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, fsync: bool = True) -> None:
+    """Write ``data`` to ``path`` all or nothing: into a temporary file beside it, fsynced (unless
+    ``fsync=False``, for a cache whose lost entry costs nothing), then ``os.replace``d over ``path``.
+
+    The file gets ordinary permissions (``0o666`` less the umask, which the kernel applies when the
+    temporary file is created), so the umask is never changed and a thread may call this while another
+    creates files.
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = _create_temporary(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file ordinary permissions
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, *, fsync: bool = True) -> None:
+    """Write ``text`` (UTF-8) to ``path`` all or nothing (:func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync)
+
+
+def _create_temporary(path: Path) -> tuple[int, Path]:
+    """A new file ``.<name>.<random>`` beside ``path``, opened for writing, and its path (as
+    ``tempfile.mkstemp`` makes one, but with mode ``0o666`` so the umask sets its permissions)."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name beside {path} after 100 tries")
 
 
 class WriteFailedError(OSError):

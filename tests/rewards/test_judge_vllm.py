@@ -203,7 +203,7 @@ def cache_snapshot(run_dir: Path) -> dict[str, str]:
 def assert_cache_intact(final: dict[str, str], before: dict[str, str]) -> None:
     """Nothing the cache held is lost or changed; no temporary file is left; every entry is a judgement."""
     assert {name: final.get(name) for name in before} == before
-    assert not [name for name in final if ".tmp-" in name]
+    assert not [name for name in final if Path(name).name.startswith(".")]  # temporaries: .<file>.<random>
     for content in final.values():
         scores = parse_scores(json.dumps(json.loads(content)["scores"]), RESPONSE_DIMENSIONS)
         assert all(value.is_integer() for value in scores.values())

@@ -22,7 +22,8 @@ Components (all in [0, 1]):
   (``extract="whole"``) the whole completion (:mod:`eapo.rewards.rouge`);
 * ``reranker`` — cross-encoder relevance, or the labelled bi-encoder stand-in; ``extract`` as for
   Rouge-L (:mod:`eapo.rewards.reranker`);
-* ``llm_judge`` — the appendix LLM-as-a-Judge prompts (:mod:`eapo.rewards.judge`).
+* ``llm_judge`` — the appendix LLM-as-a-Judge prompts (:mod:`eapo.rewards.judge_prompts`) sent by the
+  client :mod:`eapo.rewards.judge` (over :mod:`eapo.rewards.judge_transport`).
 
 Metric keys of :meth:`CompositeReward.score`: ``reward/<component>/{mean,std,none_frac}``,
 ``reward/{mean,std,none_frac}`` and ``reward/llm_judge/<target>/<dimension>/mean``.
