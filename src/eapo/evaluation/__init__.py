@@ -5,7 +5,8 @@ reward components as training (:mod:`eapo.rewards`).
 
 * :mod:`~eapo.evaluation.metrics` — the metric definitions and the bootstrap (pure NumPy);
 * :mod:`~eapo.evaluation.generate` — sampling with vLLM or transformers (LoRA adapters via peft);
-* :mod:`~eapo.evaluation.harness` — the resumable generate → score → aggregate → write loop;
+* :mod:`~eapo.evaluation.harness` — the resumable loop: reuse stored samples → generate → score →
+  aggregate → write;
 * :mod:`~eapo.evaluation.runner` — ``run_eval``: model / run directory / config resolution (``eapo eval``);
 * :mod:`~eapo.evaluation.report` — Markdown and CSV tables in the paper's layout.
 
@@ -13,36 +14,71 @@ Departures from the paper: it does not state its sampling temperature or which s
 (its "test set"); here temperature defaults to the run's rollout temperature and the split to
 ``dev`` (pass ``--split test`` for the final numbers). Offline, the reranker is a bi-encoder
 stand-in, and every table says so.
+
+The names below are imported on first use (as :mod:`eapo` does), so importing a light submodule
+(the ``eapo eval`` and ``eapo sweep`` flags' defaults) does not import torch, and ``eapo --help`` stays
+fast.
 """
 
-from eapo.evaluation.harness import (
-    EVAL_CONFIG_FILE,
-    RESULTS_CSV,
-    RESULTS_FILE,
-    RESULTS_MD,
-    SAMPLES_FILE,
-    EvalMismatchError,
-    EvalSettings,
-    evaluate,
-    load_samples,
-)
-from eapo.evaluation.metrics import (
-    AVG_COLUMNS,
-    COLUMNS,
-    METRIC_KEYS,
-    aggregate,
-    bootstrap_ci,
-    bootstrap_interval,
-    per_prompt_values,
-)
-from eapo.evaluation.runner import (
-    EvalConfigError,
-    EvalError,
-    build_scorers,
-    judge_settings,
-    resolve_target,
-    run_eval,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+#: Each exported name -> the module that defines it (imported on first use).
+_LAZY = {
+    "EVAL_CONFIG_FILE": "eapo.evaluation.harness",
+    "RESULTS_CSV": "eapo.evaluation.harness",
+    "RESULTS_FILE": "eapo.evaluation.harness",
+    "RESULTS_MD": "eapo.evaluation.harness",
+    "SAMPLES_FILE": "eapo.evaluation.harness",
+    "EvalMismatchError": "eapo.evaluation.harness",
+    "EvalSettings": "eapo.evaluation.harness",
+    "evaluate": "eapo.evaluation.harness",
+    "load_samples": "eapo.evaluation.harness",
+    "AVG_COLUMNS": "eapo.evaluation.metrics",
+    "COLUMNS": "eapo.evaluation.metrics",
+    "METRIC_KEYS": "eapo.evaluation.metrics",
+    "aggregate": "eapo.evaluation.metrics",
+    "bootstrap_ci": "eapo.evaluation.metrics",
+    "bootstrap_interval": "eapo.evaluation.metrics",
+    "per_prompt_values": "eapo.evaluation.metrics",
+    "EvalConfigError": "eapo.evaluation.runner",
+    "EvalError": "eapo.evaluation.runner",
+    "build_scorers": "eapo.evaluation.runner",
+    "judge_settings": "eapo.evaluation.runner",
+    "resolve_target": "eapo.evaluation.runner",
+    "run_eval": "eapo.evaluation.runner",
+}
+
+if TYPE_CHECKING:
+    from eapo.evaluation.harness import (
+        EVAL_CONFIG_FILE,
+        RESULTS_CSV,
+        RESULTS_FILE,
+        RESULTS_MD,
+        SAMPLES_FILE,
+        EvalMismatchError,
+        EvalSettings,
+        evaluate,
+        load_samples,
+    )
+    from eapo.evaluation.metrics import (
+        AVG_COLUMNS,
+        COLUMNS,
+        METRIC_KEYS,
+        aggregate,
+        bootstrap_ci,
+        bootstrap_interval,
+        per_prompt_values,
+    )
+    from eapo.evaluation.runner import (
+        EvalConfigError,
+        EvalError,
+        build_scorers,
+        judge_settings,
+        resolve_target,
+        run_eval,
+    )
 
 __all__ = [
     "AVG_COLUMNS",
@@ -68,3 +104,18 @@ __all__ = [
     "resolve_target",
     "run_eval",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eapo.evaluation' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
