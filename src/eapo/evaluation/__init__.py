@@ -4,9 +4,11 @@ bootstrap confidence intervals over prompts, from ``k`` samples per prompt score
 reward components as training (:mod:`eapo.rewards`).
 
 * :mod:`~eapo.evaluation.metrics` — the metric definitions and the bootstrap (pure NumPy);
+* :mod:`~eapo.evaluation.settings` — :class:`EvalSettings`, what an evaluation is asked to do (shared by
+  ``eapo eval``, ``run_eval`` and ``eapo sweep`` / ``eapo study``), and :data:`DEFAULT_SCORERS`;
 * :mod:`~eapo.evaluation.generate` — sampling with vLLM or transformers (LoRA adapters via peft);
 * :mod:`~eapo.evaluation.harness` — the resumable loop: reuse stored samples → generate → score →
-  aggregate → write;
+  aggregate → write, with the resolved :class:`SamplingSettings`;
 * :mod:`~eapo.evaluation.runner` — ``run_eval``: model / run directory / config resolution (``eapo eval``);
 * :mod:`~eapo.evaluation.report` — Markdown and CSV tables in the paper's layout.
 
@@ -15,9 +17,9 @@ Departures from the paper: it does not state its sampling temperature or which s
 ``dev`` (pass ``--split test`` for the final numbers). Offline, the reranker is a bi-encoder
 stand-in, and every table says so.
 
-The names below are imported on first use (as :mod:`eapo` does), so importing a light submodule
-(the ``eapo eval`` and ``eapo sweep`` flags' defaults) does not import torch, and ``eapo --help`` stays
-fast.
+The names below are imported on first use (as :mod:`eapo` does), so reading
+:data:`DEFAULT_SCORERS` or :class:`EvalSettings` — the ``eapo eval`` and ``eapo sweep`` flags' defaults
+— does not import torch, and ``eapo --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ _LAZY = {
     "RESULTS_MD": "eapo.evaluation.harness",
     "SAMPLES_FILE": "eapo.evaluation.harness",
     "EvalMismatchError": "eapo.evaluation.harness",
-    "EvalSettings": "eapo.evaluation.harness",
+    "SamplingSettings": "eapo.evaluation.harness",
     "evaluate": "eapo.evaluation.harness",
     "load_samples": "eapo.evaluation.harness",
     "AVG_COLUMNS": "eapo.evaluation.metrics",
@@ -48,6 +50,8 @@ _LAZY = {
     "judge_settings": "eapo.evaluation.runner",
     "resolve_target": "eapo.evaluation.runner",
     "run_eval": "eapo.evaluation.runner",
+    "DEFAULT_SCORERS": "eapo.evaluation.settings",
+    "EvalSettings": "eapo.evaluation.settings",
 }
 
 if TYPE_CHECKING:
@@ -58,7 +62,7 @@ if TYPE_CHECKING:
         RESULTS_MD,
         SAMPLES_FILE,
         EvalMismatchError,
-        EvalSettings,
+        SamplingSettings,
         evaluate,
         load_samples,
     )
@@ -79,10 +83,15 @@ if TYPE_CHECKING:
         resolve_target,
         run_eval,
     )
+    from eapo.evaluation.settings import (
+        DEFAULT_SCORERS,
+        EvalSettings,
+    )
 
 __all__ = [
     "AVG_COLUMNS",
     "COLUMNS",
+    "DEFAULT_SCORERS",
     "EVAL_CONFIG_FILE",
     "METRIC_KEYS",
     "RESULTS_CSV",
@@ -93,6 +102,7 @@ __all__ = [
     "EvalConfigError",
     "EvalMismatchError",
     "EvalSettings",
+    "SamplingSettings",
     "aggregate",
     "bootstrap_ci",
     "bootstrap_interval",

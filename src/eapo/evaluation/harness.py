@@ -65,7 +65,7 @@ from eapo.run_dir import atomic_write_text
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "EvalSettings",
+    "SamplingSettings",
     "EvalMismatchError",
     "evaluate",
     "load_samples",
@@ -93,8 +93,9 @@ class EvalMismatchError(ValueError):
 
 
 @dataclass
-class EvalSettings:
-    """How samples are drawn and intervals computed."""
+class SamplingSettings:
+    """How samples are drawn and intervals computed, once every value is resolved (what the loop reads;
+    :class:`eapo.evaluation.settings.EvalSettings` is what an evaluation is asked to do)."""
 
     k: int = 8
     """Samples per prompt (the paper's RL@8 / RR@8 use 8)."""
@@ -111,7 +112,7 @@ class EvalSettings:
     n_resamples: int = 1000
     """Bootstrap replicates for the 95% intervals."""
 
-    def validate(self) -> EvalSettings:
+    def validate(self) -> SamplingSettings:
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if self.temperature < 0:
@@ -187,7 +188,7 @@ def check_generation(config_path: Path, current: Mapping[str, Any]) -> dict[str,
     return stored
 
 
-def generation_fingerprint(model: str, settings: EvalSettings) -> dict[str, Any]:
+def generation_fingerprint(model: str, settings: SamplingSettings) -> dict[str, Any]:
     """The fields of :data:`GENERATION_FIELDS` for ``eval_config.json``."""
     return {
         "model": model,
@@ -229,7 +230,7 @@ def evaluate(
     model: str,
     data: str,
     generator: Generator | Callable[[], Generator],
-    settings: EvalSettings | None = None,
+    settings: SamplingSettings | None = None,
     display_name: str | None = None,
     details: Mapping[str, Any] | None = None,
     progress: bool = False,
@@ -247,7 +248,7 @@ def evaluate(
         data: the dataset description recorded in ``results.json`` (e.g. ``"rjua:dev"``).
         generator: a :class:`Generator`, or a zero-argument factory called only if something is
             left to generate (a finished evaluation never loads the model).
-        settings: :class:`EvalSettings`.
+        settings: :class:`SamplingSettings`.
         display_name: the row label of the Markdown table (default ``model``).
         details: extra settings recorded under ``results.json["settings"]`` (split, backend, ...).
         progress: show a progress bar over prompts.
@@ -255,7 +256,7 @@ def evaluate(
     Returns:
         The ``results.json`` dict.
     """
-    settings = (settings or EvalSettings()).validate()
+    settings = (settings or SamplingSettings()).validate()
     ids = _record_ids(records, prompts)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -409,7 +410,7 @@ def _generate_and_score(
     prompts: Sequence[str],
     scorers: Mapping[str, Any],
     samples_path: Path,
-    settings: EvalSettings,
+    settings: SamplingSettings,
     progress: bool,
 ) -> dict[str, list[dict[str, Any]]]:
     """Sample, score and append (flushed and fsynced one prompt at a time) the records at the indices
@@ -476,7 +477,7 @@ def _results(
     groups: Sequence[Sequence[Mapping[str, Any]]],
     ids: Sequence[str],
     scorers: Mapping[str, Any],
-    settings: EvalSettings,
+    settings: SamplingSettings,
     *,
     model: str,
     data: str,
