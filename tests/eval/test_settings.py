@@ -98,6 +98,26 @@ def test_a_sweep_passes_and_records_the_flags_it_always_did():
     ]  # fmt: skip
 
 
+def test_eapo_sweep_flags_build_the_settings_every_evaluation_runs_with(monkeypatch, tmp_path):
+    import eapo.sweep
+
+    captured = {}
+
+    def fake_run_sweep(config, output_dir, **kwargs):
+        captured.update(kwargs)
+        raise eapo.sweep.SweepError("stop here")
+
+    monkeypatch.setattr(eapo.sweep, "run_sweep", fake_run_sweep)
+    args = ["sweep", "--config", "configs/tiny.yaml", "--output-dir", str(tmp_path)]
+    args += ["--k", "2", "--eval-limit", "3", "--eval-split", "test", "--eval-temperature", "0.5"]
+    args += ["--eval-max-new-tokens", "16", "--eval-batch-size", "4", "--scorers", "rouge_l"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert captured["eval_options"] == EvalSettings(
+        k=2, limit=3, split="test", temperature=0.5, max_new_tokens=16, batch_size=4, scorers=("rouge_l",)
+    )
+
+
 def test_scorers_accept_the_flag_form_and_default_to_the_one_list():
     assert EvalSettings(scorers=" rouge_l, format ,").scorers == ("rouge_l", "format")
     assert EvalSettings(scorers=["laaj"]).scorers == ("laaj",)
