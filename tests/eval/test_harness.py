@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from eapo.data import Record, render_prompts
-from eapo.evaluation import EvalMismatchError, EvalSettings, evaluate, load_samples
+from eapo.evaluation import EvalMismatchError, SamplingSettings, evaluate, load_samples
 from eapo.rewards import make_reward
 from eapo.runtime.generate import TransformersGenerator
 from eapo.runtime.models import load_tokenizer, resolve_model
@@ -28,7 +28,7 @@ RECORDS = [
     )
     for index in range(5)
 ]
-SETTINGS = EvalSettings(k=3, temperature=1.0, max_new_tokens=8, seed=0, batch_size=2, n_resamples=200)
+SETTINGS = SamplingSettings(k=3, temperature=1.0, max_new_tokens=8, seed=0, batch_size=2, n_resamples=200)
 
 
 class CrashAfter(Exception):
@@ -140,7 +140,7 @@ def test_samples_from_other_settings_are_never_mixed_in(tmp_path, tiny, scorers)
         settings=SETTINGS,
     )
     for field, value in (("k", 4), ("temperature", 0.7), ("max_new_tokens", 16), ("seed", 1)):
-        changed = EvalSettings(**{**SETTINGS.__dict__, field: value})
+        changed = SamplingSettings(**{**SETTINGS.__dict__, field: value})
         with pytest.raises(EvalMismatchError, match=f"{field}=") as error:
             evaluate(
                 RECORDS[:2],
@@ -362,7 +362,7 @@ def test_laaj_scores_the_response_with_the_judge(tmp_path, tiny):
         assert list(scorers) == ["rouge_l", "reranker", "laaj"] and scorers["laaj"].target == "response"
         # record r1's two samples: an unparseable answer, and again on the re-ask -> None
         server.inject("Question number 1:", *[Fault.malformed()] * 4)
-        settings = EvalSettings(k=2, max_new_tokens=6, n_resamples=100)
+        settings = SamplingSettings(k=2, max_new_tokens=6, n_resamples=100)
         results = evaluate(
             RECORDS[:3],
             prompts[:3],
@@ -565,7 +565,7 @@ def test_strict_scores_zero_an_answer_without_its_advice_block(tmp_path):
         "reranker": ConstantScorer(),
         "format": make_reward("format"),
     }
-    settings = EvalSettings(k=2, max_new_tokens=16, n_resamples=200)
+    settings = SamplingSettings(k=2, max_new_tokens=16, n_resamples=200)
     results = evaluate(
         records,
         ["A", "B"],

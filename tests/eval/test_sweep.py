@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from eapo.config import dump_config, load_config
 from eapo.evaluation.labels import effective_weights
 from eapo.evaluation.metrics import AVG_COLUMNS
+from eapo.evaluation.settings import EvalSettings
 from eapo.sweep import (
-    EvalOptions,
     RunFailed,
     SweepError,
     parse_grid,
@@ -246,7 +246,7 @@ def sweep(tmp_path, runner, **kwargs):
         tmp_path / "sweep",
         methods=kwargs.pop("methods", ["grpo", "w_reinforce", "eapo"]),
         grids=kwargs.pop("grids", ["w_pos=0.05,0.1,0.2", "w0=0.05,0.1,0.2"]),
-        eval_options=EvalOptions(k=8),
+        eval_options=EvalSettings(k=8),
         runner=runner,
         echo=lambda message: None,
         **kwargs,
@@ -365,7 +365,7 @@ def test_weights_for_another_method_are_dropped_per_method(tmp_path):
         tmp_path / "sweep",
         methods=["w_reinforce", "eapo"],
         overrides=["algorithm.w_max=1.5"],
-        eval_options=EvalOptions(),
+        eval_options=EvalSettings(),
         runner=runner,
         echo=lambda message: None,
     )
@@ -442,7 +442,7 @@ def test_tiny_sweep_end_to_end(tmp_path, monkeypatch):
         out,
         methods=["grpo", "eapo"],
         overrides=args[args.index("train.max_steps=2") :],
-        eval_options=EvalOptions(k=2, limit=2, scorers="rouge_l,format", max_new_tokens=12),
+        eval_options=EvalSettings(k=2, limit=2, scorers=("rouge_l", "format"), max_new_tokens=12),
         include_base=False,
         runner=runner,
         echo=lambda message: None,
@@ -474,7 +474,7 @@ def test_sensitivity_table_holds_two_datasets_side_by_side_as_in_the_paper(tmp_p
         tmp_path / "cmd",
         methods=["w_reinforce", "eapo"],
         grids=grids,
-        eval_options=EvalOptions(k=8),
+        eval_options=EvalSettings(k=8),
         runner=FakeRunner(table=PAPER_CMD, data="cmd:test", stand_in=False),
         include_base=False,
         echo=lambda message: None,
@@ -600,7 +600,7 @@ def test_results_from_before_the_explicit_avgs_are_evaluated_again(tmp_path):
     old["avg_of"] = ["rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj"]
     path = tmp_path / "sweep" / "runs" / "grpo" / "eval" / "results.json"
     path.write_text(json.dumps(old))
-    assert not EvalOptions(k=8).matches(old)
+    assert not EvalSettings(k=8).matches(old)
     # the tables never show the old 5-column mean, even before the evaluation is redone
     from eapo.sweep import collect_entries
 

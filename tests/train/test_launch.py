@@ -211,7 +211,7 @@ time.sleep(600)
 
 
 def test_a_second_evaluation_into_a_directory_being_written_is_refused(tmp_path):
-    from eapo.evaluation import EvalError, run_eval
+    from eapo.evaluation import EvalError, EvalSettings, run_eval
 
     out = tmp_path / "eval"
     holder = subprocess.Popen(
@@ -223,7 +223,11 @@ def test_a_second_evaluation_into_a_directory_being_written_is_refused(tmp_path)
     try:
         assert holder.stdout.readline().strip() == "held", holder.stderr.read()
         with pytest.raises(EvalError, match=rf"{out} is being written by process {holder.pid} \(eapo eval"):
-            run_eval("tiny", output_dir=out, data="demo", split="dev", limit=1, k=1, scorers=["rouge_l"])
+            run_eval(
+                EvalSettings(data="demo", split="dev", limit=1, k=1, scorers=("rouge_l",)),
+                model="tiny",
+                output_dir=out,
+            )
         assert [path.name for path in out.iterdir()] == [LOCK_FILE]
     finally:
         holder.kill()

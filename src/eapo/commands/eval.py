@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from eapo.evaluation.settings import DEFAULT_SCORERS
+
 
 def eval_command(
     overrides: list[str] = typer.Argument(
@@ -69,7 +71,7 @@ def eval_command(
     ),
     dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16, float16."),
     scorers: str = typer.Option(
-        "rouge_l,reranker,format",
+        ",".join(DEFAULT_SCORERS),
         "--scorers",
         help="Comma-separated: rouge_l, reranker, format (laaj: see --judge-*).",
     ),
@@ -106,38 +108,41 @@ def eval_command(
     Writes results.json, results.csv, results.md and samples.jsonl; rerunning resumes.
     """
     from eapo.config import ConfigError
-    from eapo.evaluation import EvalError, EvalMismatchError, run_eval
+    from eapo.evaluation import EvalError, EvalMismatchError, EvalSettings, run_eval
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = EvalSettings(
+        data=data,
+        data_path=data_path,
+        split=split,
+        limit=limit,
+        prompt=prompt,
+        response_prefix=response_prefix,
+        max_prompt_tokens=max_prompt_tokens,
+        k=k,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        batch_size=batch_size,
+        backend=backend,
+        dtype=dtype,
+        scorers=scorers,
+        rouge_level=rouge_level,
+        reranker_backend=reranker_backend,
+        judge_base_url=judge_base_url,
+        judge_model=judge_model,
+        judge_api_key_env=judge_api_key_env,
+        judge=not no_judge,
+        n_resamples=bootstrap,
+    )
     try:
         results, out = run_eval(
-            model,
+            settings,
+            model=model,
             config=config,
             output_dir=output_dir,
-            data=data,
-            data_path=data_path,
-            split=split,
-            limit=limit,
-            prompt=prompt,
-            response_prefix=response_prefix,
-            max_prompt_tokens=max_prompt_tokens,
-            k=k,
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-            batch_size=batch_size,
-            backend=backend,
-            dtype=dtype,
-            scorers=[name.strip() for name in scorers.split(",") if name.strip()],
-            rouge_level=rouge_level,
-            reranker_backend=reranker_backend,
-            judge_base_url=judge_base_url,
-            judge_model=judge_model,
-            judge_api_key_env=judge_api_key_env,
-            judge=not no_judge,
             overrides=overrides or [],
-            n_resamples=bootstrap,
             progress=True,
         )
     except ConfigError as error:  # a setting of the run's or --config's configuration

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from eapo.evaluation.settings import DEFAULT_SCORERS
+
 
 def sweep_command(
     overrides: list[str] = typer.Argument(
@@ -50,7 +52,9 @@ def sweep_command(
     backend: str = typer.Option(
         "auto", "--backend", help="Generation backend for eval: auto, transformers, paged, vllm."
     ),
-    scorers: str = typer.Option(None, "--scorers", help="Eval scorers (default rouge_l,reranker,format)."),
+    scorers: str = typer.Option(
+        None, "--scorers", help=f"Eval scorers (default {','.join(DEFAULT_SCORERS)})."
+    ),
     reranker_backend: str = typer.Option(None, "--reranker-backend", help="auto, cross-encoder, bi-encoder."),
     judge_base_url: str = typer.Option(None, "--judge-base-url", help="LLM judge endpoint (enables LAAJ)."),
     judge_model: str = typer.Option(None, "--judge-model", help="Judge model name."),
@@ -80,7 +84,8 @@ def sweep_command(
     """
     import logging
 
-    from eapo.sweep import EvalOptions, SubprocessRunner, SweepError, run_sweep
+    from eapo.evaluation import EvalSettings
+    from eapo.sweep import SubprocessRunner, SweepError, run_sweep
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -88,7 +93,7 @@ def sweep_command(
     except ValueError:
         typer.echo(f"error: --seeds {seeds!r} must be comma-separated integers", err=True)
         raise typer.Exit(2) from None
-    eval_options = EvalOptions(
+    eval_options = EvalSettings(
         k=k,
         limit=eval_limit,
         split=eval_split,

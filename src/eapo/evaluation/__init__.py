@@ -4,8 +4,11 @@ bootstrap confidence intervals over prompts, from ``k`` samples per prompt score
 reward components as training (:mod:`eapo.rewards`).
 
 * :mod:`~eapo.evaluation.metrics` — the metric definitions and the bootstrap (pure NumPy);
+* :mod:`~eapo.evaluation.settings` — :class:`EvalSettings`, what an evaluation is asked to do (shared by
+  ``eapo eval``, ``run_eval`` and ``eapo sweep`` / ``eapo study``), and :data:`DEFAULT_SCORERS`;
 * :mod:`~eapo.runtime.generate` — sampling with vLLM or transformers (LoRA adapters via peft);
-* :mod:`~eapo.evaluation.harness` — the resumable generate → score → aggregate → write loop;
+* :mod:`~eapo.evaluation.harness` — the resumable loop: reuse stored samples → generate → score →
+  aggregate → write, with the resolved :class:`SamplingSettings`;
 * :mod:`~eapo.evaluation.runner` — ``run_eval``: model / run directory / config resolution (``eapo eval``);
 * :mod:`~eapo.evaluation.report` — Markdown and CSV tables in the paper's layout.
 
@@ -13,40 +16,82 @@ Departures from the paper: it does not state its sampling temperature or which s
 (its "test set"); here temperature defaults to the run's rollout temperature and the split to
 ``dev`` (pass ``--split test`` for the final numbers). Offline, the reranker is a bi-encoder
 stand-in, and every table says so.
+
+The names below are imported on first use (as :mod:`eapo` does), so reading
+:data:`DEFAULT_SCORERS` or :class:`EvalSettings` — the ``eapo eval`` and ``eapo sweep`` flags' defaults
+— does not import torch, and ``eapo --help`` stays fast.
 """
 
-from eapo.evaluation.harness import (
-    EVAL_CONFIG_FILE,
-    RESULTS_CSV,
-    RESULTS_FILE,
-    RESULTS_MD,
-    SAMPLES_FILE,
-    EvalMismatchError,
-    EvalSettings,
-    evaluate,
-    load_samples,
-)
-from eapo.evaluation.metrics import (
-    AVG_COLUMNS,
-    COLUMNS,
-    METRIC_KEYS,
-    aggregate,
-    bootstrap_ci,
-    bootstrap_interval,
-    per_prompt_values,
-)
-from eapo.evaluation.runner import (
-    EvalConfigError,
-    EvalError,
-    build_scorers,
-    judge_settings,
-    resolve_target,
-    run_eval,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+#: Each exported name -> the module that defines it (imported on first use).
+_LAZY = {
+    "EVAL_CONFIG_FILE": "eapo.evaluation.harness",
+    "RESULTS_CSV": "eapo.evaluation.harness",
+    "RESULTS_FILE": "eapo.evaluation.harness",
+    "RESULTS_MD": "eapo.evaluation.harness",
+    "SAMPLES_FILE": "eapo.evaluation.harness",
+    "EvalMismatchError": "eapo.evaluation.harness",
+    "SamplingSettings": "eapo.evaluation.harness",
+    "evaluate": "eapo.evaluation.harness",
+    "load_samples": "eapo.evaluation.harness",
+    "AVG_COLUMNS": "eapo.evaluation.metrics",
+    "COLUMNS": "eapo.evaluation.metrics",
+    "METRIC_KEYS": "eapo.evaluation.metrics",
+    "aggregate": "eapo.evaluation.metrics",
+    "bootstrap_ci": "eapo.evaluation.metrics",
+    "bootstrap_interval": "eapo.evaluation.metrics",
+    "per_prompt_values": "eapo.evaluation.metrics",
+    "EvalConfigError": "eapo.evaluation.runner",
+    "EvalError": "eapo.evaluation.runner",
+    "build_scorers": "eapo.evaluation.runner",
+    "judge_settings": "eapo.evaluation.runner",
+    "resolve_target": "eapo.evaluation.runner",
+    "run_eval": "eapo.evaluation.runner",
+    "DEFAULT_SCORERS": "eapo.evaluation.settings",
+    "EvalSettings": "eapo.evaluation.settings",
+}
+
+if TYPE_CHECKING:
+    from eapo.evaluation.harness import (
+        EVAL_CONFIG_FILE,
+        RESULTS_CSV,
+        RESULTS_FILE,
+        RESULTS_MD,
+        SAMPLES_FILE,
+        EvalMismatchError,
+        SamplingSettings,
+        evaluate,
+        load_samples,
+    )
+    from eapo.evaluation.metrics import (
+        AVG_COLUMNS,
+        COLUMNS,
+        METRIC_KEYS,
+        aggregate,
+        bootstrap_ci,
+        bootstrap_interval,
+        per_prompt_values,
+    )
+    from eapo.evaluation.runner import (
+        EvalConfigError,
+        EvalError,
+        build_scorers,
+        judge_settings,
+        resolve_target,
+        run_eval,
+    )
+    from eapo.evaluation.settings import (
+        DEFAULT_SCORERS,
+        EvalSettings,
+    )
 
 __all__ = [
     "AVG_COLUMNS",
     "COLUMNS",
+    "DEFAULT_SCORERS",
     "EVAL_CONFIG_FILE",
     "METRIC_KEYS",
     "RESULTS_CSV",
@@ -57,6 +102,7 @@ __all__ = [
     "EvalConfigError",
     "EvalMismatchError",
     "EvalSettings",
+    "SamplingSettings",
     "aggregate",
     "bootstrap_ci",
     "bootstrap_interval",
@@ -68,3 +114,18 @@ __all__ = [
     "resolve_target",
     "run_eval",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eapo.evaluation' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

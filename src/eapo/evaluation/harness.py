@@ -27,6 +27,9 @@ than ``k`` samples (a crash mid-write) is dropped and regenerated. A score colum
 bi-encoder stand-in where the cross-encoder is now available) is recomputed from the stored text.
 Samples generated with a different model, k, temperature, top_p, max_new_tokens or seed are never
 mixed in: :class:`EvalMismatchError` says which field differs.
+
+:func:`evaluate` reads in its phases: reuse the stored samples (:func:`_reuse_stored_samples`), generate
+and score what is left (:func:`_generate_and_score`), aggregate (:func:`_results`), write.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from eapo.evaluation.metrics import (
     AVG_COLUMNS,
     FORMAT_SCORER,
     METRIC_KEYS,
+    SCORE_COLUMNS,
     STRICT_AVG_COLUMNS,
     aggregate,
     bootstrap_ci,
@@ -61,7 +65,7 @@ from eapo.runtime.generate import Completion, Generator
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "EvalSettings",
+    "SamplingSettings",
     "EvalMismatchError",
     "evaluate",
     "load_samples",
@@ -89,8 +93,9 @@ class EvalMismatchError(ValueError):
 
 
 @dataclass
-class EvalSettings:
-    """How samples are drawn and intervals computed."""
+class SamplingSettings:
+    """How samples are drawn and intervals computed, once every value is resolved (what the loop reads;
+    :class:`eapo.evaluation.settings.EvalSettings` is what an evaluation is asked to do)."""
 
     k: int = 8
     """Samples per prompt (the paper's RL@8 / RR@8 use 8)."""
@@ -107,7 +112,7 @@ class EvalSettings:
     n_resamples: int = 1000
     """Bootstrap replicates for the 95% intervals."""
 
-    def validate(self) -> EvalSettings:
+    def validate(self) -> SamplingSettings:
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if self.temperature < 0:
@@ -183,7 +188,7 @@ def check_generation(config_path: Path, current: Mapping[str, Any]) -> dict[str,
     return stored
 
 
-def generation_fingerprint(model: str, settings: EvalSettings) -> dict[str, Any]:
+def generation_fingerprint(model: str, settings: SamplingSettings) -> dict[str, Any]:
     """The fields of :data:`GENERATION_FIELDS` for ``eval_config.json``."""
     return {
         "model": model,
@@ -225,7 +230,7 @@ def evaluate(
     model: str,
     data: str,
     generator: Generator | Callable[[], Generator],
-    settings: EvalSettings | None = None,
+    settings: SamplingSettings | None = None,
     display_name: str | None = None,
     details: Mapping[str, Any] | None = None,
     progress: bool = False,
@@ -243,7 +248,7 @@ def evaluate(
         data: the dataset description recorded in ``results.json`` (e.g. ``"rjua:dev"``).
         generator: a :class:`Generator`, or a zero-argument factory called only if something is
             left to generate (a finished evaluation never loads the model).
-        settings: :class:`EvalSettings`.
+        settings: :class:`SamplingSettings`.
         display_name: the row label of the Markdown table (default ``model``).
         details: extra settings recorded under ``results.json["settings"]`` (split, backend, ...).
         progress: show a progress bar over prompts.
@@ -251,7 +256,49 @@ def evaluate(
     Returns:
         The ``results.json`` dict.
     """
-    settings = (settings or EvalSettings()).validate()
+    settings = (settings or SamplingSettings()).validate()
+    ids = _record_ids(records, prompts)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    samples_path = output_dir / SAMPLES_FILE
+    config_path = output_dir / EVAL_CONFIG_FILE
+
+    generation = generation_fingerprint(model, settings)
+    stored = check_generation(config_path, generation)
+    finished = _reuse_stored_samples(
+        samples_path, config_path, generation, stored, records, prompts, scorers, settings.k
+    )
+    pending = [index for index, record_id in enumerate(ids) if record_id not in finished]
+    logger.info(
+        "%d of %d prompts reused from %s; %d to generate",
+        len(ids) - len(pending),
+        len(ids),
+        samples_path,
+        len(pending),
+    )
+    if pending:
+        active = generator() if callable(generator) and not hasattr(generator, "generate") else generator
+        finished.update(
+            _generate_and_score(active, pending, records, prompts, scorers, samples_path, settings, progress)
+        )
+    results = _results(
+        [finished[record_id] for record_id in ids],
+        ids,
+        scorers,
+        settings,
+        model=model,
+        data=data,
+        display_name=display_name,
+        details=details,
+    )
+    atomic_write_text(output_dir / RESULTS_FILE, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(output_dir / RESULTS_CSV, results_csv(results))
+    atomic_write_text(output_dir / RESULTS_MD, results_markdown(results))
+    return results
+
+
+def _record_ids(records: Sequence[Any], prompts: Sequence[str]) -> list[str]:
+    """The records' ids as strings; ValueError when they repeat or there is not one prompt per record."""
     if len(records) != len(prompts):
         raise ValueError(f"got {len(records)} records but {len(prompts)} prompts; pass one prompt per record")
     ids = [str(record.id) for record in records]
@@ -260,19 +307,49 @@ def evaluate(
         if record_id in seen:
             raise ValueError(f"record id {record_id!r} occurs twice; evaluation keys samples by record id")
         seen.add(record_id)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    samples_path = output_dir / SAMPLES_FILE
-    config_path = output_dir / EVAL_CONFIG_FILE
-    k = settings.k
+    return ids
 
-    generation = generation_fingerprint(model, settings)
-    stored = check_generation(config_path, generation)
-    stored_labels: dict[str, str] = dict(stored.get("scorers", {}))
 
-    # --- reuse what an earlier run finished ---------------------------------------------------
+# --- phase 1: reuse what an earlier run finished -------------------------------------------------
+
+
+def _reuse_stored_samples(
+    samples_path: Path,
+    config_path: Path,
+    generation: Mapping[str, Any],
+    stored: Mapping[str, Any],
+    records: Sequence[Any],
+    prompts: Sequence[str],
+    scorers: Mapping[str, Any],
+    k: int,
+) -> dict[str, list[dict[str, Any]]]:
+    """``{record id: its k samples}`` of the current records that ``samples.jsonl`` holds whole, their stale
+    score columns recomputed; ``samples.jsonl`` is rewritten without unfinished prompts and with the new
+    scores, and ``eval_config.json`` records the generation settings and every scorer's label."""
+    ids = [str(record.id) for record in records]
+    kept, finished, rewrite = _complete_prompts(samples_path, dict(zip(ids, prompts, strict=True)), k)
+    reused = [s for record_id in ids if record_id in finished for s in finished[record_id]]
+    question_of = {str(record.id): record.question for record in records}
+    labels: dict[str, str] = dict(stored.get("scorers", {}))
+    if _rescore_stale(reused, scorers, labels, question_of):
+        rewrite = True
+    if rewrite:
+        _write_samples(samples_path, kept)
+    atomic_write_text(
+        config_path,
+        json.dumps({"generation": dict(generation), "scorers": labels}, indent=2, ensure_ascii=False) + "\n",
+    )
+    return finished
+
+
+def _complete_prompts(
+    samples_path: Path, prompt_of: Mapping[str, str], k: int
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], bool]:
+    """``(kept, finished, rewrite)`` from ``samples.jsonl``: ``kept`` every prompt's samples whose k are all
+    there (in file order; what the file is rewritten to), ``finished`` those of the records in
+    ``prompt_of`` (id -> its current prompt text), ``rewrite`` whether the file holds anything else (a
+    torn line, a prompt cut short by a crash, a repeated sample)."""
     samples, torn = load_samples(samples_path)
-    prompt_of = dict(zip(ids, prompts, strict=True))
     by_id: dict[str, dict[int, dict[str, Any]]] = {}
     for sample in samples:
         by_id.setdefault(str(sample["id"]), {})[int(sample["sample"])] = sample
@@ -294,93 +371,120 @@ def evaluate(
                 )
             finished[record_id] = ordered
         kept.extend(ordered)
-    rewrite = torn or dropped > 0 or len(kept) != len(samples)
     if torn or dropped:
         logger.warning(
             "%s: dropped a torn line / %d samples of unfinished prompts; they are regenerated",
             samples_path,
             dropped,
         )
+    return kept, finished, torn or dropped > 0 or len(kept) != len(samples)
 
-    # Rescore reused samples whose column is missing, None, or from a differently-labelled scorer.
-    reused = [s for record_id in ids if record_id in finished for s in finished[record_id]]
-    question_of = {str(record.id): record.question for record in records}
+
+def _rescore_stale(
+    samples: Sequence[dict[str, Any]],
+    scorers: Mapping[str, Any],
+    labels: dict[str, str],
+    question_of: Mapping[str, str],
+) -> bool:
+    """Rescore ``samples`` whose column is missing, None, or was produced by a scorer whose label is not the
+    current one (``labels``: column -> the stored label, updated in place); True if any was rescored."""
+    rescored = False
     for name, scorer in scorers.items():
-        stale = stored_labels.get(name) != scorer.label
-        todo = [s for s in reused if stale or s["scores"].get(name) is None]
+        stale = labels.get(name) != scorer.label
+        todo = [s for s in samples if stale or s["scores"].get(name) is None]
         if todo:
             logger.info("rescoring %d stored samples with %s", len(todo), scorer.label)
             _score(scorers, [name], todo, [question_of[str(s["id"])] for s in todo])
-            rewrite = True
-        stored_labels[name] = scorer.label
-    if rewrite:
-        _write_samples(samples_path, kept)
-    atomic_write_text(
-        config_path,
-        json.dumps({"generation": generation, "scorers": stored_labels}, indent=2, ensure_ascii=False) + "\n",
-    )
+            rescored = True
+        labels[name] = scorer.label
+    return rescored
 
-    # --- generate what is left ------------------------------------------------------------------
-    pending = [index for index, record_id in enumerate(ids) if record_id not in finished]
-    logger.info(
-        "%d of %d prompts reused from %s; %d to generate",
-        len(ids) - len(pending),
-        len(ids),
-        samples_path,
-        len(pending),
-    )
-    if pending:
-        active = generator() if callable(generator) and not hasattr(generator, "generate") else generator
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(pending), desc="eapo eval", unit="prompt", dynamic_ncols=True)
-        with open(samples_path, "a", encoding="utf-8") as out:
-            for start in range(0, len(pending), settings.batch_size):
-                batch = pending[start : start + settings.batch_size]
-                groups: list[list[Completion]] = active.generate(
-                    [prompts[i] for i in batch],
-                    k=k,
-                    temperature=settings.temperature,
-                    top_p=settings.top_p,
-                    max_new_tokens=settings.max_new_tokens,
-                    seed=_batch_seed(settings.seed, ids[batch[0]]),
+# --- phase 2: generate and score what is left ----------------------------------------------------
+
+
+def _generate_and_score(
+    generator: Generator,
+    pending: Sequence[int],
+    records: Sequence[Any],
+    prompts: Sequence[str],
+    scorers: Mapping[str, Any],
+    samples_path: Path,
+    settings: SamplingSettings,
+    progress: bool,
+) -> dict[str, list[dict[str, Any]]]:
+    """Sample, score and append (flushed and fsynced one prompt at a time) the records at the indices
+    ``pending``, ``settings.batch_size`` prompts per generation call: ``{record id: its k samples}``."""
+    k = settings.k
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(pending), desc="eapo eval", unit="prompt", dynamic_ncols=True)
+    finished: dict[str, list[dict[str, Any]]] = {}
+    with open(samples_path, "a", encoding="utf-8") as out:
+        for start in range(0, len(pending), settings.batch_size):
+            batch = pending[start : start + settings.batch_size]
+            groups: list[list[Completion]] = generator.generate(
+                [prompts[i] for i in batch],
+                k=k,
+                temperature=settings.temperature,
+                top_p=settings.top_p,
+                max_new_tokens=settings.max_new_tokens,
+                seed=_batch_seed(settings.seed, str(records[batch[0]].id)),
+            )
+            if len(groups) != len(batch) or any(len(group) != k for group in groups):
+                raise RuntimeError(
+                    f"the generator returned {[len(g) for g in groups]} samples for {len(batch)} prompts × k={k}"
                 )
-                if len(groups) != len(batch) or any(len(group) != k for group in groups):
-                    raise RuntimeError(
-                        f"the generator returned {[len(g) for g in groups]} samples for {len(batch)} prompts × k={k}"
-                    )
-                new: list[dict[str, Any]] = []
-                for index, group in zip(batch, groups, strict=True):
-                    record = records[index]
-                    for sample_index, completion in enumerate(group):
-                        new.append(
-                            {
-                                "id": ids[index],
-                                "sample": sample_index,
-                                "prompt": prompts[index],
-                                "reference": record.reference,
-                                "completion": completion.text,
-                                "num_tokens": completion.num_tokens,
-                                "finished": completion.finished,
-                                "scores": {},
-                            }
-                        )
-                _score(scorers, list(scorers), new, [records[i].question for i in batch for _ in range(k)])
-                for position, index in enumerate(batch):
-                    group_samples = new[position * k : (position + 1) * k]
-                    out.write("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in group_samples))
-                    out.flush()
-                    os.fsync(out.fileno())
-                    finished[ids[index]] = group_samples
-                if bar is not None:
-                    bar.update(len(batch))
-        if bar is not None:
-            bar.close()
+            new = [
+                _sample(records[index], prompts[index], sample_index, completion)
+                for index, group in zip(batch, groups, strict=True)
+                for sample_index, completion in enumerate(group)
+            ]
+            _score(scorers, list(scorers), new, [records[i].question for i in batch for _ in range(k)])
+            for position, index in enumerate(batch):
+                group_samples = new[position * k : (position + 1) * k]
+                out.write("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in group_samples))
+                out.flush()
+                os.fsync(out.fileno())
+                finished[str(records[index].id)] = group_samples
+            if bar is not None:
+                bar.update(len(batch))
+    if bar is not None:
+        bar.close()
+    return finished
 
-    # --- aggregate over the current records ------------------------------------------------------
-    groups = [finished[record_id] for record_id in ids]
+
+def _sample(record: Any, prompt: str, sample_index: int, completion: Completion) -> dict[str, Any]:
+    """One line of ``samples.jsonl`` (not scored yet)."""
+    return {
+        "id": str(record.id),
+        "sample": sample_index,
+        "prompt": prompt,
+        "reference": record.reference,
+        "completion": completion.text,
+        "num_tokens": completion.num_tokens,
+        "finished": completion.finished,
+        "scores": {},
+    }
+
+
+# --- phase 3: aggregate over the current records -------------------------------------------------
+
+
+def _results(
+    groups: Sequence[Sequence[Mapping[str, Any]]],
+    ids: Sequence[str],
+    scorers: Mapping[str, Any],
+    settings: SamplingSettings,
+    *,
+    model: str,
+    data: str,
+    display_name: str | None,
+    details: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The ``results.json`` dict from each current record's ``k`` scored samples (``groups``, in ``ids`` order)."""
     per_prompt_scores = [
         {name: [s["scores"].get(name) for s in group] for name in scorers} for group in groups
     ]
@@ -388,20 +492,11 @@ def evaluate(
     metrics = aggregate(table)
     ci95 = bootstrap_ci(table, n_resamples=settings.n_resamples, confidence=0.95, seed=settings.seed)
     all_samples = [s for group in groups for s in group]
-    extra: dict[str, float | None] = {}
-    for name in scorers:
-        if name in ("rouge_l", "reranker", "laaj"):
-            continue
-        values = [s["scores"].get(name) for s in all_samples if s["scores"].get(name) is not None]
-        extra[name] = sum(values) / len(values) if values else None
-    if all_samples:
-        extra["completion_tokens"] = sum(s.get("num_tokens", 0) for s in all_samples) / len(all_samples)
-        extra["truncated_frac"] = sum(not s.get("finished", True) for s in all_samples) / len(all_samples)
     n_scored = {column: int((~np.isnan(values)).sum()) for column, values in table.items()}
-    results: dict[str, Any] = {
+    return {
         "metrics": {key: metrics[key] for key in METRIC_KEYS},
         "ci95": {key: (list(ci95[key]) if ci95[key] is not None else None) for key in METRIC_KEYS},
-        "k": k,
+        "k": settings.k,
         "n_prompts": len(ids),
         "model": model,
         "data": data,
@@ -425,12 +520,23 @@ def evaluate(
         },
         "n_samples": len(all_samples),
         "unscored": unscored_counts(per_prompt_scores),
-        "extra": extra,
+        "extra": _extra_means(all_samples, scorers),
         "settings": {**asdict(settings), **dict(details or {})},
         "samples": SAMPLES_FILE,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
-    atomic_write_text(output_dir / RESULTS_FILE, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    atomic_write_text(output_dir / RESULTS_CSV, results_csv(results))
-    atomic_write_text(output_dir / RESULTS_MD, results_markdown(results))
-    return results
+
+
+def _extra_means(samples: Sequence[Mapping[str, Any]], scorers: Mapping[str, Any]) -> dict[str, float | None]:
+    """``results.json["extra"]``: the mean of each scorer outside the table (``format``), the mean
+    completion length in tokens and the fraction of completions cut at the length cap."""
+    extra: dict[str, float | None] = {}
+    for name in scorers:
+        if name in SCORE_COLUMNS:
+            continue
+        values = [s["scores"].get(name) for s in samples if s["scores"].get(name) is not None]
+        extra[name] = sum(values) / len(values) if values else None
+    if samples:
+        extra["completion_tokens"] = sum(s.get("num_tokens", 0) for s in samples) / len(samples)
+        extra["truncated_frac"] = sum(not s.get("finished", True) for s in samples) / len(samples)
+    return extra

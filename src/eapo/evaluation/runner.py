@@ -1,32 +1,38 @@
 """``run_eval``: resolve what to evaluate (a model, a run directory, or a training config's base model),
 load the data and scorers, and call :func:`eapo.evaluation.harness.evaluate`.
 
-Defaults come, in order, from the explicit arguments, the run's ``config.yaml`` (for a run
-directory), the ``config`` file (a training config: evaluate its *base* model, the table's starting
-point), then built-in defaults. The scorers are built through :func:`eapo.rewards.make_reward` with the
-run's reward options, so evaluation scores exactly as training rewarded. The LAAJ judge is the
-``--judge-*`` arguments' endpoint, else the run's (or config's) ``reward.judge`` when it names one;
-it is checked before any generation.
+Each setting comes, in order, from the :class:`~eapo.evaluation.settings.EvalSettings` (``eapo eval``'s
+flags), the run's ``config.yaml`` (for a run directory), the ``config`` file (a training config:
+evaluate its *base* model, the table's starting point), then built-in defaults. The scorers are built
+through :func:`eapo.rewards.make_reward` with the run's reward options, so evaluation scores exactly
+as training rewarded. The LAAJ judge is the ``--judge-*`` arguments' endpoint, else the run's (or
+config's) ``reward.judge`` when it names one; it is checked before any generation.
+
+``run_eval`` reads in that order: :func:`resolve_target` (the model and its run) → :func:`load_inputs`
+(records and prompts) → :func:`sampling_settings` → :func:`eval_scorers` → the harness.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eapo.config import ConfigError
 from eapo.evaluation.harness import (
     EVAL_CONFIG_FILE,
-    EvalSettings,
+    SamplingSettings,
     check_generation,
     evaluate,
     generation_fingerprint,
 )
 from eapo.evaluation.labels import run_label
+from eapo.evaluation.settings import DEFAULT_SCORERS, EvalSettings
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +46,6 @@ __all__ = [
     "SCORER_NAMES",
 ]
 
-#: Scorers ``eapo eval`` runs by default (``laaj`` is added when a judge endpoint is given).
-DEFAULT_SCORERS = ("rouge_l", "reranker", "format")
 #: Column name -> reward component it is built from.
 SCORER_NAMES = {"rouge_l": "rouge_l", "reranker": "reranker", "format": "format", "laaj": "llm_judge"}
 
@@ -259,48 +263,24 @@ def prompt_drift(
 
 
 def run_eval(
-    model: str | None = None,
+    settings: EvalSettings | None = None,
     *,
+    model: str | None = None,
     config: str | os.PathLike | None = None,
     output_dir: str | os.PathLike | None = None,
-    data: str | None = None,
-    data_path: str | None = None,
-    split: str = "dev",
-    limit: int | None = None,
-    prompt: str | None = None,
-    response_prefix: str | None = None,
-    max_prompt_tokens: int | None = None,
-    k: int = 8,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    max_new_tokens: int | None = None,
-    seed: int = 0,
-    batch_size: int | None = None,
-    backend: str = "auto",
-    dtype: str = "auto",
-    scorers: Sequence[str] = DEFAULT_SCORERS,
-    rouge_level: str | None = None,
-    reranker_backend: str | None = None,
-    judge_base_url: str | None = None,
-    judge_model: str | None = None,
-    judge_api_key_env: str | None = None,
-    judge: bool = True,
     overrides: Sequence[str] = (),
-    n_resamples: int = 1000,
     progress: bool = False,
 ) -> tuple[dict[str, Any], Path]:
-    """Evaluate and write ``results.json`` / ``results.csv`` / ``results.md`` / ``samples.jsonl``.
+    """Evaluate ``model`` (see :func:`resolve_target`) as ``settings`` ask and write ``results.json`` /
+    ``results.csv`` / ``results.md`` / ``samples.jsonl``.
 
     Returns ``(results, output_dir)``. ``output_dir`` defaults to ``RUN_DIR/eval`` for a run directory.
-    Generation defaults (temperature, top_p, max_new_tokens) are the run's rollout settings, else
-    1.0, 1.0 and 512. The LAAJ judge: see :func:`judge_settings`; ``judge=False`` runs none.
-    ``overrides`` (``key=value``) apply to the run's or the config's configuration.
+    What ``settings`` leave open (None) comes from the run's or ``config``'s configuration: its data and
+    prompt, its rollout's temperature, top_p and max_new_tokens (else 1.0, 1.0 and 512), its reward
+    options and judge (see :func:`judge_settings`). ``overrides`` (``key=value``) apply to that
+    configuration.
     """
-    from eapo.config import reward_options
-    from eapo.data import DataError, default_prompt_for, load, render_prompts
-    from eapo.runtime.generate import choose_backend, make_generator
-    from eapo.runtime.models import load_tokenizer
-
+    settings = settings or EvalSettings()
     target = resolve_target(model, config, overrides)
     cfg = target["run_config"]
     if output_dir is None:
@@ -311,132 +291,198 @@ def run_eval(
         output_dir = target["run_dir"] / "eval"
     output_dir = Path(output_dir)
     with writing(output_dir):  # one process at a time writes an evaluation directory
-        # Data and prompts: explicit > the run's / config's data section.
-        data_options: dict[str, Any] = {}
-        if data is None:
-            if cfg is None:
-                raise EvalError(
-                    "pass --data (a loader name such as demo, rjua, cmd, medquad, jsonl) or a run directory"
-                )
-            data = cfg.data.name
-            data_path = data_path if data_path is not None else cfg.data.path
-            data_options = dict(cfg.data.options)
-        elif cfg is not None and data == cfg.data.name and data_path is None:
-            data_path = cfg.data.path
-            data_options = dict(cfg.data.options)
-        # Prompt template and response prefix: explicit (--prompt / --response-prefix) > the run's training
-        # (kept on other data too: the model learnt to answer that prompt) > the dataset's default.
-        trained_prompt = trained_prefix = None
-        if cfg is not None:
-            trained_prompt = cfg.data.prompt or default_prompt_for(cfg.data.name)
-            trained_prefix = cfg.data.response_prefix
-        if max_prompt_tokens is None and cfg is not None:
-            max_prompt_tokens = cfg.data.max_prompt_tokens
-        try:
-            prompt = prompt or trained_prompt or default_prompt_for(data)
-            records = load(data, data_path, split=split, limit=limit, **data_options)
-        except (DataError, FileNotFoundError) as error:
-            raise EvalError(f"data {data!r}: {error}") from error
-        if not records:
-            raise EvalError(f"data {data!r} split {split!r} has no records; check --split and --data-path")
-        if response_prefix is None:
-            response_prefix = trained_prefix or ""
-        for warning in prompt_drift(prompt, response_prefix, trained_prompt, trained_prefix):
-            logger.warning(warning)
-        tokenizer = load_tokenizer(target["model_path"])
-        prompts = render_prompts(
-            records,
-            tokenizer,
-            prompt=prompt,
-            max_prompt_tokens=max_prompt_tokens,
-            response_prefix=response_prefix,
-        )
-
-        # Generation settings: explicit > the run's rollout settings > defaults.
+        inputs = load_inputs(settings, cfg, target["model_path"])
         rollout = cfg.rollout if cfg is not None else None
-        chosen_backend = choose_backend(backend)
-        if backend == "auto" and rollout is not None and rollout.requested_engine() != "auto":
-            # auto follows an engine the run (or config) chose explicitly, where that engine runs here: a
-            # run pinned to generate is evaluated with model.generate, one pinned to vllm with vLLM
-            try:
-                chosen_backend = choose_backend(rollout.requested_engine())
-            except (ImportError, RuntimeError):
-                pass  # e.g. a vLLM run evaluated on a machine without vLLM: this device's choice
-        settings = EvalSettings(
-            k=k,
-            temperature=temperature if temperature is not None else (rollout.temperature if rollout else 1.0),
-            top_p=top_p if top_p is not None else (rollout.top_p if rollout else 1.0),
-            max_new_tokens=max_new_tokens
-            if max_new_tokens is not None
-            else (rollout.max_completion_tokens if rollout else 512),
-            seed=seed,
-            batch_size=batch_size or (64 if chosen_backend in ("vllm", "paged") else 8),
-            n_resamples=n_resamples,
-        )
+        backend = _choose_backend(settings.backend, rollout)
+        sampling = sampling_settings(settings, rollout, backend)
         # Refuse to mix samples before loading any model (a mismatch is a clear error, not a slow one).
         check_generation(
-            output_dir / EVAL_CONFIG_FILE, generation_fingerprint(target["model"], settings.validate())
+            output_dir / EVAL_CONFIG_FILE, generation_fingerprint(target["model"], sampling.validate())
         )
-        options = reward_options(cfg) if cfg is not None else {}
-        if cfg is None or "prefix" not in cfg.reward.options.get("format", {}):
-            # the format check reads prefix + completion: the prefix this evaluation's prompts end with
-            options.setdefault("format", {})["prefix"] = response_prefix
-        judge_base_url, judge_model, judge_api_key_env, judge_options = judge_settings(
-            cfg, judge_base_url, judge_model, judge_api_key_env
-        )
-        scorer_map = build_scorers(
-            scorers,
-            reward_options=options,
-            rouge_level=rouge_level,
-            reranker_backend=reranker_backend,
-            judge_base_url=judge_base_url if judge else None,
-            judge_model=judge_model,
-            judge_api_key_env=judge_api_key_env,
-            judge_cache_dir=output_dir / "judge_cache",
-            judge_options=judge_options,
-        )
-        if "laaj" in scorer_map:
-            _check_judge(scorer_map)
-        model_dtype = dtype if dtype != "auto" or cfg is None else cfg.model.dtype
+        scorers = eval_scorers(settings, cfg, inputs.response_prefix, output_dir)
+        dtype = settings.dtype if settings.dtype != "auto" or cfg is None else cfg.model.dtype
         results = evaluate(
-            records,
-            list(prompts),
-            scorer_map,
+            inputs.records,
+            inputs.prompts,
+            scorers,
             output_dir,
             model=target["model"],
-            data=_data_label(data, data_path, split, limit),
-            generator=lambda: make_generator(
-                target["model_path"],
-                backend=chosen_backend,
-                dtype=model_dtype,
-                cache_implementation=rollout.cache_implementation if rollout else None,
-                compile=rollout.compile if rollout else False,
-                paged_options=dict(rollout.paged_options) if rollout else None,
-                vllm_compile=rollout.vllm_compile if rollout else None,
-                vllm_kv_cache_gib=rollout.vllm_kv_cache_gib if rollout else 1.0,
-            ),
-            settings=settings,
+            data=inputs.label,
+            generator=functools.partial(_make_generator, target["model_path"], backend, dtype, rollout),
+            settings=sampling,
             display_name=target["display_name"],
             details={
-                "backend": chosen_backend,
-                "dtype": model_dtype,
-                "split": split,
-                "limit": limit,
-                "prompt": prompt,
-                "max_prompt_tokens": max_prompt_tokens,
-                "response_prefix": response_prefix,
-                "trained_prompt": trained_prompt,
-                "trained_response_prefix": trained_prefix,
-                "truncated_prompts": len(getattr(prompts, "truncated", [])),
+                "backend": backend,
+                "dtype": dtype,
+                "split": settings.split,
+                "limit": settings.limit,
+                **inputs.details,
                 "model_path": target["model_path"],
             },
             progress=progress,
         )
-        close = [getattr(s, "close", None) for s in scorer_map.values()]
-        for fn in close:
-            if fn is not None:
-                fn()
+        for scorer in scorers.values():
+            if getattr(scorer, "close", None) is not None:
+                scorer.close()
         return results, output_dir
+
+
+@dataclass
+class EvalInputs:
+    """The records an evaluation scores and their rendered prompts, and how they were chosen."""
+
+    records: list[Any]
+    prompts: list[str]
+    label: str
+    """The data as ``results.json`` records it, e.g. ``"rjua:dev[:100]"``."""
+    response_prefix: str
+    """The text every prompt ends with (and the format check reads before each completion)."""
+    details: dict[str, Any]
+    """The prompt settings ``results.json["settings"]`` records (prompt, max_prompt_tokens, ...)."""
+
+
+def load_inputs(settings: EvalSettings, cfg: Any, model_path: str) -> EvalInputs:
+    """Load the data and render its prompts with ``model_path``'s tokenizer.
+
+    The data: ``settings.data``, else the run's (``cfg``'s); the run's path and loader options go with
+    the run's data. The prompt template and response prefix: ``settings``, else the run's training (kept
+    on other data too: the model learnt to answer that prompt), else the dataset's default; a template
+    or prefix other than the training's is warned about (:func:`prompt_drift`).
+    """
+    from eapo.data import DataError, default_prompt_for, load, render_prompts
+    from eapo.runtime.models import load_tokenizer
+
+    data, data_path, data_options = settings.data, settings.data_path, {}
+    if data is None:
+        if cfg is None:
+            raise EvalError(
+                "pass --data (a loader name such as demo, rjua, cmd, medquad, jsonl) or a run directory"
+            )
+        data = cfg.data.name
+        data_path = data_path if data_path is not None else cfg.data.path
+        data_options = dict(cfg.data.options)
+    elif cfg is not None and data == cfg.data.name and data_path is None:
+        data_path = cfg.data.path
+        data_options = dict(cfg.data.options)
+    trained_prompt = trained_prefix = None
+    if cfg is not None:
+        trained_prompt = cfg.data.prompt or default_prompt_for(cfg.data.name)
+        trained_prefix = cfg.data.response_prefix
+    max_prompt_tokens = settings.max_prompt_tokens
+    if max_prompt_tokens is None and cfg is not None:
+        max_prompt_tokens = cfg.data.max_prompt_tokens
+    try:
+        prompt = settings.prompt or trained_prompt or default_prompt_for(data)
+        records = load(data, data_path, split=settings.split, limit=settings.limit, **data_options)
+    except (DataError, FileNotFoundError) as error:
+        raise EvalError(f"data {data!r}: {error}") from error
+    if not records:
+        raise EvalError(
+            f"data {data!r} split {settings.split!r} has no records; check --split and --data-path"
+        )
+    response_prefix = settings.response_prefix
+    if response_prefix is None:
+        response_prefix = trained_prefix or ""
+    for warning in prompt_drift(prompt, response_prefix, trained_prompt, trained_prefix):
+        logger.warning(warning)
+    prompts = render_prompts(
+        records,
+        load_tokenizer(model_path),
+        prompt=prompt,
+        max_prompt_tokens=max_prompt_tokens,
+        response_prefix=response_prefix,
+    )
+    return EvalInputs(
+        records=records,
+        prompts=list(prompts),
+        label=_data_label(data, data_path, settings.split, settings.limit),
+        response_prefix=response_prefix,
+        details={
+            "prompt": prompt,
+            "max_prompt_tokens": max_prompt_tokens,
+            "response_prefix": response_prefix,
+            "trained_prompt": trained_prompt,
+            "trained_response_prefix": trained_prefix,
+            "truncated_prompts": len(getattr(prompts, "truncated", [])),
+        },
+    )
+
+
+def _choose_backend(requested: str, rollout: Any) -> str:
+    """The generation backend: ``requested``; ``auto`` follows an engine the run (or config) chose
+    explicitly, where that engine runs here (a run pinned to generate is evaluated with model.generate,
+    one pinned to vllm with vLLM), else this device's choice."""
+    from eapo.runtime.generate import choose_backend
+
+    chosen = choose_backend(requested)
+    if requested == "auto" and rollout is not None and rollout.requested_engine() != "auto":
+        try:
+            chosen = choose_backend(rollout.requested_engine())
+        except (ImportError, RuntimeError):
+            pass  # e.g. a vLLM run evaluated on a machine without vLLM: this device's choice
+    return chosen
+
+
+def sampling_settings(settings: EvalSettings, rollout: Any, backend: str) -> SamplingSettings:
+    """``settings``' sampling, what it leaves open taken from the run's ``rollout`` (else 1.0, 1.0, 512)
+    and the batch size from the ``backend`` (64 prompts per call with vLLM or paged, else 8)."""
+    temperature, top_p, max_new_tokens = settings.temperature, settings.top_p, settings.max_new_tokens
+    return SamplingSettings(
+        k=settings.k,
+        temperature=temperature if temperature is not None else (rollout.temperature if rollout else 1.0),
+        top_p=top_p if top_p is not None else (rollout.top_p if rollout else 1.0),
+        max_new_tokens=max_new_tokens
+        if max_new_tokens is not None
+        else (rollout.max_completion_tokens if rollout else 512),
+        seed=settings.seed,
+        batch_size=settings.batch_size or (64 if backend in ("vllm", "paged") else 8),
+        n_resamples=settings.n_resamples,
+    )
+
+
+def eval_scorers(settings: EvalSettings, cfg: Any, response_prefix: str, output_dir: Path) -> dict[str, Any]:
+    """``{column: reward function}`` as ``settings`` ask, configured as the run's training rewarded (its
+    ``reward.options``); the format check reads ``response_prefix`` + completion unless the run set its
+    prefix. A LAAJ judge is checked before any generation (:func:`_check_judge`)."""
+    from eapo.config import reward_options
+
+    options = reward_options(cfg) if cfg is not None else {}
+    if cfg is None or "prefix" not in cfg.reward.options.get("format", {}):
+        # the format check reads prefix + completion: the prefix this evaluation's prompts end with
+        options.setdefault("format", {})["prefix"] = response_prefix
+    judge_base_url, judge_model, judge_api_key_env, judge_options = judge_settings(
+        cfg, settings.judge_base_url, settings.judge_model, settings.judge_api_key_env
+    )
+    scorers = build_scorers(
+        settings.scorer_names,
+        reward_options=options,
+        rouge_level=settings.rouge_level,
+        reranker_backend=settings.reranker_backend,
+        judge_base_url=judge_base_url if settings.judge else None,
+        judge_model=judge_model,
+        judge_api_key_env=judge_api_key_env,
+        judge_cache_dir=output_dir / "judge_cache",
+        judge_options=judge_options,
+    )
+    if "laaj" in scorers:
+        _check_judge(scorers)
+    return scorers
+
+
+def _make_generator(model_path: str, backend: str, dtype: str, rollout: Any) -> Any:
+    """The generator, with the run's rollout options (called only when something is left to generate)."""
+    from eapo.runtime.generate import make_generator
+
+    return make_generator(
+        model_path,
+        backend=backend,
+        dtype=dtype,
+        cache_implementation=rollout.cache_implementation if rollout else None,
+        compile=rollout.compile if rollout else False,
+        paged_options=dict(rollout.paged_options) if rollout else None,
+        vllm_compile=rollout.vllm_compile if rollout else None,
+        vllm_kv_cache_gib=rollout.vllm_kv_cache_gib if rollout else 1.0,
+    )
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from eapo.evaluation.settings import DEFAULT_SCORERS, EvalSettings
 from eapo.run_dir import SUMMARY_FILE, atomic_write_text, read_metrics, training_finished
 from eapo.study.claims import (
     CLIPPED_KEY,
@@ -55,7 +56,7 @@ from eapo.study.claims import (
 from eapo.study.paper import assess_paper_claims, paper_claims_markdown
 from eapo.study.stats import Interval
 from eapo.sweep.manifest import MANIFEST, read_json
-from eapo.sweep.plan import WEIGHT_KEYS, EvalOptions, SweepError, SweepRun, plan_runs
+from eapo.sweep.plan import WEIGHT_KEYS, SweepError, SweepRun, plan_runs
 from eapo.sweep.run import SweepReport, run_sweep
 
 __all__ = [
@@ -346,14 +347,14 @@ def run_study(
     if not base.exists() or base.read_text(encoding="utf-8") != text:
         atomic_write_text(base, text)
 
-    eval_options = EvalOptions(
+    eval_options = EvalSettings(
         k=settings.k,
         limit=settings.eval_limit,
         split=settings.eval_split,
         max_new_tokens=settings.eval_max_new_tokens,
         batch_size=settings.eval_batch_size,
         backend=settings.backend,
-        scorers="rouge_l,reranker,format",
+        scorers=",".join(DEFAULT_SCORERS),
     )
     sweep = run_sweep(
         base,

@@ -1,5 +1,5 @@
-"""Planning a sweep: the ``--grid`` axes, every (method, weights, seed) configuration they make, and the
-options every ``eapo eval`` of the sweep runs with."""
+"""Planning a sweep: the ``--grid`` axes and every (method, weights, seed) configuration they make. What
+every ``eapo eval`` of the sweep runs with is an :class:`~eapo.evaluation.settings.EvalSettings`."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from eapo.core import METHODS, WEIGHTING_SCHEMES, method_scheme
 from eapo.evaluation.labels import method_label
+from eapo.evaluation.settings import EvalSettings
 
 #: Weights a grid can vary.
 GRID_KEYS = ("w_pos", "w_neg", "w0", "w_min", "w_max")
@@ -160,73 +161,6 @@ def plan_runs(
     return runs
 
 
-@dataclass
-class EvalOptions:
-    """What ``eapo eval`` is run with for every configuration (and the base model)."""
-
-    k: int = 8
-    limit: int | None = None
-    split: str = "dev"
-    temperature: float | None = None
-    max_new_tokens: int | None = None
-    batch_size: int | None = None
-    backend: str = "auto"
-    scorers: str | None = None
-    reranker_backend: str | None = None
-    judge_base_url: str | None = None
-    judge_model: str | None = None
-    judge_api_key_env: str | None = None
-    seed: int = 0
-
-    def cli_args(self) -> list[str]:
-        args = [
-            "--k",
-            str(self.k),
-            "--split",
-            self.split,
-            "--backend",
-            self.backend,
-            "--seed",
-            str(self.seed),
-        ]
-        optional = {
-            "--limit": self.limit,
-            "--temperature": self.temperature,
-            "--max-new-tokens": self.max_new_tokens,
-            "--batch-size": self.batch_size,
-            "--scorers": self.scorers,
-            "--reranker-backend": self.reranker_backend,
-            "--judge-base-url": self.judge_base_url,
-            "--judge-model": self.judge_model,
-            "--judge-api-key-env": self.judge_api_key_env,
-        }
-        for flag, value in optional.items():
-            if value is not None:
-                args += [flag, str(value)]
-        return args
-
-    def matches(self, results: Mapping[str, Any]) -> bool:
-        """Whether an existing ``results.json`` was produced with these options (then it is reused)."""
-        settings = results.get("settings", {})
-        checks = [
-            # results.json from before the explicit Avg column sets (no avg_laaj) is recomputed from
-            # its stored samples (nothing is generated again)
-            "avg_laaj" in results.get("metrics", {}),
-            results.get("k") == self.k,
-            settings.get("split") == self.split,
-            settings.get("limit") == self.limit,
-        ]
-        if self.temperature is not None:
-            checks.append(settings.get("temperature") == self.temperature)
-        if self.max_new_tokens is not None:
-            checks.append(settings.get("max_new_tokens") == self.max_new_tokens)
-        labels = results.get("labels", {})
-        requested = [
-            name.strip() for name in (self.scorers or "rouge_l,reranker,format").split(",") if name.strip()
-        ]
-        if self.judge_base_url is not None:
-            requested.append("laaj")
-        checks.append(all(name in labels for name in requested))
-        if self.reranker_backend == "cross-encoder" and "reranker" in labels:
-            checks.append("stand-in" not in labels["reranker"])
-        return all(checks)
+#: The sweep's former name for :class:`~eapo.evaluation.settings.EvalSettings` (what every ``eapo eval``
+#: of a sweep runs with), kept for the callers that still use it.
+EvalOptions = EvalSettings

@@ -28,9 +28,10 @@ from eapo.config import (
     read_config_tree,
 )
 from eapo.core import WEIGHTING_SCHEMES, method_scheme
+from eapo.evaluation.settings import EvalSettings
 from eapo.run_dir import FINAL_DIR, atomic_write_text, training_finished
 from eapo.sweep.manifest import MANIFEST, read_json, update_manifest
-from eapo.sweep.plan import WEIGHT_KEYS, EvalOptions, GridAxis, SweepError, SweepRun, plan_runs
+from eapo.sweep.plan import WEIGHT_KEYS, GridAxis, SweepError, SweepRun, plan_runs
 from eapo.sweep.tables import write_reports
 
 
@@ -189,7 +190,7 @@ def _register_runs(
     manifest_path: Path,
     base_config: Path,
     overrides: Sequence[str],
-    eval_options: EvalOptions,
+    eval_options: EvalSettings,
     configured: Mapping[str, _ConfiguredRun],
 ) -> None:
     """Record this invocation (base config, overrides, eval options) and every planned run in the
@@ -229,7 +230,7 @@ class _SweepJobs:
         output_dir: Path,
         base_config: Path,
         runner: Runner,
-        eval_options: EvalOptions,
+        eval_options: EvalSettings,
         echo: Callable[[str], None],
     ) -> None:
         self.output_dir = output_dir
@@ -361,7 +362,7 @@ def run_sweep(
     grids: Sequence[GridAxis | str] = (),
     seeds: Sequence[int] | None = None,
     overrides: Sequence[str] = (),
-    eval_options: EvalOptions | None = None,
+    eval_options: EvalSettings | None = None,
     include_base: bool = True,
     runner: Runner | None = None,
     echo: Callable[[str], None] = print,
@@ -390,7 +391,7 @@ def run_sweep(
     """
     base_config = Path(base_config)
     output_dir = Path(output_dir)
-    eval_options = eval_options or EvalOptions()
+    eval_options = eval_options or EvalSettings()
     runner = runner or SubprocessRunner()
     runs = list(planned) if planned is not None else plan_runs(methods, grids, seeds)
     names = [run.name for run in runs]

@@ -1,0 +1,165 @@
+"""What an evaluation is asked to do: one :class:`EvalSettings`, shared by ``eapo eval`` (which builds it
+from its flags), :func:`eapo.evaluation.run_eval` (which fills what it leaves open from the run's
+configuration) and ``eapo sweep`` / ``eapo study`` (which hold one for every evaluation they start,
+pass it on as ``eapo eval`` flags, and reuse a ``results.json`` it :meth:`~EvalSettings.matches`).
+
+A field left ``None`` means "the run's": the evaluated run's (or ``--config``'s) setting, else a
+built-in default (see :func:`eapo.evaluation.run_eval`). What the resumable loop needs once that is
+resolved — k, temperature, top_p, max_new_tokens, seed, batch size, bootstrap replicates — is
+:class:`eapo.evaluation.harness.SamplingSettings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = ["DEFAULT_SCORERS", "EvalSettings"]
+
+#: Scorers ``eapo eval`` runs by default (``laaj`` is added when a judge endpoint is given).
+DEFAULT_SCORERS = ("rouge_l", "reranker", "format")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How to evaluate: the data, sampling and scoring of ``eapo eval`` (one field per flag)."""
+
+    # --- data and prompts ------------------------------------------------------------------------
+    data: str | None = None
+    """Loader name (demo, rjua, cmd, medquad, jsonl, ...); None: the run's (or --config's) data."""
+    data_path: str | None = None
+    """Dataset file or directory; None: the run's when its data is evaluated."""
+    split: str = "dev"
+    """Split to evaluate: dev, test, train, all, or a fraction range."""
+    limit: int | None = None
+    """Evaluate at most this many prompts (None: all)."""
+    prompt: str | None = None
+    """Prompt template name or file; None: the run's training prompt, else the dataset's."""
+    response_prefix: str | None = None
+    """Text every response starts with (``""``: none); None: the run's ``data.response_prefix``."""
+    max_prompt_tokens: int | None = None
+    """Truncate longer questions; None: the run's ``data.max_prompt_tokens``."""
+
+    # --- sampling --------------------------------------------------------------------------------
+    k: int = 8
+    """Samples per prompt (RL@k / RR@k take the best of them; the paper uses 8)."""
+    temperature: float | None = None
+    """Sampling temperature; None: the run's rollout temperature, else 1.0."""
+    top_p: float | None = None
+    """Nucleus sampling; None: the run's, else 1.0."""
+    max_new_tokens: int | None = None
+    """Response length cap; None: the run's ``rollout.max_completion_tokens``, else 512."""
+    seed: int = 0
+    """Seeds sampling and the bootstrap."""
+    batch_size: int | None = None
+    """Prompts per generation call; None: 64 with vLLM or paged, else 8."""
+    backend: str = "auto"
+    """Generation backend: auto, transformers, paged, vllm (:data:`eapo.runtime.generate.BACKENDS`)."""
+    dtype: str = "auto"
+    """Weights dtype: auto (the run's ``model.dtype``), float32, bfloat16, float16."""
+
+    # --- scoring ---------------------------------------------------------------------------------
+    scorers: tuple[str, ...] | None = None
+    """Score columns (rouge_l, reranker, format; laaj: see ``judge_*``); None: :data:`DEFAULT_SCORERS`.
+    A comma-separated string (the ``--scorers`` flag's form) is split."""
+    rouge_level: str | None = None
+    """Rouge-L tokens: char, word, auto; None: the run's."""
+    reranker_backend: str | None = None
+    """auto, cross-encoder or bi-encoder (the offline stand-in); None: the run's, else auto."""
+    judge_base_url: str | None = None
+    """OpenAI-compatible judge endpoint (enables LAAJ); None: the run's ``reward.judge`` when it names one."""
+    judge_model: str | None = None
+    """Judge model name; None: ``reward.judge.model``."""
+    judge_api_key_env: str | None = None
+    """Name of the variable holding the judge key (``""``: none); None: see
+    :func:`eapo.evaluation.runner.judge_settings`."""
+    judge: bool = True
+    """False: no LAAJ, even where the run's configuration names a judge (``--no-judge``)."""
+    n_resamples: int = 1000
+    """Bootstrap replicates for the 95% intervals (``--bootstrap``)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.scorers, str):
+            names = tuple(name.strip() for name in self.scorers.split(",") if name.strip())
+            object.__setattr__(self, "scorers", names)
+        elif self.scorers is not None:
+            object.__setattr__(self, "scorers", tuple(self.scorers))
+
+    @property
+    def scorer_names(self) -> tuple[str, ...]:
+        """The score columns asked for (:data:`DEFAULT_SCORERS` when ``scorers`` is None)."""
+        return DEFAULT_SCORERS if self.scorers is None else self.scorers
+
+    def cli_args(self) -> list[str]:
+        """These settings as ``eapo eval`` flags (what a sweep passes to each evaluation, and records in
+        ``sweep.json``): k, split, backend and seed always, every other field only when it is set."""
+        args = [
+            "--k",
+            str(self.k),
+            "--split",
+            self.split,
+            "--backend",
+            self.backend,
+            "--seed",
+            str(self.seed),
+        ]
+        for name, flag in _OPTIONAL_FLAGS.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            args += [flag, ",".join(value) if name == "scorers" else str(value)]
+        defaults = {f.name: f.default for f in fields(self)}
+        for name, flag in _FLAGS_OFF_DEFAULT.items():
+            if getattr(self, name) != defaults[name]:
+                args += [flag, str(getattr(self, name))]
+        if not self.judge:
+            args.append("--no-judge")
+        return args
+
+    def matches(self, results: Mapping[str, Any]) -> bool:
+        """Whether an existing ``results.json`` was produced with these settings (a sweep then reuses it)."""
+        settings = results.get("settings", {})
+        checks = [
+            # results.json from before the explicit Avg column sets (no avg_laaj) is recomputed from
+            # its stored samples (nothing is generated again)
+            "avg_laaj" in results.get("metrics", {}),
+            results.get("k") == self.k,
+            settings.get("split") == self.split,
+            settings.get("limit") == self.limit,
+        ]
+        if self.temperature is not None:
+            checks.append(settings.get("temperature") == self.temperature)
+        if self.max_new_tokens is not None:
+            checks.append(settings.get("max_new_tokens") == self.max_new_tokens)
+        labels = results.get("labels", {})
+        requested = list(self.scorers or DEFAULT_SCORERS)  # an empty list asks for the defaults here
+        if self.judge_base_url is not None:
+            requested.append("laaj")
+        checks.append(all(name in labels for name in requested))
+        if self.reranker_backend == "cross-encoder" and "reranker" in labels:
+            checks.append("stand-in" not in labels["reranker"])
+        return all(checks)
+
+
+#: Fields passed on as ``eapo eval`` flags when set (not None), in the order a sweep records them.
+_OPTIONAL_FLAGS = {
+    "limit": "--limit",
+    "temperature": "--temperature",
+    "max_new_tokens": "--max-new-tokens",
+    "batch_size": "--batch-size",
+    "scorers": "--scorers",
+    "reranker_backend": "--reranker-backend",
+    "judge_base_url": "--judge-base-url",
+    "judge_model": "--judge-model",
+    "judge_api_key_env": "--judge-api-key-env",
+    "data": "--data",
+    "data_path": "--data-path",
+    "prompt": "--prompt",
+    "response_prefix": "--response-prefix",
+    "max_prompt_tokens": "--max-prompt-tokens",
+    "top_p": "--top-p",
+    "rouge_level": "--rouge-level",
+}
+#: Fields with a non-None default, passed on when they differ from it (``judge``: ``--no-judge``).
+_FLAGS_OFF_DEFAULT = {"dtype": "--dtype", "n_resamples": "--bootstrap"}
