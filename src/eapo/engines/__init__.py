@@ -12,24 +12,10 @@ old names raise an :class:`ImportError` that says so.
 
 from __future__ import annotations
 
-#: Names this module held before it became the engines' package -> where they are now.
-_MOVED_NAMES = frozenset(
-    {
-        "ENGINES",
-        "DTYPES",
-        "ATTENTION",
-        "EngineError",
-        "DeviceFacts",
-        "device_facts",
-        "choose_engine",
-        "resolve_dtype",
-        "resolve_attention",
-        "RolloutPlan",
-        "plan_rollout",
-        "vllm_runs_here",
-        "VLLM_CPU_INSTALL",
-    }
-)
+from eapo.runtime import backends as _backends
+
+#: Names this module held before it became the engines' package: the backends module's public names.
+_MOVED_NAMES = frozenset(_backends.__all__)
 
 
 def __getattr__(name: str):
