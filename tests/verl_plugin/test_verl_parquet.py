@@ -50,3 +50,23 @@ def test_cli_writes_one_parquet_per_split(tmp_path):
     assert [row["prompt"] for row in rows] == [build_messages(record, "rjua_en") for record in records]
     assert [row["reward_model"]["ground_truth"] for row in rows] == [record.reference for record in records]
     assert {row["extra_info"]["split"] for row in rows} == {"0:0.5"}
+
+
+def test_without_verl_the_trainer_names_raise_naming_the_extra():
+    """The package imports without verl (the export above needs it to); what needs verl says so."""
+    import importlib.util
+
+    import pytest
+
+    import eapo.engines.verl as plugin
+
+    if importlib.util.find_spec("verl") is not None:
+        assert plugin.VERL_INSTALLED is True
+        assert "EAPOVerlTrainer" in plugin.__all__
+        return
+    assert plugin.VERL_INSTALLED is False
+    assert "EAPOVerlTrainer" not in plugin.__all__
+    with pytest.raises(ImportError, match=r"needs verl.*eapo\[verl\]"):
+        from eapo.engines.verl import EAPOVerlTrainer  # noqa: F401
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        plugin.nonexistent  # noqa: B018

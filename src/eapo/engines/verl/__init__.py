@@ -27,6 +27,9 @@ unknown, ``python -c "import eapo.engines.verl"`` shows why.
 
 from __future__ import annotations
 
+import importlib.util
+
+from eapo.engines.verl.entropy_control import EntropyControls, register_policy_losses
 from eapo.engines.verl.estimators import (
     ESTIMATORS,
     PolarityStep,
@@ -34,31 +37,41 @@ from eapo.engines.verl.estimators import (
     polarity_weights,
     register_estimators,
 )
+from eapo.engines.verl.reward import compute_score
+from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettings
 
-register_estimators()
+#: Whether verl is importable here. Without it, the parts that do not need it (the parquet export
+#: behind ``eapo data export-verl``, the settings, the reward function) still import; the trainer
+#: and the registrations need verl.
+VERL_INSTALLED = importlib.util.find_spec("verl") is not None
 
-from eapo.engines.verl.entropy_control import (  # noqa: E402
-    EntropyControls,
-    register_policy_losses,
-)
+#: Names that exist only where verl is installed (the trainer module imports verl at its top).
+_TRAINER_NAMES = ("ENTROPY_FIELD", "WEIGHTING_STATE_FILE", "EAPOVerlTrainer")
 
-register_policy_losses()
+if VERL_INSTALLED:
+    register_estimators()
+    register_policy_losses()
+    from eapo.engines.verl.trainer import (  # noqa: F401  (registers the trainer; in __all__ below)
+        ENTROPY_FIELD,
+        WEIGHTING_STATE_FILE,
+        EAPOVerlTrainer,
+    )
+else:
 
-from eapo.engines.verl.reward import compute_score  # noqa: E402
-from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettings  # noqa: E402
-from eapo.engines.verl.trainer import (  # noqa: E402  (registers the trainer)
-    ENTROPY_FIELD,
-    WEIGHTING_STATE_FILE,
-    EAPOVerlTrainer,
-)
+    def __getattr__(name: str):
+        if name in _TRAINER_NAMES:
+            raise ImportError(
+                f"eapo.engines.verl.{name} needs verl, which is not installed in this environment: "
+                "pip install 'eapo[verl]' (or run `make .venv-verl/.eapo-verl-installed`)."
+            )
+        raise AttributeError(f"module 'eapo.engines.verl' has no attribute {name!r}")
+
 
 __all__ = [
     "ESTIMATOR_NAMES",
+    "VERL_INSTALLED",
     "ESTIMATORS",
-    "ENTROPY_FIELD",
     "TRAINER_NAME",
-    "WEIGHTING_STATE_FILE",
-    "EAPOVerlTrainer",
     "EapoSettings",
     "EntropyControls",
     "PolarityStep",
@@ -68,3 +81,5 @@ __all__ = [
     "register_estimators",
     "register_policy_losses",
 ]
+if VERL_INSTALLED:
+    __all__ += list(_TRAINER_NAMES)
