@@ -116,17 +116,17 @@ from transformers import TrainerCallback
 from eapo.config import load_config
 from eapo.train import run
 
-config, out, gate, pauses, *overrides = sys.argv[1:]
-gate, pauses = pathlib.Path(gate), {int(step) for step in pauses.split(",")}
+config, out, gate, pauses, wait_s, *overrides = sys.argv[1:]
+gate, pauses, wait_s = pathlib.Path(gate), {int(step) for step in pauses.split(",")}, float(wait_s)
 
 class Pause(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.global_step in pauses and logs and "loss" in logs:
             (gate / f"step-{state.global_step}.done").touch()
-            deadline = time.monotonic() + 900
+            deadline = time.monotonic() + wait_s
             while not (gate / f"step-{state.global_step}.go").exists():
                 if time.monotonic() > deadline:
-                    sys.exit(f"no go for step {state.global_step} within 900 s")
+                    sys.exit(f"no go for step {state.global_step} within {wait_s:g} s")
                 time.sleep(0.05)
 
 run(load_config(config, overrides), out, callbacks=[Pause()])
@@ -134,9 +134,22 @@ run(load_config(config, overrides), out, callbacks=[Pause()])
 
 
 class PausedRun:
-    """A training subprocess that stops after the given steps until told to go on."""
+    """A training subprocess that stops after the given steps until told to go on.
 
-    def __init__(self, tmp_path: Path, base_url: str, model: str, steps: int, pauses: list[int], *extra: str):
+    ``step_timeout`` bounds every wait on either side (a step, a go, the end); a test that makes a step
+    slow on purpose (a judge slower than its client's timeout) sizes it from that timeout."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        base_url: str,
+        model: str,
+        steps: int,
+        pauses: list[int],
+        *extra: str,
+        step_timeout: float = 900.0,
+    ):
+        self.step_timeout = step_timeout
         self.run_dir = tmp_path / "run"
         self.gate = tmp_path / "gate"
         self.gate.mkdir()
@@ -160,7 +173,7 @@ class PausedRun:
         with open(self.stderr_path, "w") as stderr:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", _TRAIN, str(TINY), str(self.run_dir), str(self.gate)]
-                + [",".join(map(str, pauses)), *overrides],
+                + [",".join(map(str, pauses)), str(step_timeout), *overrides],
                 env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
@@ -169,8 +182,9 @@ class PausedRun:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
-    def wait_step(self, step: int, timeout: float = 900.0) -> dict:
+    def wait_step(self, step: int, timeout: float | None = None) -> dict:
         """Wait until the run pauses after ``step``; its metrics line."""
+        timeout = self.step_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         while not (self.gate / f"step-{step}.done").exists():
             assert self.process.poll() is None, (
@@ -183,7 +197,8 @@ class PausedRun:
     def go(self, step: int) -> None:
         (self.gate / f"step-{step}.go").touch()
 
-    def finish(self, timeout: float = 900.0) -> list[dict]:
+    def finish(self, timeout: float | None = None) -> list[dict]:
+        timeout = self.step_timeout if timeout is None else timeout
         code = self.process.wait(timeout=timeout)
         assert code == 0, f"training exited {code}:\n{self.stderr()[-4000:]}"
         return read_metrics(self.run_dir)
@@ -324,6 +339,8 @@ def test_a_run_survives_a_judge_slower_than_its_timeout_and_503s(vllm_judge, tmp
             "reward.judge.max_retries=1",
             "reward.options.llm_judge.backoff_base=0.2",
             "reward.options.llm_judge.backoff_max=5.0",
+            # step 2 takes two attempts' timeouts by design; the waits grow with the measured timeout
+            step_timeout=900.0 + 3 * timeout,
         )
         try:
             assert run.wait_step(1)["reward/llm_judge/none_frac"] == 0.0
@@ -351,7 +368,8 @@ def test_a_run_survives_a_judge_slower_than_its_timeout_and_503s(vllm_judge, tmp
     assert_every_step_logged(rows, 4)
     assert [row["reward/llm_judge/none_frac"] > 0 for row in rows] == [False, True, False, False]
     assert f"timeout after {float(f'{timeout:.1f}'):g} s; gave up after 1 retries" in run.stderr()
-    assert 2 * timeout <= slow_step < 2 * timeout + 120  # two attempts' timeouts, then on
+    # two attempts' timeouts, then on (a third attempt would take another whole timeout)
+    assert 2 * timeout <= slow_step < 2 * timeout + max(120.0, 0.5 * timeout)
     assert late >= 1  # answers the proxy held past the client's timeout (the rest came due after the run)
     asked_in_step_4 = round(4 * rows[3]["reward/llm_judge/response/judged/mean"])
     assert proxy_503 - statuses_before_503 == asked_in_step_4 > 0  # one 503 per request of step 4
