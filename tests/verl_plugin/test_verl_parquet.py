@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
+import eapo.engines.verl as plugin
 from eapo.cli import app
 from eapo.data import build_messages, load
 from eapo.engines.verl.parquet import VERL_COLUMNS, verl_rows
@@ -54,12 +58,6 @@ def test_cli_writes_one_parquet_per_split(tmp_path):
 
 def test_without_verl_the_trainer_names_raise_naming_the_extra():
     """The package imports without verl (the export above needs it to); what needs verl says so."""
-    import importlib.util
-
-    import pytest
-
-    import eapo.engines.verl as plugin
-
     if importlib.util.find_spec("verl") is not None:
         assert plugin.VERL_INSTALLED is True
         assert "EAPOVerlTrainer" in plugin.__all__
