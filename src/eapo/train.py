@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eapo.config import ConfigError, EAPOConfig, dump_config
+from eapo.config import ConfigError, EAPOConfig, config_changes, dump_config
 from eapo.engines.trl import args as trl_args
 from eapo.run_dir import (
     CONFIG_FILE,
@@ -454,32 +454,6 @@ def base_model_id(name_or_path: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _changed_settings(saved: Path, config: EAPOConfig) -> list[str]:
-    """The dotted keys whose values differ between a run's saved config.yaml and ``config``. The saved
-    file is read through this version's defaults, so settings added since the run started (with their
-    defaults) do not count as changes."""
-    if not saved.exists():
-        return []
-    from eapo.config import load_config
-
-    try:
-        before = load_config(saved).to_dict()
-    except ConfigError as error:
-        return [f"unreadable: {error}"]
-
-    def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            if isinstance(value, dict) and value:
-                out.update(flat(value, f"{prefix}{key}."))
-            else:
-                out[f"{prefix}{key}"] = value
-        return out
-
-    old, new = flat(before), flat(config.to_dict())
-    return [key for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
-
-
 def _inspect_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool) -> Path | None:
     """Read (never write) ``run_dir``: refuse to overwrite another run, and on resume check the
     settings and return the last complete checkpoint (``None``: start from step 0)."""
@@ -491,7 +465,11 @@ def _inspect_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool) -> Path
         )
     if not (resume and existing):
         return None
-    changed = _changed_settings(run_dir / CONFIG_FILE, config)
+    saved = run_dir / CONFIG_FILE
+    try:
+        changed = list(config_changes(saved, config)) if saved.exists() else []
+    except ConfigError as error:
+        changed = [f"unreadable: {error}"]
     if changed:
         raise RunError(
             f"{run_dir / CONFIG_FILE} differs from this run's configuration ({', '.join(changed)}); resume "

@@ -347,6 +347,28 @@ def test_a_run_directory_with_another_configuration_stops_the_sweep_first(tmp_pa
     assert runner.trained == [] and runner.evaluated == []
 
 
+def test_finished_runs_from_an_eapo_without_a_later_setting_are_skipped_not_refused(tmp_path):
+    """A run directory's config.yaml written before a setting existed (the 3-seed study's runs lack
+    logging.report_to) is read with that setting's default, as ``eapo train --resume`` reads it: the
+    rerun skips the finished run. A setting it does hold with another value still stops the sweep."""
+    sweep(tmp_path, FakeRunner(), methods=["grpo"], grids=[])
+    saved = tmp_path / "sweep" / "runs" / "grpo" / "config.yaml"
+    tree = yaml.safe_load(saved.read_text())
+    del tree["logging"]["report_to"], tree["logging"]["project"]  # added after this run was configured
+    saved.write_text(yaml.safe_dump(tree))
+    runner = FakeRunner()
+    report = sweep(tmp_path, runner, methods=["grpo"], grids=[])
+    assert runner.trained == [] and report.statuses["grpo"] == "skipped (finished)"
+
+    tree["logging"]["project"] = "elsewhere"
+    saved.write_text(yaml.safe_dump(tree))
+    with pytest.raises(SweepError, match=r"runs/grpo: logging.project: 'elsewhere' \(existing\) vs 'eapo'"):
+        sweep(tmp_path, FakeRunner(), methods=["grpo"], grids=[])
+    saved.write_text("train: [unclosed\n")
+    with pytest.raises(SweepError, match=r"runs/grpo: unreadable config.yaml .*not valid YAML"):
+        sweep(tmp_path, FakeRunner(), methods=["grpo"], grids=[])
+
+
 def test_a_bad_override_is_refused_before_anything_runs(tmp_path):
     runner = FakeRunner()
     with pytest.raises(SweepError, match="algorithm.w0=0.3 applies to none of the methods grpo"):

@@ -692,17 +692,28 @@ def test_resume_accepts_a_config_saved_before_new_settings_existed_and_names_rea
     change. A changed value is, and is named."""
     import yaml
 
-    from eapo.config import dump_config
-    from eapo.train import _changed_settings
+    from eapo.config import config_changes, dump_config
 
     config = tiny("train.save_steps=0")
     tree = yaml.safe_load(dump_config(config))
     del tree["train"]["lm_head"], tree["train"]["share_frozen_layers"]  # added after this run started
     saved = tmp_path / "config.yaml"
     saved.write_text(yaml.safe_dump(tree))
-    assert _changed_settings(saved, config) == []
-    assert _changed_settings(tmp_path / "missing.yaml", config) == []
+    assert config_changes(saved, config) == {}
     tree["train"]["learning_rate"] = 0.5
     tree["rollout"]["temperature"] = 0.5
     saved.write_text(yaml.safe_dump(tree))
-    assert _changed_settings(saved, config) == ["rollout.temperature", "train.learning_rate"]
+    assert config_changes(saved, config) == {
+        "rollout.temperature": (0.5, config.rollout.temperature),
+        "train.learning_rate": (0.5, config.train.learning_rate),
+    }
+
+    from eapo.train import _inspect_run_dir
+
+    with pytest.raises(
+        RunError, match=r"differs from this run's configuration \(rollout.temperature, train.learning_rate\)"
+    ):
+        _inspect_run_dir(tmp_path, config, resume=True)
+    saved.write_text("train: [unclosed\n")
+    with pytest.raises(RunError, match=r"unreadable: .*config.yaml: not valid YAML"):
+        _inspect_run_dir(tmp_path, config, resume=True)

@@ -38,6 +38,7 @@ from eapo.config.fields import (
 )
 from eapo.config.load import (
     ConfigLoader,
+    config_changes,
     config_from_tree,
     dump_config,
     load_config,
@@ -88,5 +89,6 @@ __all__ = [
     "load_config",
     "config_from_tree",
     "dump_config",
+    "config_changes",
     "reward_options",
 ]

@@ -162,3 +162,30 @@ def _overrides_key(item: str, key: str) -> bool:
 
 def dump_config(config: EAPOConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_changes(saved: str | Path, config: EAPOConfig) -> dict[str, tuple[Any, Any]]:
+    """``{dotted key: (saved value, value in config)}`` for every setting a run's saved ``config.yaml``
+    and ``config`` disagree on, in key order.
+
+    The saved file is read through this version's defaults, so a setting added since the run was
+    configured (absent from the file, taking its default) is not a change: ``eapo train --resume`` and
+    ``eapo sweep``/``eapo study``'s skip of finished runs both use this one rule. Raises
+    :class:`ConfigError` (naming the file) when the file cannot be read as a config."""
+    old = _flat(load_config(saved).to_dict())
+    new = _flat(config.to_dict())
+    return {
+        key: (old.get(key), new.get(key))
+        for key in sorted(old.keys() | new.keys())
+        if old.get(key) != new.get(key)
+    }

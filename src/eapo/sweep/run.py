@@ -22,6 +22,7 @@ import yaml
 from eapo.config import (
     ConfigError,
     EAPOConfig,
+    config_changes,
     dump_config,
     load_config,
     parse_overrides,
@@ -111,23 +112,14 @@ class SweepReport:
     files: list[Path]
 
 
-def _config_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for key in sorted(set(old) | set(new), key=str):
-            out += _config_diff(old.get(key), new.get(key), f"{prefix}{key}.")
-        return out
-    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} (existing) vs {new!r} (this sweep)"]
-
-
 @dataclass(frozen=True)
 class _ConfiguredRun:
     """A planned run with everything it is trained with: the overrides on the base config, and the
-    resulting configuration as ``eapo train`` writes it to ``config.yaml``."""
+    resulting configuration (``eapo train`` writes it to ``config.yaml``)."""
 
     run: SweepRun
     overrides: list[str]
-    config_text: str
+    config: EAPOConfig
 
 
 def _configure_runs(
@@ -165,20 +157,28 @@ def _configure_runs(
             config = load_config(base_config, run_overrides)
         except ConfigError as error:
             raise SweepError(f"run {run.name}: {error}") from None
-        configured[run.name] = _ConfiguredRun(run, run_overrides, dump_config(config))
+        configured[run.name] = _ConfiguredRun(run, run_overrides, config)
     return base, configured
 
 
 def _check_run_dirs(output_dir: Path, configured: Mapping[str, _ConfiguredRun]) -> None:
-    """Stop the sweep if a run directory was trained with another configuration (naming the differing keys)."""
+    """Stop the sweep if a run directory was trained with another configuration (naming the differing
+    keys). The run's ``config.yaml`` is read as ``eapo train --resume`` reads it: a setting added to
+    eapo since the run was configured takes its default and is not a difference, so finished runs
+    survive an upgrade that only adds settings."""
     conflicts = []
     for name, planned in configured.items():
         existing = output_dir / "runs" / name / "config.yaml"
-        if existing.exists() and existing.read_text(encoding="utf-8") != planned.config_text:
-            diff = _config_diff(
-                yaml.safe_load(existing.read_text(encoding="utf-8")), yaml.safe_load(planned.config_text)
-            )
-            conflicts.append(f"{existing.parent}: " + ("; ".join(diff[:5]) or "formatting differs"))
+        if not existing.exists():
+            continue
+        try:
+            changes = config_changes(existing, planned.config)
+        except ConfigError as error:
+            conflicts.append(f"{existing.parent}: unreadable config.yaml ({error})")
+            continue
+        diff = [f"{key}: {old!r} (existing) vs {new!r} (this sweep)" for key, (old, new) in changes.items()]
+        if diff:
+            conflicts.append(f"{existing.parent}: " + "; ".join(diff[:5]))
     if conflicts:
         raise SweepError(
             "run directories exist with a different configuration (use another --output-dir, or delete them):\n  "
