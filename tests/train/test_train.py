@@ -693,6 +693,7 @@ def test_resume_accepts_a_config_saved_before_new_settings_existed_and_names_rea
     import yaml
 
     from eapo.config import config_changes, dump_config
+    from eapo.train import _inspect_run_dir
 
     config = tiny("train.save_steps=0")
     tree = yaml.safe_load(dump_config(config))
@@ -707,9 +708,6 @@ def test_resume_accepts_a_config_saved_before_new_settings_existed_and_names_rea
         "rollout.temperature": (0.5, config.rollout.temperature),
         "train.learning_rate": (0.5, config.train.learning_rate),
     }
-
-    from eapo.train import _inspect_run_dir
-
     with pytest.raises(
         RunError, match=r"differs from this run's configuration \(rollout.temperature, train.learning_rate\)"
     ):
