@@ -33,6 +33,7 @@ __all__ = [
     "plot_runs",
     "plot_seed_bands",
     "seed_band",
+    "line_style",
     "ema",
     "auto_smoothing",
     "panel_keys",
@@ -120,6 +121,17 @@ def _labels(run_dirs: Sequence[Path]) -> list[str]:
     return labels
 
 
+#: Line styles, one per ten lines: the 11th line takes the first colour again, dashed.
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def line_style(index: int) -> dict[str, str]:
+    """Colour and line style of the ``index``-th line of a figure: matplotlib's ten default colours,
+    then the same colours dashed, dotted, dash-dotted, so up to 40 lines are told apart (a study has
+    12 configurations; colour alone repeated after 10)."""
+    return {"color": f"C{index % 10}", "linestyle": _LINESTYLES[(index // 10) % len(_LINESTYLES)]}
+
+
 def _panel_grid(
     panels: int, entries: int, *, max_cols: int, size: tuple[float, float], pad: float
 ) -> tuple[Figure, Any]:
@@ -184,7 +196,7 @@ def plot_runs(
     handles: dict[int, Any] = {}  # run index -> its first smoothed line (the legend entry)
     for axis, (key, panel_title) in zip(axes, panels, strict=False):
         for run_index, (rows, label) in enumerate(zip(runs, labels, strict=True)):
-            color = f"C{run_index % 10}"
+            style = line_style(run_index)
             points = [(row["step"], row.get(key)) for row in rows if "step" in row]
             values = [
                 v if isinstance(v, int | float) and not isinstance(v, bool) else None for _, v in points
@@ -196,13 +208,18 @@ def plot_runs(
             smooth = ema(values, smoothing)
             keep = ~np.isnan(raw)
             axis.plot(
-                steps[keep], raw[keep], color=color, alpha=0.25, linewidth=0.8, label=f"{RAW_PREFIX}{label}"
+                steps[keep],
+                raw[keep],
+                color=style["color"],
+                alpha=0.25,
+                linewidth=0.8,
+                label=f"{RAW_PREFIX}{label}",
             )
             sparse = key.startswith("val/")  # validation: only the steps that validated have a value
             (line,) = axis.plot(
                 steps[keep],
                 smooth[keep],
-                color=color,
+                **style,
                 linewidth=1.6,
                 label=label,
                 marker="o" if sparse else None,
@@ -304,11 +321,9 @@ def plot_seed_bands(
             steps, mean, low, high = seed_band(seeds, key, smoothing)
             if not steps.size:
                 continue
-            color = f"C{index % 10}"
-            axis.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
-            (line,) = axis.plot(
-                steps, mean, color=color, linewidth=1.6, label=f"{label} ({len(seeds)} seeds)"
-            )
+            style = line_style(index)
+            axis.fill_between(steps, low, high, color=style["color"], alpha=0.2, linewidth=0)
+            (line,) = axis.plot(steps, mean, **style, linewidth=1.6, label=f"{label} ({len(seeds)} seeds)")
             handles.setdefault(label, line)
         axis.set_title(panel_title, fontsize=10)
         axis.set_xlabel("step")

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from eapo.cli import app
-from eapo.plot import RAW_PREFIX, auto_smoothing, ema, plot_runs
+from eapo.plot import RAW_PREFIX, auto_smoothing, ema, line_style, plot_runs, plot_seed_bands
 
 
 def make_run(
@@ -179,3 +179,20 @@ def test_entropy_control_metrics_get_their_panels_only_where_logged():
         ("entropy_control/coef", "Entropy coefficient (applied)"),
         ("entropy_control/cov_frac", "Clip-Cov / KL-Cov selected (share of tokens)"),
     ]
+
+
+def test_twelve_configurations_get_twelve_different_lines(tmp_path):
+    """A study draws 12 configurations; ten colours alone drew PSR and clip-higher alike."""
+    styles = [(style["color"], style["linestyle"]) for style in map(line_style, range(40))]
+    assert len(set(styles)) == 40
+    assert styles[0] == ("C0", "-") and styles[10] == ("C0", "--") and styles[11] == ("C1", "--")
+
+    groups = {f"m{i}": [make_run(tmp_path, f"m{i}-seed0", "grpo", steps=4)] for i in range(12)}
+    figure = plot_seed_bands(groups)
+    drawn = [(line.get_color(), line.get_linestyle()) for line in labelled_lines(figure.axes[0])]
+    assert len(drawn) == 12 and len(set(drawn)) == 12
+    assert drawn[1] == ("C1", "-") and drawn[11] == ("C1", "--")
+
+    figure = plot_runs([path for dirs in groups.values() for path in dirs])
+    drawn = [(line.get_color(), line.get_linestyle()) for line in labelled_lines(figure.axes[0])]
+    assert len(drawn) == 12 and len(set(drawn)) == 12
