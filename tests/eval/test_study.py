@@ -492,3 +492,73 @@ def test_the_committed_cpu_study_parses_and_its_claims_agree_with_claims_md():
     assert verdicts["EAPO holds entropy near H_0"] == NOT_HELD and "1.36 × H_0" in readme
     for name in ("claims.md", "claims.json", "comparison.md", "dynamics.png"):
         assert (results / name).stat().st_size > 0
+
+
+def test_the_committed_3_seed_study_is_complete_and_its_readme_quotes_its_verdicts():
+    """docs/results/study-cpu-smollm2-medquad-3seeds (issue 26): every claim decided on its finished
+    runs (the five methods with 3 seeds of 40 steps), claims.md is claims.json's data, and the README's
+    verdict tables state the verdict claims.json holds for each claim (no hand-edited verdict)."""
+    results = ROOT / "docs" / "results" / "study-cpu-smollm2-medquad-3seeds"
+    payload = json.loads((results / "claims.json").read_text(encoding="utf-8"))
+    markdown = (results / "claims.md").read_text(encoding="utf-8")
+    readme = (results / "README.md").read_text(encoding="utf-8")
+    assert payload["config"] == "configs/study_cpu_3seeds.yaml" and payload["settings"]["k"] >= 4
+    assert payload["settings"]["eval_limit"] >= 40 and payload["engines"] == ["vllm"] * 29
+    assert {m: (row["seeds"], row["steps"]) for m, row in payload["methods"].items()} == {
+        m: (3, 40) for m in ("grpo", "psr", "nsr", "w_reinforce", "eapo")
+    }
+    claims = payload["claims"] + payload["paper_claims"]
+    assert len(payload["claims"]) == 8 and len(payload["paper_claims"]) == 12
+    assert {c["verdict"] for c in claims} <= {HELD, NOT_HELD, WITHIN_NOISE}  # nothing unmeasured
+    for claim in claims:  # claims.md's rows: paper claims carry a quote column; a cell escapes its "|"
+        evidence = claim["evidence"].replace("|", "\\|")
+        assert f"| {claim['statement']} |" in markdown, claim["statement"]
+        assert f"| **{claim['verdict']}** | {evidence} |" in markdown, claim["statement"]
+    assert set(payload["entropy_controls"]) == {"eapo", "adaptive_entropy", "clip_higher", "clip_cov"}
+
+    verdict_section = readme.split("## The verdicts", 1)[1].split("\n## ", 1)[0]
+
+    def readme_verdict(start: str) -> str:
+        rows = [line for line in verdict_section.splitlines() if line.startswith(f"| {start}")]
+        assert len(rows) == 1, (start, rows)
+        return rows[0].split("**")[1]
+
+    by_key = {c["statement"]: c["verdict"] for c in claims}
+    first = {
+        "PSR lowers entropy": "PSR lowers entropy |",
+        "PSR shortens answers": "PSR shortens answers |",
+        "NSR raises entropy": "NSR raises entropy |",
+        "GRPO lowers entropy": "GRPO lowers entropy |",
+        "NSR lengthens answers": "NSR lengthens answers |",
+        "EAPO holds entropy near H_0": "EAPO holds entropy near H_0 |",
+        "EAPO scores best on Avg": "EAPO scores best on Avg |",
+        "NSR's reward rises faster than PSR's": "NSR's reward rises faster than PSR's |",
+    }
+    tuning = "EAPO is tuning-free: its Avg varies less over w0 than W-REINFORCE's over w+"
+    approaches = "EAPO approaches the best fixed-weight configuration (within 1.2%)"
+    paper = {
+        "NSR keeps a higher entropy than PSR": "NSR keeps a higher entropy than PSR (2.5)",
+        "Fixed w+ = 0.2, w− = 1 (W-REINFORCE) raises entropy": "Fixed w+ = 0.2, w− = 1 raises entropy",
+        "EAPO keeps a stable entropy level": "EAPO keeps a stable entropy level",
+        "EAPO confines response length within a reasonable range": "EAPO confines response length",
+        tuning: "EAPO is tuning-free (appendix), Avg",
+        tuning + " (strict Avg)": "EAPO is tuning-free, strict Avg",
+        approaches: "EAPO approaches the best fixed weights (within 1.2%) (5.2), Avg",
+        approaches + " (strict Avg)": "EAPO approaches the best fixed weights, strict Avg",
+        "EAPO scores best on Avg (strict Avg)": "EAPO scores best on Avg, strict Avg",
+        "EAPO holds its entropy closer to its start than Adaptive entropy": "adaptive entropy bonus",
+        "EAPO holds its entropy closer to its start than Clip-higher": "clip-higher (",
+        "EAPO holds its entropy closer to its start than Clip-Cov": "Clip-Cov |",
+    }
+    assert set(first) | set(paper) == set(by_key)
+    for statement, row in {**first, **paper}.items():
+        assert readme_verdict(row) == by_key[statement], statement
+    stable = next(c for c in payload["paper_claims"] if c["statement"] == "EAPO keeps a stable entropy level")
+    assert "1.012 [0.946, 1.079]" in stable["evidence"] and "1.012 [0.946, 1.079]" in readme
+    assert "Status: finished" in readme and "Status: running" not in readme
+    for name in ("comparison.md", "sensitivity.md", "fixed_weights.md", "dynamics.png", "dynamics.svg"):
+        assert (results / name).stat().st_size > 0, name
+    assert "| Range (max−min) |" in (results / "sensitivity.md").read_text(encoding="utf-8")
+    assert "## Strict: an answer without its <advice> block scores 0" in (
+        results / "comparison.md"
+    ).read_text(encoding="utf-8")
