@@ -120,7 +120,7 @@ def entropy_control_rows() -> list[tuple[str, str, str, str]]:
         (
             control.name,
             control.source,
-            ", ".join(f"{key}={yaml_value(value)}" for key, value in control.settings.items()),
+            ", ".join(f"{key}={yaml_value(value)}" for key, value in control.preset.items()),
             control.help,
         )
         for control in ENTROPY_CONTROLS.values()

@@ -148,9 +148,9 @@ def test_every_preset_is_a_method_whose_settings_are_config_fields():
     }
     for name, control in ENTROPY_CONTROLS.items():
         assert name in METHODS and method_scheme(name) == "grpo"
-        assert set(control.settings) <= fields, name
+        assert set(control.preset) <= fields, name
         config = load_config(None, [f"algorithm.method={name}"]).algorithm
-        for key, value in control.settings.items():
+        for key, value in control.preset.items():
             assert getattr(config, key) == value, (name, key)
         assert "arXiv" in control.source, name
 

@@ -1,6 +1,7 @@
 """What each setting of the ``eapo train`` tree admits, and the checks that hold a value to it.
 
-Every field of a section is declared with :func:`setting`: its one-line help string, its default and,
+The value checks (:class:`Valid` and its builders) are :mod:`eapo.core.settings`'s, shared with the
+algorithm settings core declares. Every field of a section is declared with :func:`setting`: its one-line help string, its default and,
 for a setting (not a section), ``valid=``: one of :func:`at_least`, :func:`above`, :func:`between`,
 :func:`one_of`, :data:`NON_EMPTY`, :func:`satisfies`, or :data:`ANY_OF_TYPE` where every value of its
 type is valid (a new field without one fails ``tests/train/test_config_validation.py``).
@@ -11,15 +12,49 @@ admits (errors and ``--help``), and :class:`ConfigError` is the one error they r
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import types
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import field
 from typing import Any
 
+from eapo.core.settings import (
+    ANY_OF_TYPE,
+    FINITE,
+    Setting,
+    Valid,
+    above,
+    at_least,
+    between,
+    is_finite,
+    one_of,
+    satisfies,
+)
 from eapo.data.splits import SPLIT_NAMES, normalize_split
+
+__all__ = [
+    "ConfigError",
+    "Valid",
+    "is_finite",
+    "at_least",
+    "above",
+    "between",
+    "one_of",
+    "satisfies",
+    "FINITE",
+    "NON_EMPTY",
+    "ANY_OF_TYPE",
+    "URL",
+    "ENV_NAME",
+    "SPLIT",
+    "setting",
+    "derived",
+    "with_settings",
+    "allowed",
+    "is_section",
+    "coerce",
+]
 
 
 class ConfigError(ValueError):
@@ -33,75 +68,14 @@ class ConfigError(ValueError):
         self.key = key
 
 
-@dataclass(frozen=True)
-class Valid:
-    """The values a field admits beyond its type: ``test(value)`` on a non-null value of the field's
-    type, ``allowed`` in words for the error. ``choices`` lists the values of a closed set."""
-
-    test: Callable[[Any], bool]
-    allowed: str
-    choices: tuple[str, ...] | None = None
-    numeric: bool = False  # a range: the error names the number's kind ("an integer >= 1")
-
-    def admits(self, value: Any) -> bool:
-        try:
-            return bool(self.test(value))
-        except (TypeError, ValueError):
-            return False
-
-
-def is_finite(value: Any) -> bool:
-    """A real number that is neither infinite nor NaN (bools are not numbers here)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _fmt(number: float) -> str:
-    return str(int(number)) if float(number).is_integer() else f"{number:g}"
-
-
-def at_least(low: float, note: str = "") -> Valid:
-    """A finite number ``>= low``."""
-    return Valid(lambda v: is_finite(v) and v >= low, f">= {_fmt(low)}{note}", numeric=True)
-
-
-def above(low: float, note: str = "") -> Valid:
-    """A finite number ``> low``."""
-    return Valid(lambda v: is_finite(v) and v > low, f"> {_fmt(low)}{note}", numeric=True)
-
-
-def between(low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Valid:
-    """A finite number in the interval (brackets as in maths: ``(0, 1]`` excludes 0)."""
-
-    def test(v: Any) -> bool:
-        return is_finite(v) and (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-
-    bounds = f"{'(' if low_open else '['}{_fmt(low)}, {_fmt(high)}{')' if high_open else ']'}"
-    return Valid(test, f"in {bounds}", numeric=True)
-
-
-def one_of(*choices: str) -> Valid:
-    return Valid(lambda v: v in choices, ", ".join(choices), tuple(choices))
-
-
-def satisfies(test: Callable[[Any], bool], allowed: str) -> Valid:
-    """A constraint no builder above states (a relation between forms of the value, a pattern)."""
-    return Valid(test, allowed)
-
-
 def _non_empty(value: Any) -> bool:
     if isinstance(value, str):
         return bool(value.strip())
     return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
 
 
-#: Any finite number (a bound whose relation to another setting is checked with it).
-FINITE = Valid(is_finite, "a finite number", numeric=True)
-
 #: Free text that must say something: a name, a path, a split.
 NON_EMPTY = Valid(_non_empty, "a non-empty string")
-#: The field's type is the whole constraint (a switch, free text, a mapping read by another module).
-#: Declared explicitly so that a new field cannot go unchecked by omission.
-ANY_OF_TYPE = Valid(lambda v: True, "any value of its type")
 
 #: An http(s) URL (the judge's endpoint, a vLLM server).
 URL = satisfies(
@@ -125,6 +99,39 @@ SPLIT = satisfies(
     _split,
     "a split name (" + ", ".join(SPLIT_NAMES) + "), a fraction such as '0.9' or a range such as '0.9:1.0'",
 )
+
+
+def derived(declared: Setting, *, nullable: bool = True) -> Any:
+    """A field of the tree derived from an algorithm setting core declares (:class:`eapo.core.settings.Setting`):
+    its help (with the citation) and range are the declaration's; the default is ``None`` ("the
+    scheme's or the preset's", as the help says) when ``nullable``, else the declared default."""
+    return setting(declared.doc, None if nullable else declared.default, valid=declared.valid)
+
+
+def with_settings(
+    after: str | None, declared: Iterable[Setting], *, nullable: bool = True
+) -> Callable[[type], type]:
+    """A class decorator (under ``@dataclass``) that adds a field per declared setting
+    (:func:`derived`), placed after the field ``after`` (first when None), so that a section derives its
+    algorithm settings from core's declarations instead of copying them."""
+    declared = list(declared)
+
+    def decorate(cls: type) -> type:
+        added = {}
+        for spec in declared:
+            added[spec.name] = (spec.type | None) if nullable else spec.type
+            setattr(cls, spec.name, derived(spec, nullable=nullable))
+        ordered: dict[str, Any] = dict(added) if after is None else {}
+        for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+            ordered[name] = annotation
+            if name == after:
+                ordered.update(added)
+        if after is not None and after not in ordered:
+            raise ValueError(f"{cls.__name__} has no field {after!r} to place settings after")
+        cls.__annotations__ = ordered
+        return cls
+
+    return decorate
 
 
 def setting(

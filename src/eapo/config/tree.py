@@ -14,7 +14,7 @@ from eapo.config.fields import ConfigError, allowed, coerce, is_section
 from eapo.config.reward import RewardConfig
 from eapo.config.rollout import DataConfig, ModelConfig, RolloutConfig
 from eapo.config.train import LoggingConfig, TrainConfig
-from eapo.core import WEIGHTING_SCHEMES, EntropyAdaptiveWeight
+from eapo.core.settings import SettingError
 
 
 @dataclass
@@ -48,26 +48,10 @@ class EAPOConfig:
     def _check_relations(self) -> None:
         """Constraints between settings (each setting alone has passed its own)."""
         a, r, t = self.algorithm, self.rollout, self.train
-        accepted = WEIGHTING_SCHEMES[a.weighting_method()][1]
-        for key in ("w_pos", "w_neg", "w0", "w_min", "w_max", "anchor_steps"):
-            if getattr(a, key) is not None and key not in accepted:
-                raise ConfigError(
-                    f"algorithm.{key} does not apply to method {a.method!r}; it accepts {', '.join(accepted)}",
-                    key=f"algorithm.{key}",
-                )
-        if "w_min" in accepted:
-            clip = {f.name: f.default for f in dataclasses.fields(EntropyAdaptiveWeight)}
-            w_min = a.w_min if a.w_min is not None else clip["w_min"]
-            w_max = a.w_max if a.w_max is not None else clip["w_max"]
-            if w_min > w_max:
-                shown = [
-                    f"algorithm.{name}={value}" + ("" if getattr(a, name) is not None else " (default)")
-                    for name, value in (("w_min", w_min), ("w_max", w_max))
-                ]
-                raise ConfigError(
-                    f"{shown[0]} must be <= {shown[1]} (w+ is clipped to [w_min, w_max])",
-                    key="algorithm.w_min" if a.w_min is not None else "algorithm.w_max",
-                )
+        try:
+            a.weighting_overrides()  # the one "does not apply" rule and the weights' ranges (eapo.core)
+        except SettingError as error:
+            raise ConfigError(str(error), key=error.key) from None
         a.resolve_controls()
         problems = a.control_problems()
         if problems:

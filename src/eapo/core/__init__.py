@@ -64,14 +64,18 @@ from eapo.core.losses import (
     kl_penalty,
     policy_loss,
 )
+from eapo.core.settings import Setting, SettingError, Valid
 from eapo.core.weighting import (
+    WEIGHT_SETTINGS,
     WEIGHTING_SCHEMES,
     EntropyAdaptiveWeight,
     EntropyAdaptiveWeighting,
     FixedWeighting,
     WeightingScheme,
+    check_weights,
     make_weighting,
     register_weighting,
+    scheme_defaults,
 )
 
 __all__ = [
@@ -86,6 +90,12 @@ __all__ = [
     "EntropyAdaptiveWeighting",
     "make_weighting",
     "WEIGHTING_SCHEMES",
+    "WEIGHT_SETTINGS",
+    "check_weights",
+    "scheme_defaults",
+    "Setting",
+    "Valid",
+    "SettingError",
     "register_weighting",
     "token_entropy",
     "masked_mean",
@@ -107,15 +117,18 @@ __all__ = [
 # entropy coefficient) live in their own module and are re-exported here.
 from eapo.core.entropy_control import (  # noqa: E402
     CONTROL_METRICS,
+    CONTROL_SETTINGS,
     ENTROPY_CONTROLS,
     LOSS_MODES,
     AdaptiveEntropyCoef,
     EntropyControl,
     clip_cov_mask,
     clip_cov_policy_loss,
+    control_defaults,
     kl_cov_mask,
     kl_cov_policy_loss,
     register_entropy_control,
+    resolve_controls,
     top_entropy_mask,
 )
 
@@ -137,6 +150,9 @@ __all__ += [
     "METHODS",
     "method_scheme",
     "CONTROL_METRICS",
+    "CONTROL_SETTINGS",
+    "control_defaults",
+    "resolve_controls",
     "ENTROPY_CONTROLS",
     "LOSS_MODES",
     "AdaptiveEntropyCoef",
@@ -154,6 +170,7 @@ __all__ += [
 from eapo.core.step import (  # noqa: E402
     METRIC_KEYS,
     STATE_FILE,
+    STEP_SETTINGS,
     EAPOStep,
     grouped_advantages,
     grouped_polarity_advantages,
@@ -163,6 +180,7 @@ from eapo.core.step import (  # noqa: E402
 __all__ += [
     "METRIC_KEYS",
     "STATE_FILE",
+    "STEP_SETTINGS",
     "EAPOStep",
     "grouped_advantages",
     "grouped_polarity_advantages",

@@ -23,14 +23,29 @@ the caller, as verl's policy losses leave both to the actor.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from eapo.core.settings import (
+    ANY_OF_TYPE,
+    FINITE,
+    Setting,
+    above,
+    at_least,
+    between,
+    check_settings,
+    one_of,
+    settings_by_name,
+)
+
 __all__ = [
     "CONTROL_METRICS",
+    "CONTROL_SETTINGS",
+    "control_defaults",
+    "resolve_controls",
     "EntropyControl",
     "ENTROPY_CONTROLS",
     "register_entropy_control",
@@ -48,22 +63,29 @@ LOSS_MODES: tuple[str, ...] = ("vanilla", "clip_cov", "kl_cov")
 
 
 # ---------------------------------------------------------------------------------------------
-# The registry: one preset per control, each a set of algorithm.* settings on top of GRPO
+# The registry: each control declares its settings once, and a preset of them on top of GRPO
 # ---------------------------------------------------------------------------------------------
+
+
+_SKYWORK = "Skywork-OR1 (He et al. 2025, arXiv 2505.22312); TRL 1.16's defaults"
+_CUI = "Cui et al. 2025, 'The Entropy Mechanism of RL for Reasoning LMs', arXiv 2505.22617; verl's ActorConfig defaults"
 
 
 @dataclass(frozen=True)
 class EntropyControl:
-    """A method preset: GRPO's polarity weights (1, 1) plus one entropy control.
+    """A control of the field: the settings it declares, and a method preset on GRPO's weights.
 
-    ``settings`` are ``algorithm.*`` values the preset sets where the user left them unset; each
-    default is the source's own and the ``help`` says where it comes from.
+    ``declares`` are the ``algorithm.*`` settings the control introduces, each declared once here
+    (:class:`eapo.core.settings.Setting`: its ``default`` is the value that leaves the control off);
+    ``preset`` are the values the method preset of the same name sets where the user left them unset
+    (the source's own); ``help`` says what the control does.
     """
 
     name: str
     source: str
-    settings: dict[str, Any] = field(default_factory=dict)
+    preset: dict[str, Any] = field(default_factory=dict)
     help: str = ""
+    declares: tuple[Setting, ...] = ()
 
 
 #: name -> :class:`EntropyControl`. Filled by :func:`register_entropy_control`.
@@ -71,11 +93,20 @@ ENTROPY_CONTROLS: dict[str, EntropyControl] = {}
 
 
 def register_entropy_control(control: EntropyControl) -> EntropyControl:
-    """Add a preset to :data:`ENTROPY_CONTROLS` (verl's ``register_policy_loss`` pattern)."""
+    """Add a control to :data:`ENTROPY_CONTROLS` (verl's ``register_policy_loss`` pattern); its preset
+    may only set declared settings (its own or an earlier control's)."""
     if control.name in ENTROPY_CONTROLS:
         raise ValueError(f"entropy control {control.name!r} is registered twice")
+    declared = settings_by_name([*CONTROL_SETTINGS.values(), *control.declares])
+    check_settings(declared, control.preset, f"the {control.name} preset's ")
     ENTROPY_CONTROLS[control.name] = control
+    CONTROL_SETTINGS.clear()
+    CONTROL_SETTINGS.update(declared)
     return control
+
+
+#: Every entropy-control setting, by name, in declaration order (each declared by one control).
+CONTROL_SETTINGS: dict[str, Setting] = {}
 
 
 register_entropy_control(
@@ -84,6 +115,18 @@ register_entropy_control(
         "PPO's entropy term (Schulman et al. 2017, arXiv 1707.06347; c2 = 0.01 in its Atari runs)",
         {"entropy_coef": 0.01},
         "loss − entropy_coef · (mean per-token entropy of the update's tokens)",
+        declares=(
+            Setting(
+                "entropy_coef",
+                float,
+                "Entropy bonus: loss − entropy_coef · mean token entropy (0: off; the entropy_bonus preset: 0.01, "
+                "PPO's c2). With adaptive_entropy, the initial coefficient. TRL: entropy_coef; verl: "
+                "actor.entropy_coeff.",
+                at_least(0),
+                default=0.0,
+                citation="Schulman et al. 2017, arXiv 1707.06347",
+            ),
+        ),
     )
 )
 register_entropy_control(
@@ -102,6 +145,61 @@ register_entropy_control(
         "entropy at the target (up when at or below it), within [entropy_coef_min, entropy_coef_max], and "
         "applies only while entropy is at or below the target; the target is entropy_target nats, or "
         "entropy_target_ratio × H_0 (the run's first-step entropy, as EAPO anchors) when entropy_target is unset",
+        declares=(
+            Setting(
+                "adaptive_entropy",
+                bool,
+                "Adaptive entropy bonus: after every update the coefficient moves by ±entropy_coef_delta, up while "
+                "the update's entropy is at or below the target, and applies only then (the adaptive_entropy "
+                "preset: true). TRL: use_adaptive_entropy; verl: eapo.core.AdaptiveEntropyCoef.",
+                ANY_OF_TYPE,
+                default=False,
+                citation=_SKYWORK,
+            ),
+            Setting(
+                "entropy_target",
+                float,
+                "Adaptive entropy's target in nats per token; null: entropy_target_ratio × H_0, the run's own "
+                "first-step rollout entropy (per-token entropy of open-ended answers differs by model, tokenizer "
+                "and language, so Skywork-OR1's and TRL's 0.2 from math RL would never trigger here).",
+                at_least(0),
+                default=None,
+                citation=_SKYWORK,
+            ),
+            Setting(
+                "entropy_target_ratio",
+                float,
+                "Adaptive entropy with entropy_target null: target = entropy_target_ratio × H_0 (1.0: hold the "
+                "starting entropy, the reference EAPO's w+ uses).",
+                above(0),
+                default=1.0,
+                citation="eapo's H_0 anchor",
+            ),
+            Setting(
+                "entropy_coef_delta",
+                float,
+                "Adaptive entropy: the coefficient's step per update.",
+                at_least(0),
+                default=0.005,
+                citation=_SKYWORK,
+            ),
+            Setting(
+                "entropy_coef_min",
+                float,
+                "Adaptive entropy: the coefficient's lower bound.",
+                at_least(0),
+                default=0.0,
+                citation=_SKYWORK,
+            ),
+            Setting(
+                "entropy_coef_max",
+                float,
+                "Adaptive entropy: the coefficient's upper bound.",
+                at_least(0),
+                default=1.0,
+                citation=_SKYWORK,
+            ),
+        ),
     )
 )
 register_entropy_control(
@@ -111,6 +209,18 @@ register_entropy_control(
         {"epsilon_high": 0.28},
         "the PPO ratio is clipped to [1 − epsilon, 1 + epsilon_high]; acts only where the policy has moved "
         "since sampling (num_iterations > 1 or several updates per rollout batch)",
+        declares=(
+            Setting(
+                "epsilon_high",
+                float,
+                "Clip-higher: the PPO ratio's upper clip 1 + epsilon_high (null: epsilon; the clip_higher preset: "
+                "DAPO's 0.28). TRL: epsilon_high; verl: actor.clip_ratio_high. Acts only where the policy moved "
+                "since sampling (num_iterations > 1).",
+                above(0),
+                default=None,
+                citation="DAPO, Yu et al. 2025, arXiv 2503.14476",
+            ),
+        ),
     )
 )
 register_entropy_control(
@@ -121,6 +231,42 @@ register_entropy_control(
         {"loss_mode": "clip_cov", "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
         "a random clip_cov_ratio share of the tokens whose centred advantage × log-prob covariance lies in "
         "(clip_cov_lb, clip_cov_ub) gets no gradient",
+        declares=(
+            Setting(
+                "loss_mode",
+                str,
+                "Policy loss: vanilla (the paper's PPO-clip), clip_cov or kl_cov (covariance-selected tokens lose "
+                "their gradient / get a |log ratio| penalty). verl: actor.policy_loss.loss_mode; TRL: "
+                "eapo.core.clip_cov_policy_loss / kl_cov_policy_loss.",
+                one_of(*LOSS_MODES),
+                default="vanilla",
+                citation=_CUI,
+            ),
+            Setting(
+                "clip_cov_ratio",
+                float,
+                "Clip-Cov: share of tokens whose gradient is cut.",
+                between(0, 1, low_open=True),
+                default=2e-4,
+                citation=_CUI,
+            ),
+            Setting(
+                "clip_cov_lb",
+                float,
+                "Clip-Cov: lower covariance bound of candidates.",
+                FINITE,
+                default=1.0,
+                citation=_CUI,
+            ),
+            Setting(
+                "clip_cov_ub",
+                float,
+                "Clip-Cov: upper covariance bound of candidates.",
+                FINITE,
+                default=5.0,
+                citation=_CUI,
+            ),
+        ),
     )
 )
 register_entropy_control(
@@ -130,6 +276,25 @@ register_entropy_control(
         {"loss_mode": "kl_cov", "kl_cov_ratio": 2e-4, "ppo_kl_coef": 0.1},
         "the top kl_cov_ratio share of tokens by advantage × log-prob covariance get ppo_kl_coef · |log ρ| "
         "added; no ratio clipping (as verl)",
+        declares=(
+            Setting(
+                "kl_cov_ratio",
+                float,
+                "KL-Cov: share of highest-covariance tokens penalised.",
+                between(0, 1, low_open=True),
+                default=2e-4,
+                citation=_CUI,
+            ),
+            Setting(
+                "ppo_kl_coef",
+                float,
+                "KL-Cov: coefficient of the |log ratio| penalty. Zero at the first update of a batch (ratio 1), "
+                "so it acts only with num_iterations > 1.",
+                at_least(0),
+                default=0.1,
+                citation=_CUI,
+            ),
+        ),
     )
 )
 register_entropy_control(
@@ -139,8 +304,35 @@ register_entropy_control(
         {"top_entropy_quantile": 0.2},
         "only tokens at or above the (1 − top_entropy_quantile) quantile of the update's token entropies "
         "carry the policy loss",
+        declares=(
+            Setting(
+                "top_entropy_quantile",
+                float,
+                "Only the top share of tokens by entropy carry the policy loss (1: all; the top_entropy preset: "
+                "0.2, the paper's). TRL: top_entropy_quantile; verl: eapo.core.top_entropy_mask.",
+                between(0, 1),
+                default=1.0,
+                citation="Wang et al. 2025, arXiv 2506.01939",
+            ),
+        ),
     )
 )
+
+
+def control_defaults() -> dict[str, Any]:
+    """Every control setting's "off" value (its declared default), by name."""
+    return {name: setting.default for name, setting in CONTROL_SETTINGS.items()}
+
+
+def resolve_controls(method: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Every control setting resolved: ``values`` where set (not None), else ``method``'s preset where it
+    is one, else the declared default (off). The one resolution of presets for every engine."""
+    preset = ENTROPY_CONTROLS[method].preset if method in ENTROPY_CONTROLS else {}
+    resolved = {}
+    for name, setting in CONTROL_SETTINGS.items():
+        value = values.get(name)
+        resolved[name] = value if value is not None else preset.get(name, setting.default)
+    return resolved
 
 
 # ---------------------------------------------------------------------------------------------

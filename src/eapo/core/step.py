@@ -29,7 +29,11 @@ from typing import Any, Literal
 
 import torch
 
+from eapo.core.entropy import ENTROPY_AGGREGATIONS
+from eapo.core.settings import Setting, one_of, settings_by_name
+
 __all__ = [
+    "STEP_SETTINGS",
     "STATE_FILE",
     "LEGACY_STATE_FILES",
     "METRIC_KEYS",
@@ -42,6 +46,29 @@ __all__ = [
     "split_metrics",
     "EAPOStep",
 ]
+
+#: The step's own settings, declared once (every other view is derived: :mod:`eapo.core.settings`).
+STEP_SETTINGS: dict[str, Setting] = settings_by_name(
+    [
+        Setting(
+            "split_by",
+            str,
+            "Polarity split: rollouts at or above the group 'mean' (the paper) or 'median' are D+.",
+            one_of("mean", "median"),
+            default="mean",
+            citation="EAPO paper, Section 2.2; median: its Limitations section",
+        ),
+        Setting(
+            "entropy_agg",
+            str,
+            "How H_t averages per-token entropies: token-mean (every completion token weighs the same) or "
+            "seq-mean-token-mean (every rollout weighs the same); the same definition on TRL and verl.",
+            one_of(*ENTROPY_AGGREGATIONS),
+            default="token-mean",
+            citation="eapo's definition of the paper's rollout entropy",
+        ),
+    ]
+)
 
 #: The file both engines write the step's state to, in every checkpoint folder.
 STATE_FILE = "eapo_state.json"

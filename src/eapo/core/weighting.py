@@ -4,10 +4,58 @@ closed form of the recursion in the appendix "Formula Derivation") and the regis
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from eapo.core.settings import Setting, SettingError, at_least, check_settings, settings_by_name
+
+# ---------------------------------------------------------------------------------------------
+# The weights' settings, declared once (every other view of them is derived: eapo.core.settings)
+# ---------------------------------------------------------------------------------------------
+
+_PAPER = "EAPO paper, Section 5.1"
+
+#: Every weight a scheme may take, by name. Which scheme takes which: :data:`WEIGHTING_SCHEMES`;
+#: each scheme's defaults: :func:`scheme_defaults`.
+WEIGHT_SETTINGS: dict[str, Setting] = settings_by_name(
+    [
+        Setting(
+            "w_pos",
+            float,
+            "Fixed positive weight w+ (fixed schemes; default: the scheme's: grpo 1, psr 1, nsr 0, w_reinforce 0.1).",
+            at_least(0),
+            citation=_PAPER,
+        ),
+        Setting(
+            "w_neg",
+            float,
+            "Negative weight w- (every scheme; default: the scheme's: 1, but 0 for psr).",
+            at_least(0),
+            citation=_PAPER,
+        ),
+        Setting(
+            "w0",
+            float,
+            "EAPO base positive weight w0 in w+_t = clip(w0 · H_t / H_0, w_min, w_max).",
+            at_least(0),
+            default=0.2,
+            citation="EAPO paper, Eq. dynamic_weight; 0.2 in Section 5.1",
+        ),
+        Setting("w_min", float, "EAPO lower clip of w+.", at_least(0), default=0.0, citation=_PAPER),
+        Setting("w_max", float, "EAPO upper clip of w+.", at_least(0), default=2.0, citation=_PAPER),
+        Setting(
+            "anchor_steps",
+            int,
+            "EAPO: steps whose rollout entropies are averaged into H_0 (1: the paper's first-step anchor).",
+            at_least(1),
+            default=1,
+            citation="eapo's option; 1 is the paper's",
+        ),
+    ]
+)
 
 # ---------------------------------------------------------------------------------------------
 # Entropy-driven positive weight (Eq. dynamic_weight) and the weighting-scheme registry
@@ -220,6 +268,7 @@ def register_weighting(
 
 
 _FIXED_KEYS = ("w_pos", "w_neg")
+_EAPO = {key: WEIGHT_SETTINGS[key].default for key in ("w0", "w_min", "w_max", "anchor_steps")}
 
 
 #: The fixed schemes' default (w+, w−), the paper's (Section 5.1); each is overridable per run.
@@ -246,11 +295,11 @@ for _name, (_pos, _neg) in FIXED_WEIGHTS.items():
 def _adaptive(
     name: str,
     *,
-    w0: float = 0.2,
-    w_min: float = 0.0,
-    w_max: float = 2.0,
+    w0: float = _EAPO["w0"],
+    w_min: float = _EAPO["w_min"],
+    w_max: float = _EAPO["w_max"],
     w_neg: float = 1.0,
-    anchor_steps: int = 1,
+    anchor_steps: int = _EAPO["anchor_steps"],
 ) -> EntropyAdaptiveWeighting:
     return EntropyAdaptiveWeighting(
         name, w0=w0, w_min=w_min, w_max=w_max, w_neg=w_neg, anchor_steps=anchor_steps
@@ -263,11 +312,58 @@ def make_weighting(name: str, **overrides: Any) -> WeightingScheme:
     ``overrides`` replace the scheme's defaults (``w_pos``/``w_neg`` for the fixed schemes;
     ``w0``/``w_min``/``w_max``/``w_neg``/``anchor_steps`` for ``eapo``); ``None`` values are ignored.
     """
-    if name not in WEIGHTING_SCHEMES:
-        raise ValueError(f"unknown weighting scheme {name!r}; known: {', '.join(WEIGHTING_SCHEMES)}")
-    builder, accepted = WEIGHTING_SCHEMES[name]
+    builder, accepted = _scheme(name)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     unknown = sorted(set(overrides) - set(accepted))
     if unknown:
         raise ValueError(f"weighting scheme {name!r} does not take {unknown}; it accepts {list(accepted)}")
     return builder(name, **overrides)
+
+
+def scheme_defaults(name: str) -> dict[str, Any]:
+    """The weights scheme ``name`` uses when they are unset: its builder's defaults, by key it accepts
+    (``eapo``: w0 0.2, w_min 0, w_max 2, w_neg 1, anchor_steps 1; ``psr``: w_pos 1, w_neg 0; ...)."""
+    builder, accepted = _scheme(name)
+    parameters = inspect.signature(builder).parameters
+    return {key: parameters[key].default for key in accepted if key in parameters}
+
+
+def check_weights(method: str, scheme: str, values: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """The set weights of ``values`` (None: unset) held to their declarations and to the scheme, the one
+    "does not apply" rule of every view of the settings.
+
+    Args:
+        method: the method as the user wrote it (named in the error).
+        scheme: its weighting scheme (``method`` itself, or ``grpo`` for an entropy-control preset).
+        values: weight key -> value or None; keys outside :data:`WEIGHT_SETTINGS` raise.
+        where: the prefix of the keys in errors (``"algorithm."``, ``"EAPOConfig."``, ``"algorithm.eapo."``).
+
+    Raises:
+        SettingError: a key that does not apply to the scheme, a value out of range, or ``w_min > w_max``.
+    """
+    _, accepted = _scheme(scheme)
+    weights = check_settings(WEIGHT_SETTINGS, values, where)
+    for key in weights:
+        if key not in accepted:
+            raise SettingError(
+                f"{where}{key} does not apply to method {method!r}; it accepts {', '.join(accepted)}",
+                f"{where}{key}",
+            )
+    if "w_min" in accepted:
+        resolved = {**scheme_defaults(scheme), **weights}
+        if resolved["w_min"] > resolved["w_max"]:
+            shown = [
+                f"{where}{key}={resolved[key]}" + ("" if key in weights else " (default)")
+                for key in ("w_min", "w_max")
+            ]
+            raise SettingError(
+                f"{shown[0]} must be <= {shown[1]} (w+ is clipped to [w_min, w_max])",
+                f"{where}w_min" if "w_min" in weights else f"{where}w_max",
+            )
+    return weights
+
+
+def _scheme(name: str) -> tuple[Callable[..., WeightingScheme], tuple[str, ...]]:
+    if name not in WEIGHTING_SCHEMES:
+        raise ValueError(f"unknown weighting scheme {name!r}; known: {', '.join(WEIGHTING_SCHEMES)}")
+    return WEIGHTING_SCHEMES[name]

@@ -176,7 +176,7 @@ class EntropyControls:
             ValueError: a value out of range, or a combination that cannot work (the message names
                 the key and why).
         """
-        merged: dict[str, Any] = dict(ENTROPY_CONTROLS[method].settings) if method in ENTROPY_CONTROLS else {}
+        merged: dict[str, Any] = dict(ENTROPY_CONTROLS[method].preset) if method in ENTROPY_CONTROLS else {}
         merged.update({key: value for key, value in values.items() if value is not None})
         controls = cls(**merged)
         controls.validate()

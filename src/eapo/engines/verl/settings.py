@@ -245,4 +245,4 @@ def _build_weighting(scheme: str, weights: Mapping[str, Any]) -> WeightingScheme
 
 
 def _preset_keys(method: str) -> str:
-    return " ".join(f"{key}={value}" for key, value in ENTROPY_CONTROLS[method].settings.items())
+    return " ".join(f"{key}={value}" for key, value in ENTROPY_CONTROLS[method].preset.items())
