@@ -16,7 +16,7 @@ from eapo.config import load_config
 from eapo.core import EntropyAdaptiveWeighting, FixedWeighting, make_weighting
 
 ROOT = Path(__file__).resolve().parents[2]
-CPU = {"use_cpu": True, "bf16": False}  # TRL's configs default to bf16, which a CPU-only machine refuses
+CPU = {"use_cpu": True}
 
 
 def _trl_config(**kwargs):
@@ -67,6 +67,31 @@ def test_eapo_config_validates_the_weighting_once():
     assert isinstance(scheme, FixedWeighting) and scheme.weights(1.0) == (0.05, 1.0)
 
 
+def test_eapo_config_shows_the_resolved_weighting_and_precision_follows_the_hardware():
+    """The README's front door: EAPOConfig(...) on a machine without a bf16 GPU trains in fp32 (TRL's
+    GRPOConfig would ask for bf16 and stop), and the config reads the weights the run uses."""
+    import torch
+
+    from eapo import EAPOConfig
+
+    args = EAPOConfig(output_dir="unused")  # as the README writes it: no precision, no device
+    assert (args.w0, args.w_min, args.w_max, args.w_neg, args.anchor_steps, args.w_pos) == (
+        0.2,
+        0.0,
+        2.0,
+        1.0,
+        1,
+        None,
+    )
+    psr = _trl_config(method="psr")
+    assert (psr.w_pos, psr.w_neg, psr.w0) == (1.0, 0.0, None)
+    if not torch.cuda.is_available():
+        assert args.bf16 is False
+    assert EAPOConfig(output_dir="unused", bf16=False).bf16 is False
+    with pytest.raises(ValueError, match="multi_objective_aggregation='normalize_then_sum'"):
+        _trl_config(multi_objective_aggregation="normalize_then_sum")
+
+
 def test_grpo_args_returns_an_eapo_config_built_from_the_tree(tmp_path):
     from eapo.engines.trl.args import grpo_args
     from eapo.engines.trl.config import EAPOConfig
@@ -81,10 +106,16 @@ def test_grpo_args_returns_an_eapo_config_built_from_the_tree(tmp_path):
         "eapo",
         0.5,
         1.5,
-        None,
+        0.0,  # unset: resolved to the scheme's default, the value the run uses
         "seq-mean-token-mean",
     )
-    assert args.weighting_overrides() == {"w0": 0.5, "w_max": 1.5}
+    assert args.weighting_overrides() == {
+        "w0": 0.5,
+        "w_min": 0.0,
+        "w_max": 1.5,
+        "w_neg": 1.0,
+        "anchor_steps": 1,
+    }
     assert (args.loss_type, args.beta, args.use_bias_correction_kl) == ("grpo", 0.001, False)
     # trackers: tensorboard is eapo's own writer, the rest go to TRL's report_to
     assert args.report_to == [] and args.run_name == "run" and args.project == "eapo"

@@ -27,6 +27,7 @@ from eapo.core.settings import (
     above,
     at_least,
     between,
+    derive_fields,
     is_finite,
     one_of,
     satisfies,
@@ -111,27 +112,10 @@ def derived(declared: Setting, *, nullable: bool = True) -> Any:
 def with_settings(
     after: str | None, declared: Iterable[Setting], *, nullable: bool = True
 ) -> Callable[[type], type]:
-    """A class decorator (under ``@dataclass``) that adds a field per declared setting
-    (:func:`derived`), placed after the field ``after`` (first when None), so that a section derives its
-    algorithm settings from core's declarations instead of copying them."""
-    declared = list(declared)
-
-    def decorate(cls: type) -> type:
-        added = {}
-        for spec in declared:
-            added[spec.name] = (spec.type | None) if nullable else spec.type
-            setattr(cls, spec.name, derived(spec, nullable=nullable))
-        ordered: dict[str, Any] = dict(added) if after is None else {}
-        for name, annotation in cls.__dict__.get("__annotations__", {}).items():
-            ordered[name] = annotation
-            if name == after:
-                ordered.update(added)
-        if after is not None and after not in ordered:
-            raise ValueError(f"{cls.__name__} has no field {after!r} to place settings after")
-        cls.__annotations__ = ordered
-        return cls
-
-    return decorate
+    """A class decorator (under ``@dataclass``) that adds a :func:`derived` field per declared setting,
+    placed after the field ``after`` (:func:`eapo.core.settings.derive_fields`), so that a section
+    derives its algorithm settings from core's declarations instead of copying them."""
+    return derive_fields(after, declared, lambda spec: derived(spec, nullable=nullable), nullable=nullable)
 
 
 def setting(

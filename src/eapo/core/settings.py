@@ -34,6 +34,7 @@ __all__ = [
     "Setting",
     "settings_by_name",
     "check_settings",
+    "derive_fields",
 ]
 
 
@@ -180,3 +181,34 @@ def check_settings(
             f"{where}{unknown[0]} is not a setting here; known: {', '.join(declared)}", f"{where}{unknown[0]}"
         )
     return {key: declared[key].check(value, where) for key, value in values.items() if value is not None}
+
+
+def derive_fields(
+    after: str | None,
+    declared: Iterable[Setting],
+    make_field: Callable[[Setting], Any],
+    *,
+    nullable: bool = True,
+) -> Callable[[type], type]:
+    """A class decorator, applied under ``@dataclass``, that adds one field per declared setting:
+    annotated with the setting's type (``| None`` when ``nullable``), its default and metadata from
+    ``make_field(setting)`` (a ``dataclasses.field``), placed after the field ``after`` (first when
+    None). How the YAML tree and TRL's config derive their views of the settings."""
+    declared = list(declared)
+
+    def decorate(cls: type) -> type:
+        added: dict[str, Any] = {}
+        for spec in declared:
+            added[spec.name] = (spec.type | None) if nullable else spec.type
+            setattr(cls, spec.name, make_field(spec))
+        ordered: dict[str, Any] = dict(added) if after is None else {}
+        for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+            ordered[name] = annotation
+            if name == after:
+                ordered.update(added)
+        if after is not None and after not in ordered:
+            raise ValueError(f"{cls.__name__} has no field {after!r} to place settings after")
+        cls.__annotations__ = ordered
+        return cls
+
+    return decorate

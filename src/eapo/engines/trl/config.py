@@ -22,7 +22,9 @@ field                      default   meaning
 ========================== ========= ==================================================================
 
 and carries the polarity weighting (``method``, ``w_pos``, ``w_neg``, ``w0``, ``w_min``, ``w_max``,
-``anchor_steps``, ``split_by``, ``entropy_agg``), from which :class:`eapo.engines.trl.trainer.EAPOTrainer` builds its
+``anchor_steps``, ``split_by``, ``entropy_agg``: fields derived from :mod:`eapo.core`'s declarations,
+not copied), resolved in ``__post_init__`` (``EAPOConfig().w0`` reads 0.2, the value the run uses; a
+weight the method does not take stays None), from which :class:`eapo.engines.trl.trainer.EAPOTrainer` builds its
 :class:`eapo.core.WeightingScheme` when no ``weighting=`` is passed.
 
 Not to be confused with :class:`eapo.config.EAPOConfig`, the typed YAML tree of ``eapo train`` (sections
@@ -37,20 +39,37 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from eapo.core import ENTROPY_AGGREGATIONS, WEIGHTING_SCHEMES, WeightingScheme, make_weighting
+from eapo.core import (
+    STEP_SETTINGS,
+    WEIGHT_SETTINGS,
+    WEIGHTING_SCHEMES,
+    Setting,
+    WeightingScheme,
+    check_weights,
+    make_weighting,
+    scheme_defaults,
+)
+from eapo.core.settings import derive_fields
 
-#: The weighting fields of :class:`EAPOConfig`, each passed to :func:`eapo.core.make_weighting` when set.
-WEIGHTING_KEYS: tuple[str, ...] = ("w_pos", "w_neg", "w0", "w_min", "w_max", "anchor_steps")
+
+def _trl_field(spec: Setting, nullable: bool) -> Any:
+    """TRL's (HfArgumentParser's) view of a setting eapo.core declares: its help and, unless nullable, default."""
+    default = None if nullable else spec.default
+    return field(default=default, metadata={"help": spec.doc})
 
 
 @dataclass
+@derive_fields("method", STEP_SETTINGS.values(), lambda spec: _trl_field(spec, False), nullable=False)
+@derive_fields("method", WEIGHT_SETTINGS.values(), lambda spec: _trl_field(spec, True))
 class EAPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig`` with the EAPO paper's objective as defaults and the polarity weighting settings.
 
     Every ``GRPOConfig`` / ``TrainingArguments`` field is accepted as usual; only the defaults of
     ``loss_type``, ``beta``, ``use_bias_correction_kl``, ``epsilon``, ``num_generations`` and
-    ``scale_rewards`` differ from TRL's (see the module docstring). The weighting settings are validated
-    once, in ``__post_init__``, with errors that list the valid values.
+    ``scale_rewards`` differ from TRL's (see the module docstring), and ``bf16`` left unset follows
+    the hardware (on only with a bf16-capable GPU; TRL would turn it on everywhere and stop on a
+    laptop). The weighting settings are validated once, in ``__post_init__``, against their
+    declarations in :mod:`eapo.core`, with errors that name the field and list the valid values.
     """
 
     # --- the paper's objective (TRL's defaults overridden) ---------------------------------------------
@@ -83,37 +102,12 @@ class EAPOConfig(GRPOConfig):
         metadata={"help": "Advantage scaling: 'group' (GRPO, the paper), 'batch' or 'none'."},
     )
 
-    # --- the polarity weighting (eapo.core.make_weighting) ---------------------------------------------
+    # --- the polarity weighting (eapo.core.make_weighting); its weights, split_by and entropy_agg are
+    # derived from eapo.core's declarations by the decorators above ------------------------------------
     method: str = field(
         default="eapo",
         metadata={
             "help": "Weighting scheme: grpo (1, 1), psr (1, 0), nsr (0, 1), w_reinforce (0.1, 1) or eapo."
-        },
-    )
-    w_pos: float | None = field(
-        default=None, metadata={"help": "Fixed positive weight w+ (fixed schemes; default: the scheme's)."}
-    )
-    w_neg: float | None = field(
-        default=None,
-        metadata={"help": "Negative weight w- (every scheme; default: the scheme's, 1 for eapo)."},
-    )
-    w0: float | None = field(default=None, metadata={"help": "EAPO base positive weight w0 (default 0.2)."})
-    w_min: float | None = field(default=None, metadata={"help": "EAPO lower clip of w+ (default 0)."})
-    w_max: float | None = field(default=None, metadata={"help": "EAPO upper clip of w+ (default 2)."})
-    anchor_steps: int | None = field(
-        default=None, metadata={"help": "EAPO: steps averaged into H_0 (default 1, the paper)."}
-    )
-    split_by: str = field(
-        default="mean",
-        metadata={
-            "help": "Polarity split: rollouts at or above the group 'mean' (the paper) or 'median' are D+."
-        },
-    )
-    entropy_agg: str = field(
-        default="token-mean",
-        metadata={
-            "help": "How H_t averages per-token entropies: token-mean (every completion token weighs the same) or "
-            "seq-mean-token-mean (every rollout does)."
         },
     )
 
@@ -122,27 +116,38 @@ class EAPOConfig(GRPOConfig):
             raise ValueError(
                 f"EAPOConfig.method={self.method!r} is unknown; valid: {', '.join(WEIGHTING_SCHEMES)}"
             )
-        accepted = WEIGHTING_SCHEMES[self.method][1]
-        for key in WEIGHTING_KEYS:
-            if getattr(self, key) is not None and key not in accepted:
-                raise ValueError(
-                    f"EAPOConfig.{key} does not apply to method {self.method!r}; it accepts {', '.join(accepted)}"
-                )
-        if self.split_by not in ("mean", "median"):
-            raise ValueError(f"EAPOConfig.split_by={self.split_by!r} is invalid; valid: mean, median")
-        if self.entropy_agg not in ENTROPY_AGGREGATIONS:
+        weights = check_weights(
+            self.method, self.method, {key: getattr(self, key) for key in WEIGHT_SETTINGS}, "EAPOConfig."
+        )
+        for key, value in {**scheme_defaults(self.method), **weights}.items():  # the resolved weighting
+            setattr(self, key, value)
+        for key, spec in STEP_SETTINGS.items():
+            setattr(self, key, spec.check(getattr(self, key), "EAPOConfig."))
+        if getattr(self, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
             raise ValueError(
-                f"EAPOConfig.entropy_agg={self.entropy_agg!r} is invalid; valid: {', '.join(ENTROPY_AGGREGATIONS)}"
+                f"EAPOConfig.multi_objective_aggregation={self.multi_objective_aggregation!r}: EAPO's step splits "
+                "each group at the mean of one summed reward per rollout (eapo.core.EAPOStep), so it needs "
+                "'sum_then_normalize' (TRL's default)"
             )
+        if self.bf16 is None:  # precision follows the hardware (TRL would ask for bf16 on any machine)
+            self.bf16 = not self.fp16 and not self.use_cpu and _bf16_gpu_available()
         super().__post_init__()
 
     def weighting_overrides(self) -> dict[str, Any]:
-        """The weighting fields that are set, as :func:`eapo.core.make_weighting` takes them."""
-        return {key: getattr(self, key) for key in WEIGHTING_KEYS if getattr(self, key) is not None}
+        """The scheme's weights, resolved (the scheme's defaults where unset), as
+        :func:`eapo.core.make_weighting` takes them."""
+        accepted = WEIGHTING_SCHEMES[self.method][1]
+        return {key: getattr(self, key) for key in accepted if getattr(self, key) is not None}
 
     def make_weighting(self) -> WeightingScheme:
         """A fresh weighting scheme for these settings (``make_weighting(method, **overrides)``)."""
         return make_weighting(self.method, **self.weighting_overrides())
+
+
+def _bf16_gpu_available() -> bool:
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    return is_torch_bf16_gpu_available()
 
 
 #: What makes TRL's objective the paper's: field -> the paper's value (tested against configs/paper_rjua.yaml).
