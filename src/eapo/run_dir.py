@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from eapo.core.step import STATE_FILE
+
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
-EAPO_STATE_FILE = "eapo_state.json"
 FINAL_DIR = "final"
 SUMMARY_FILE = "summary.json"
 LOCK_FILE = ".eapo.lock"
@@ -118,7 +119,7 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     found = []
     for child in run_dir.glob("checkpoint-*"):
         match = re.fullmatch(r"checkpoint-(\d+)", child.name)
-        if match and (child / EAPO_STATE_FILE).exists():
+        if match and (child / STATE_FILE).exists():
             found.append((int(match.group(1)), child))
     return [path for _, path in sorted(found)]
 
@@ -280,3 +281,36 @@ def _read_holder(fd: int) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def write_step_state(folder: str | os.PathLike[str], state: dict[str, Any]) -> Path:
+    """Write the run's step state (:meth:`eapo.core.EAPOStep.state_dict`) into a checkpoint folder as
+    :data:`eapo.core.STATE_FILE`, atomically: both engines' one writer of it."""
+    path = Path(folder) / STATE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(state, indent=2, sort_keys=True))
+    return path
+
+
+def read_step_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The step state a checkpoint folder holds (:func:`write_step_state`).
+
+    Raises:
+        FileNotFoundError: the folder has no state file (a checkpoint cut off while saving).
+        ValueError: the file is not a JSON object; the message names it.
+    """
+    path = Path(folder) / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: the checkpoint is incomplete (the run was killed while saving); "
+            "delete it to resume from the previous one"
+        )
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path} is not valid JSON ({error}); delete the checkpoint to resume from the previous one"
+        ) from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(state).__name__}")
+    return state

@@ -127,9 +127,11 @@ def test_adaptive_coefficient_follows_skywork_or1_by_hand():
     assert coef.applied() == pytest.approx(0.012)  # last entropy 1.0 ≤ 1.8
     coef.update(3.0)
     assert coef.applied() == 0.0  # above the target: not applied
-    restored = AdaptiveEntropyCoef(target_ratio=0.9)
+    restored = AdaptiveEntropyCoef(coef_max=0.012, target_ratio=0.9)
     restored.load_state_dict(coef.state_dict())
     assert (restored.coef, restored.target, restored.last_entropy) == (coef.coef, coef.target, 3.0)
+    with pytest.raises(ValueError, match="coef_max=0.012 differs from the configured coef_max=1.0"):
+        AdaptiveEntropyCoef(target_ratio=0.9).load_state_dict(coef.state_dict())
     with pytest.raises(ValueError, match="coef_min"):
         AdaptiveEntropyCoef(coef_min=1.0, coef_max=0.5)
     with pytest.raises(ValueError, match="anchor"):

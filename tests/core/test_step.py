@@ -74,10 +74,10 @@ def test_step_weights_h0_metrics_and_state_round_trip():
         "eapo/frac_positive": pytest.approx(2 / 3),  # 1.0; and 0.5, alone in its group: positive
         "eapo/num_unscored": 1.0,
     }
-    state = step.state_dict(extra=3)
-    assert state["method"] == "eapo" and state["first_entropy"] == 2.0 and state["extra"] == 3
+    state = step.state_dict()
+    assert state["method"] == "eapo" and state["first_entropy"] == 2.0 and state["controls"] == {}
     resumed = EAPOStep(make_weighting("eapo"))
-    assert resumed.load_state_dict(state) == {"extra": 3}
+    assert resumed.load_state_dict(state) == []
     _, after = resumed.step(scores, index, 3.0)
     _, straight = step.step(scores, index, 3.0)
     assert after == straight and after["eapo/w_pos"] == pytest.approx(0.3)
@@ -113,3 +113,55 @@ def test_registry_by_decorator_keeps_the_dict_shape():
         assert make_weighting("half", w_neg=0.25).weights(None) == (0.5, 0.25)
     finally:
         WEIGHTING_SCHEMES.pop("half", None)
+
+
+def test_controls_state_is_anchored_saved_and_restored_in_one_schema():
+    """A control's run state (here the adaptive entropy coefficient) is anchored on the first step's H,
+    saved under ``controls`` by core, restored by core; the layouts written before (the TRL engine's
+    top-level ``entropy_target``, the verl plugin's top-level ``adaptive_entropy``) are still read."""
+    from eapo.core import AdaptiveEntropyCoef
+
+    adaptive = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
+    step = EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": adaptive})
+    index = contiguous_index(4, 2)
+    scores = torch.tensor([1.0, 0.0, 0.5, 0.25])
+    step.step(scores, index, 3.0)
+    assert adaptive.target == pytest.approx(1.5)  # 0.5 × H_0
+    adaptive.update(1.0)  # at or below the target: the coefficient rises
+    state = step.state_dict()
+    assert state["controls"] == {
+        "adaptive_entropy": {
+            "coef": pytest.approx(0.015),
+            "target": pytest.approx(1.5),
+            "last_entropy": 1.0,
+            "settings": {"delta": 0.005, "coef_min": 0.0, "coef_max": 1.0, "target_ratio": 0.5},
+        }
+    }
+    fresh = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
+    resumed = EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": fresh})
+    assert resumed.load_state_dict(state) == []
+    assert (fresh.coef, fresh.target, fresh.last_entropy) == (pytest.approx(0.015), pytest.approx(1.5), 1.0)
+    # the older layouts
+    legacy = {key: value for key, value in state.items() if key != "controls"}
+    trl_old = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
+    EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": trl_old}).load_state_dict(
+        {**legacy, "entropy_target": 1.5}
+    )
+    assert (trl_old.target, trl_old.coef) == (1.5, 0.01)
+    verl_old = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
+    EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": verl_old}).load_state_dict(
+        {**legacy, "adaptive_entropy": state["controls"]["adaptive_entropy"]}
+    )
+    assert verl_old.coef == pytest.approx(0.015)
+    # a control the state has none of starts afresh (and is anchored on the saved H); one it has but this
+    # run lacks, or changed settings, are refused
+    afresh = AdaptiveEntropyCoef(target_ratio=0.5)
+    assert EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": afresh}).load_state_dict(
+        legacy
+    ) == ["adaptive_entropy"]
+    assert afresh.target == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="written with the entropy control adaptive_entropy"):
+        EAPOStep(make_weighting("grpo")).load_state_dict(state)
+    changed = AdaptiveEntropyCoef(target_ratio=0.8)
+    with pytest.raises(ValueError, match="target_ratio=0.5 differs from the configured target_ratio=0.8"):
+        EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": changed}).load_state_dict(state)

@@ -83,8 +83,6 @@ def _eapo_generate(original, self, inputs):
         step["step"] = self.state.global_step + 1
         per_func = self._gathered_rewards  # [B_all, F]: every process's rows, gathered by TRL
         step["rewards"] = _list((per_func * self.reward_weights.unsqueeze(0)).nansum(dim=1))  # [B_all]
-        if "eapo_positive" in output:  # weighted later, in the loss pass (after TRL shuffles the rows)
-            step["positive"] = _list(output["eapo_positive"])
     return output
 
 
@@ -96,12 +94,10 @@ def _entropy(original, self, values, mask):
     return step["entropy"]
 
 
-def _weight(original, self, batch, positive, entropy):
+def _decide(original, self, batch, rewards, rows, entropy):
     step = steps[-1]
-    step.setdefault("positive", _list(positive))  # pre-shuffle unless the loss pass weights
-    step["weighted_positive"] = _list(positive)
-    step["weighted_input"] = _list(batch["advantages"])
-    original(self, batch, positive, entropy)
+    step["decided_rows"] = _list(rows)  # the step's rows this process trains, in the order it holds them
+    original(self, batch, rewards, rows, entropy)
     step["advantages"] = _list(batch["advantages"])
 
 
@@ -226,7 +222,7 @@ def main(argv: list[str]) -> None:
     _wrap(GRPOTrainer, "_generate_and_score_completions", _trl_generate)
     _wrap(EAPOTrainer, "_generate_and_score_completions", _eapo_generate)
     _wrap(EAPOTrainer, "_rollout_entropy", _entropy)  # H_t from (per-token entropies, mask)
-    _wrap(EAPOTrainer, "_weight", _weight)
+    _wrap(EAPOTrainer, "_decide", _decide)
     _wrap(eapo.train, "atomic_write_text", _counting)
     _wrap(eapo.engines.trl.trainer, "atomic_write_text", _counting)
     _wrap(eapo.train, "_save_final", _save_final)

@@ -83,28 +83,25 @@ def test_each_rank_slice_equals_the_single_process_computation(ddp_run):
             local = len(step["trl_advantages"])
             assert local == 4
             rows = slice(rank * local, (rank + 1) * local)  # rank r holds rows [r·4, r·4 + 4): whole groups
-            positive = positive_mask(rewards, group)
-            advantages = group_advantages(rewards, group, scale=config.algorithm.scale_rewards, eps=1e-4)
-            weighted = weight_advantages(advantages, positive, w_pos, w_neg)
-            assert step["positive"] == positive[rows].tolist()
+            scale = config.algorithm.scale_rewards
+            # TRL's own advantages of this process's slice (its epsilon, 1e-4), which core's replace
             torch.testing.assert_close(
                 torch.tensor(step["trl_advantages"], dtype=torch.float64),
-                advantages[rows],
+                group_advantages(rewards, group, scale=scale, eps=1e-4)[rows],
                 rtol=1e-5,
                 atol=1e-6,
             )
-            # the loss pass weights the rows after TRL shuffled them within the process: same pairs
-            trained = torch.tensor(step["advantages"], dtype=torch.float64)
+            # core's step over every process's rewards (eps 1e-6), weighted; each process keeps its rows,
+            # in the order TRL shuffled them into before the loss pass decided the step
+            positive = positive_mask(rewards, group)
+            weighted = weight_advantages(
+                group_advantages(rewards, group, scale=scale), positive, w_pos, w_neg
+            )
+            decided = step["decided_rows"]
+            assert sorted(decided) == list(range(rows.start, rows.stop))
             torch.testing.assert_close(
-                trained.sort().values, weighted[rows].sort().values, rtol=1e-5, atol=1e-6
+                torch.tensor(step["advantages"], dtype=torch.float64), weighted[decided], rtol=1e-5, atol=1e-6
             )
-            expected = weight_advantages(
-                torch.tensor(step["weighted_input"]),
-                torch.tensor(step["weighted_positive"]),
-                w_pos,
-                w_neg,
-            )
-            assert torch.tensor(step["advantages"]).equal(expected)
 
 
 def test_checkpoints_and_final_written_once_by_the_main_process(ddp_run):

@@ -308,13 +308,14 @@ def test_a_full_disk_during_a_checkpoint_or_final_keeps_the_last_complete_checkp
 def test_resume_drops_a_checkpoint_left_without_its_marker(tmp_path):
     """A checkpoint killed mid-write (no eapo_state.json) is never resumed from, and is removed."""
     from eapo.config import dump_config
-    from eapo.run_dir import EAPO_STATE_FILE, remove_incomplete_checkpoints
+    from eapo.core import STATE_FILE
+    from eapo.run_dir import remove_incomplete_checkpoints
     from eapo.train import _inspect_run_dir
 
     config = tiny("train.save_steps=1")
     run_dir = tmp_path / "run"
     (run_dir / "checkpoint-1").mkdir(parents=True)
-    (run_dir / "checkpoint-1" / EAPO_STATE_FILE).write_text("{}")
+    (run_dir / "checkpoint-1" / STATE_FILE).write_text("{}")
     (run_dir / "config.yaml").write_text(dump_config(config))
     torn = run_dir / "checkpoint-7"
     torn.mkdir()

@@ -149,11 +149,13 @@ def preset_config(verl_config, method, **keys):
 #: The keys users write under ``algorithm.eapo`` (a contract: configs and scripts name them), flat.
 ACCEPTED_KEYS = (
     "method",
+    "w_pos",
+    "w_neg",
     "w0",
     "w_min",
     "w_max",
-    "w_pos",
-    "w_neg",
+    "anchor_steps",
+    "split_by",
     "entropy_agg",
     "entropy_coef",
     "adaptive_entropy",
@@ -176,14 +178,14 @@ ACCEPTED_KEYS = (
 def test_every_preset_is_covered():
     import dataclasses
 
-    from eapo.engines.verl.settings import CONTROL_KEYS, SETTING_KEYS, WEIGHT_KEYS
+    from eapo.engines.verl.settings import CONTROL_KEYS, SETTING_KEYS
 
     assert set(PRESET_OPTIONS) == set(ENTROPY_CONTROLS)
     assert SETTING_KEYS == ACCEPTED_KEYS
     # the controls are defined once (EntropyControls); EapoSettings holds them, resolved
     assert CONTROL_KEYS == tuple(f.name for f in dataclasses.fields(EntropyControls))
     fields = tuple(f.name for f in dataclasses.fields(EapoSettings))
-    assert fields == ("method", *WEIGHT_KEYS, "entropy_agg", "controls")
+    assert fields == ("method", "weights", "split_by", "entropy_agg", "controls")
     assert sum(len(row) for row in TOKENS) == N_TOKENS
 
 
@@ -299,7 +301,7 @@ def test_verls_option_set_to_the_same_value_is_accepted(verl_config):
             "top_entropy",
             {"top_entropy_quantile": 1.5},
             {},
-            r"top_entropy_quantile must lie in \[0, 1\], got 1.5",
+            r"top_entropy_quantile=1.5 is invalid; valid: a number in \[0, 1\]",
         ),
         (
             "adaptive_entropy",
@@ -311,7 +313,7 @@ def test_verls_option_set_to_the_same_value_is_accepted(verl_config):
             "clip_higher",
             {"epsilon_high": -0.1},
             {},
-            r"algorithm.eapo.epsilon_high must be a finite number >= 0",
+            r"algorithm.eapo.epsilon_high=-0.1 is invalid; valid: a number > 0",
         ),
     ],
 )
@@ -777,13 +779,13 @@ def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp
     trainer._save_checkpoint()
     state = json.loads((tmp_path / "global_step_2" / "eapo_state.json").read_text())
     assert state["method"] == "adaptive_entropy"
-    assert state["adaptive_entropy"]["coef"] == pytest.approx(0.02)
-    assert state["adaptive_entropy"]["target"] == pytest.approx(1.2)
-    assert state["adaptive_entropy"]["last_entropy"] == pytest.approx(1.0)
+    assert state["controls"]["adaptive_entropy"]["coef"] == pytest.approx(0.02)
+    assert state["controls"]["adaptive_entropy"]["target"] == pytest.approx(1.2)
+    assert state["controls"]["adaptive_entropy"]["last_entropy"] == pytest.approx(1.0)
 
     resumed = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
     resumed._load_checkpoint()
-    assert resumed.adaptive_entropy.state_dict() == pytest.approx(trainer.adaptive_entropy.state_dict())
+    assert resumed.adaptive_entropy.state_dict() == trainer.adaptive_entropy.state_dict()
     # the uninterrupted run and the resumed one apply the same coefficient next: 0.02
     _, continued = run_step(trainer, in_memory_tq, 3, entropy=1.5)
     _, after_resume = run_step(resumed, in_memory_tq, 4, entropy=1.5)
@@ -791,7 +793,7 @@ def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp
     assert resumed.adaptive_entropy.coef == trainer.adaptive_entropy.coef == pytest.approx(0.01)
 
     other_method = preset_config(verl_config.copy(), "entropy_bonus")
-    with pytest.raises(ValueError, match=r"method=adaptive_entropy, but this run uses entropy_bonus"):
+    with pytest.raises(ValueError, match=r"method adaptive_entropy, but this run uses entropy_bonus"):
         attach_checkpoint_io(EAPOVerlTrainer(other_method), tmp_path)._load_checkpoint()
 
     changed = preset_config(verl_config.copy(), "adaptive_entropy", entropy_coef_delta=0.02)
@@ -849,7 +851,7 @@ def test_resume_without_the_adaptive_control_is_refused(verl_config, in_memory_t
     trainer._save_checkpoint()
     without = preset_config(verl_config.copy(), "grpo")
     with pytest.raises(
-        ValueError, match=r"was written with algorithm.eapo.adaptive_entropy=true, but this run has no"
+        ValueError, match=r"written with the entropy control adaptive_entropy, which this run does not have"
     ):
         attach_checkpoint_io(EAPOVerlTrainer(without), tmp_path)._load_checkpoint()
 

@@ -15,8 +15,12 @@ from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn  # noqa: E402
 
 import eapo.engines.verl  # noqa: E402, F401  (the plugin; verl also loads it via the entry point)
-from eapo.core import polarity_weighted_advantages  # noqa: E402
-from eapo.engines.verl import polarity_weights  # noqa: E402
+from eapo.core import (  # noqa: E402
+    EAPOStep,
+    make_weighting,
+    polarity_weighted_advantages,  # noqa: E402
+)
+from eapo.engines.verl import step_call  # noqa: E402
 
 FIXED = {"psr": (1.0, 0.0), "nsr": (0.0, 1.0), "w_reinforce": (0.1, 1.0)}
 
@@ -106,7 +110,8 @@ def test_eapo_uses_the_trainers_weights_and_reports_its_split():
     scores = [0.9, 0.1, 0.4, 0.6, 0.2, 0.2, 0.8, 0.5]
     uids = ["a", "b", "a", "b", "a", "b", "a", "b"]
     rewards, mask = outcome_batch(scores, [2] * 8)
-    with polarity_weights("eapo", 0.35, 1.5) as step:
+    step = EAPOStep(make_weighting("eapo", w0=0.35, w_neg=1.5))  # the first step's w+ is w0
+    with step_call(step, 1.0, "eapo") as call:
         advantages, _ = get_adv_estimator_fn("eapo")(
             token_level_rewards=rewards,
             response_mask=mask,
@@ -116,8 +121,14 @@ def test_eapo_uses_the_trainers_weights_and_reports_its_split():
     expected = expected_from_core(scores, uids, 0.35, 1.5, 4)
     torch.testing.assert_close(advantages[:, 0], expected, rtol=0, atol=1e-6)
     # group a = [0.9, 0.4, 0.2, 0.8] (mean 0.575): 0.9, 0.8 positive; b = [0.1, 0.6, 0.2, 0.5] (mean 0.35): 0.6, 0.5
-    assert (step.num_sequences, step.num_positive) == (8, 4)
-    assert step.frac_positive == 0.5
+    assert call.metrics == {
+        "entropy/rollout": 1.0,
+        "eapo/H0": 1.0,
+        "eapo/w_pos": pytest.approx(0.35),
+        "eapo/w_neg": 1.5,
+        "eapo/frac_positive": 0.5,
+        "eapo/num_unscored": 0.0,
+    }
 
 
 def test_eapo_without_the_trainer_fails_and_says_what_to_set():
@@ -153,9 +164,11 @@ def test_settings_errors_name_the_key():
         psr(token_level_rewards=rewards, response_mask=mask, index=index, config=algorithm(w_plus=1.0))
     with pytest.raises(ValueError, match="algorithm.eapo.method=nsr"):
         psr(token_level_rewards=rewards, response_mask=mask, index=index, config=algorithm(method="nsr"))
-    with pytest.raises(ValueError, match="w_neg must be finite and >= 0"):
+    with pytest.raises(ValueError, match=r"algorithm.eapo.w_neg=-1.0 is invalid; valid: a number >= 0"):
         psr(token_level_rewards=rewards, response_mask=mask, index=index, config=algorithm(w_neg=-1.0))
-    with pytest.raises(ValueError, match=r"weighting scheme 'psr' does not take \['w0'\]"):
+    with pytest.raises(
+        ValueError, match=r"algorithm.eapo.w0 does not apply to method 'psr'; it accepts w_pos, w_neg"
+    ):
         psr(token_level_rewards=rewards, response_mask=mask, index=index, config=algorithm(w0=0.3))
 
 
@@ -211,7 +224,7 @@ def test_a_rollout_that_could_not_be_scored_gets_no_advantage():
     scores = [0.9, 0.1, math.nan, 0.6, 0.2, 0.2, 0.8, 0.5]
     uids = ["a", "b", "a", "b", "a", "b", "a", "b"]
     rewards, mask = outcome_batch(scores, [2] * 8)
-    with polarity_weights("eapo", 0.5, 1.0) as step:
+    with step_call(EAPOStep(make_weighting("eapo", w0=0.5)), 2.0, "eapo") as call:
         advantages, _ = get_adv_estimator_fn("eapo")(
             token_level_rewards=rewards,
             response_mask=mask,
@@ -224,7 +237,7 @@ def test_a_rollout_that_could_not_be_scored_gets_no_advantage():
     torch.testing.assert_close(advantages[:, 0], expected, rtol=0, atol=1e-6)
     assert not torch.isnan(advantages).any()
     # a = [0.9, 0.2, 0.8] (mean 0.633): 2 positive; b: 2 positive; 7 scored, 1 not
-    assert (step.num_sequences, step.num_positive, step.num_unscored) == (7, 4, 1)
+    assert (call.metrics["eapo/frac_positive"], call.metrics["eapo/num_unscored"]) == (4 / 7, 1.0)
 
 
 def test_entropy_agg_is_a_setting_not_a_weight():

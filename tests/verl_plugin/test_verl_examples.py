@@ -57,7 +57,10 @@ def test_example_composes_into_the_papers_setting(dataset):
     assert config.trainer.use_v1 and config.trainer.v1.trainer_mode == "eapo"
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
     assert trainer.settings == EapoSettings(
-        method="eapo", w0=0.2, w_min=0.0, w_max=2.0, w_neg=1.0, entropy_agg="token-mean"
+        method="eapo",
+        weights={"w0": 0.2, "w_min": 0.0, "w_max": 2.0, "w_neg": 1.0},
+        split_by="mean",
+        entropy_agg="token-mean",
     )
 
     reward_fn = get_custom_reward_fn(config)  # verl's loader: pkg:// path, reward_kwargs merged in
@@ -131,6 +134,6 @@ def test_entropy_control_example_composes(preset, options):
 def test_eapo_example_composes_with_clip_higher():
     config = compose_example("run_eapo_qwen3_8b_rjua.sh", "+algorithm.eapo.epsilon_high=0.28")
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
-    assert trainer.settings.method == "eapo" and trainer.settings.w0 == 0.2
+    assert trainer.settings.method == "eapo" and trainer.settings.weights["w0"] == 0.2
     assert trainer.config.actor_rollout_ref.actor.clip_ratio_high == 0.28
     assert trainer.config.actor_rollout_ref.actor.clip_ratio_low == 0.2

@@ -324,14 +324,16 @@ def control_defaults() -> dict[str, Any]:
     return {name: setting.default for name, setting in CONTROL_SETTINGS.items()}
 
 
-def resolve_controls(method: str, values: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_controls(method: str, values: Mapping[str, Any], *, fill_defaults: bool = True) -> dict[str, Any]:
     """Every control setting resolved: ``values`` where set (not None), else ``method``'s preset where it
-    is one, else the declared default (off). The one resolution of presets for every engine."""
+    is one, else the declared default (off), or None with ``fill_defaults=False`` (the verl plugin: an
+    unset control leaves verl's own option alone). The one resolution of presets for every engine."""
     preset = ENTROPY_CONTROLS[method].preset if method in ENTROPY_CONTROLS else {}
     resolved = {}
     for name, setting in CONTROL_SETTINGS.items():
         value = values.get(name)
-        resolved[name] = value if value is not None else preset.get(name, setting.default)
+        default = setting.default if fill_defaults else None
+        resolved[name] = value if value is not None else preset.get(name, default)
     return resolved
 
 
@@ -563,13 +565,42 @@ class AdaptiveEntropyCoef:
         self.last_entropy = entropy
         return self.coef
 
+    def settings(self) -> dict[str, float]:
+        """The configured settings a resume must keep."""
+        return {
+            "delta": self.delta,
+            "coef_min": self.coef_min,
+            "coef_max": self.coef_max,
+            "target_ratio": self.target_ratio,
+        }
+
     def state_dict(self) -> dict[str, Any]:
         last = self.last_entropy if math.isfinite(self.last_entropy) else None
-        return {"coef": self.coef, "target": self.target, "last_entropy": last}
+        return {"coef": self.coef, "target": self.target, "last_entropy": last, "settings": self.settings()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.coef = float(state["coef"])
-        self.target = state.get("target")
+        """Restore; a state without ``coef`` (the TRL engine's older files held the target only) keeps
+        the current coefficient.
+
+        Raises:
+            ValueError: the saved settings, or a configured fixed target, differ from this run's.
+        """
+        configured = self.settings()
+        changed = [key for key, value in state.get("settings", {}).items() if configured.get(key) != value]
+        if self.target is not None and state.get("target") is not None and state["target"] != self.target:
+            changed.append("target")
+        if changed:
+            key = changed[0]
+            was = state["target"] if key == "target" else state["settings"][key]
+            now = self.target if key == "target" else configured[key]
+            raise ValueError(
+                f"checkpointed adaptive entropy {key}={was} differs from the configured {key}={now}; "
+                "resume with the same algorithm settings"
+            )
+        if "coef" in state:
+            self.coef = float(state["coef"])
+        if state.get("target") is not None:
+            self.target = float(state["target"])
         last = state.get("last_entropy")
         self.last_entropy = math.inf if last is None else float(last)
 

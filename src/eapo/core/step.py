@@ -34,8 +34,8 @@ from eapo.core.settings import Setting, one_of, settings_by_name
 
 __all__ = [
     "STEP_SETTINGS",
+    "ADVANTAGE_EPS",
     "STATE_FILE",
-    "LEGACY_STATE_FILES",
     "METRIC_KEYS",
     "group_rows",
     "contiguous_index",
@@ -70,11 +70,11 @@ STEP_SETTINGS: dict[str, Setting] = settings_by_name(
     ]
 )
 
+#: The epsilon added to the group std, the same on both engines (verl's default; TRL 1.16's own is 1e-4).
+ADVANTAGE_EPS = 1e-6
+
 #: The file both engines write the step's state to, in every checkpoint folder.
 STATE_FILE = "eapo_state.json"
-
-#: Older names of that file, still read on resume (the verl plugin wrote ``eapo_weighting.json``).
-LEGACY_STATE_FILES: tuple[str, ...] = ("eapo_weighting.json",)
 
 #: The metric keys of the step (the contract both engines log under).
 METRIC_KEYS: tuple[str, ...] = (
@@ -147,18 +147,27 @@ def grouped_advantages(
     scores: torch.Tensor,
     index: Sequence[Any],
     *,
-    scale: Literal["group", "none"] = "group",
+    scale: Literal["group", "batch", "none"] = "group",
     eps: float = 1e-6,
 ) -> torch.Tensor:
     """Group-relative advantages ``(B,)`` over the scored rows of each group (0 for unscored rows and
-    for groups with fewer than two scored rows)."""
+    for groups with fewer than two scored rows): centred on the group mean and divided by the group's
+    std + ``eps`` (``group``), by the std of every scored reward of the batch + ``eps`` (``batch``,
+    TRL's ``scale_rewards="batch"``) or not at all (``none``)."""
     from eapo.core.advantages import group_advantages
 
-    _check(scores, index)
+    scored = _check(scores, index)
     dtype = scores.dtype if scores.dtype.is_floating_point else torch.float32
     advantages = torch.zeros(scores.shape[0], dtype=dtype, device=scores.device)
+    by_group = "none" if scale == "batch" else scale
     for size, order in _scored_groups(scores, index):
-        advantages[order] = group_advantages(scores[order], size, scale=scale, eps=eps).to(dtype)
+        advantages[order] = group_advantages(scores[order], size, scale=by_group, eps=eps).to(dtype)
+    if scale == "batch":  # centred in the group, scaled by the std of every scored reward of the batch
+        values = scores[scored].detach().to(torch.float64)
+        batch_std = values.std() if values.numel() > 1 else torch.zeros((), dtype=torch.float64)
+        advantages = torch.where(
+            advantages == 0, advantages, (advantages.to(torch.float64) / (batch_std + eps)).to(dtype)
+        )
     return advantages
 
 
@@ -168,7 +177,7 @@ def grouped_polarity_advantages(
     w_pos: float,
     w_neg: float,
     *,
-    scale: Literal["group", "none"] = "group",
+    scale: Literal["group", "batch", "none"] = "group",
     by: Literal["mean", "median"] = "mean",
     eps: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -216,11 +225,22 @@ class EAPOStep:
             scheme's name (the verl plugin passes ``algorithm.eapo.method``, e.g. an entropy-control
             preset that runs the ``grpo`` scheme).
         split_by: ``"mean"`` (the paper) or ``"median"``.
+        controls: the run's entropy controls that keep state, by name (see :attr:`controls`).
     """
 
-    def __init__(self, weighting: Any, *, method: str | None = None, split_by: str = "mean") -> None:
+    def __init__(
+        self,
+        weighting: Any,
+        *,
+        method: str | None = None,
+        split_by: str = "mean",
+        controls: Mapping[str, Any] | None = None,
+    ) -> None:
         if split_by not in ("mean", "median"):
             raise ValueError(f"unknown split {split_by!r}; known: 'mean' (the paper), 'median'")
+        #: name -> the control's run state (``anchor(h0)``, ``state_dict()``, ``load_state_dict()``, e.g.
+        #: :class:`eapo.core.AdaptiveEntropyCoef`): anchored on the first step's entropy, saved with the step.
+        self.controls: dict[str, Any] = dict(controls or {})
         self.weighting = weighting
         self.method = method if method is not None else getattr(weighting, "name", None)
         self.split_by = split_by
@@ -238,6 +258,8 @@ class EAPOStep:
         w_pos, w_neg = self.weighting.weights(entropy)
         if self.first_entropy is None and entropy is not None:
             self.first_entropy = float(entropy)
+            for control in self.controls.values():  # a target of ratio × H_0 is fixed now
+                control.anchor(self.first_entropy)
         return w_pos, w_neg
 
     def split(self, scores: torch.Tensor, index: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
@@ -262,10 +284,12 @@ class EAPOStep:
         index: Sequence[Any],
         entropy: float | None,
         *,
-        scale: Literal["group", "none"] = "group",
-        eps: float = 1e-6,
+        scale: Literal["group", "batch", "none"] = "group",
+        eps: float | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The whole step: ``(weighted advantages (B,), metrics)`` from rewards, groups and ``H_t``."""
+        """The whole step: ``(weighted advantages (B,), metrics)`` from rewards, groups and ``H_t``
+        (``eps``: added to the std; None: :data:`ADVANTAGE_EPS`)."""
+        eps = ADVANTAGE_EPS if eps is None else eps
         w_pos, w_neg = self.weights(entropy)
         advantages, positive, scored = grouped_polarity_advantages(
             scores,
@@ -280,24 +304,26 @@ class EAPOStep:
 
     # --- state ------------------------------------------------------------------------------------
 
-    def state_dict(self, **extras: Any) -> dict[str, Any]:
-        """The step's state: ``method``, the scheme's ``weighting`` state and ``first_entropy``, plus
-        the engine's ``extras`` (its entropy-control state) at the top level."""
-        reserved = {"method", "weighting", "first_entropy"} & set(extras)
-        if reserved:
-            raise ValueError(f"extras may not replace {sorted(reserved)}")
+    def state_dict(self) -> dict[str, Any]:
+        """The run's whole step state, one schema on both engines: ``method``, the scheme's
+        ``weighting`` state (its ``H_0`` anchor), ``first_entropy`` and each control's state under
+        ``controls`` (the adaptive coefficient and its target; an integral, when a control has one)."""
         return {
             "method": self.method,
             "weighting": self.weighting.state_dict(),
             "first_entropy": self.first_entropy,
-            **extras,
+            "controls": {name: control.state_dict() for name, control in self.controls.items()},
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """Restore from :meth:`state_dict` (or an older file without ``method``); returns the extras.
+    def load_state_dict(self, state: Mapping[str, Any]) -> list[str]:
+        """Restore from :meth:`state_dict`, or from the layouts written before it (the TRL engine's
+        top-level ``entropy_target``, the verl plugin's top-level ``adaptive_entropy``, files without
+        ``method``). Returns the names of this run's controls the state has none for (they start
+        afresh; the engine says so).
 
         Raises:
-            ValueError: the state was written for another method or other settings.
+            ValueError: the state was written for another method, other settings, or with a control
+                this run does not have.
         """
         saved = state.get("method")
         if saved is not None and self.method is not None and saved != self.method:
@@ -308,6 +334,27 @@ class EAPOStep:
         self.weighting.load_state_dict(state["weighting"])
         first = state.get("first_entropy")
         self.first_entropy = None if first is None else float(first)
-        return {
-            key: value for key, value in state.items() if key not in ("method", "weighting", "first_entropy")
-        }
+        controls = _saved_controls(state)
+        unexpected = sorted(set(controls) - set(self.controls))
+        if unexpected:
+            raise ValueError(
+                f"the state was written with the entropy control {unexpected[0]}, which this run does not have; "
+                "resume with the same algorithm settings"
+            )
+        for name, control in self.controls.items():
+            if name in controls:
+                control.load_state_dict(controls[name])
+            if self.first_entropy is not None:  # a control that starts afresh anchors on the saved H
+                control.anchor(self.first_entropy)
+        return [name for name in self.controls if name not in controls]
+
+
+def _saved_controls(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``controls`` of a state file, including the two layouts written before it had them."""
+    if "controls" in state:
+        return dict(state["controls"])
+    if state.get("adaptive_entropy") is not None:  # the verl plugin's
+        return {"adaptive_entropy": state["adaptive_entropy"]}
+    if state.get("entropy_target") is not None:  # the TRL engine's: the anchored target only
+        return {"adaptive_entropy": {"target": state["entropy_target"]}}
+    return {}

@@ -11,14 +11,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eapo.core import METHODS, WEIGHTING_SCHEMES, method_scheme
+from eapo.core import METHODS, WEIGHT_SETTINGS, WEIGHTING_SCHEMES, method_scheme
 from eapo.evaluation.labels import method_label
 from eapo.evaluation.settings import EvalSettings
 
-#: Weights a grid can vary.
-GRID_KEYS = ("w_pos", "w_neg", "w0", "w_min", "w_max")
-#: Every per-method weighting key of ``algorithm`` (dropped for methods that do not take them).
-WEIGHT_KEYS = (*GRID_KEYS, "anchor_steps")
+#: Every per-method weighting key of ``algorithm`` (dropped for methods that do not take them):
+#: :data:`eapo.core.WEIGHT_SETTINGS`.
+WEIGHT_KEYS: tuple[str, ...] = tuple(WEIGHT_SETTINGS)
+#: Weights a grid can vary: the float weights (``anchor_steps`` counts steps, not a weight).
+GRID_KEYS: tuple[str, ...] = tuple(key for key, spec in WEIGHT_SETTINGS.items() if spec.type is float)
 #: The methods an unscoped ``--grid KEY=...`` varies (see :mod:`eapo.sweep`).
 GRID_TARGETS: dict[str, tuple[str, ...]] = {
     "w_pos": ("w_reinforce",),

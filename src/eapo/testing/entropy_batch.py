@@ -102,6 +102,7 @@ def step_expected(step: int, *, eps: float, agg: str = "token-mean") -> dict[str
         "state": {
             "method": "eapo",
             "first_entropy": h0,
+            "controls": {},
             "weighting": {
                 "name": "eapo",
                 "w_neg": 1.0,

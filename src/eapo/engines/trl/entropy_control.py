@@ -56,12 +56,6 @@ class EntropyControlMixin:
             return self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
         return self.entropy_coef
 
-    def _anchor_entropy_target(self, h0: float) -> None:
-        """Adaptive entropy with an H_0-anchored target: TRL's ``entropy_target`` = ratio × H_0."""
-        ratio = self.entropy_control.entropy_target_ratio
-        if self.use_adaptive_entropy and ratio is not None:
-            self.args.entropy_target = ratio * h0
-
     def _covariance_loss(self, model, inputs):
         """Clip-Cov / KL-Cov (Cui et al. 2025) in place of TRL's PPO-clip surrogate: the per-token loss
         from :mod:`eapo.core`, then what TRL's loss adds — the top-entropy mask, the vLLM importance

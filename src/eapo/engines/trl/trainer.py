@@ -36,7 +36,6 @@ All maths lives in :mod:`eapo.core`; this file only moves tensors between TRL an
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -50,22 +49,22 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from eapo.core import (
+    AdaptiveEntropyCoef,
     WeightingScheme,
     importance_correction,
     importance_correction_counts,
     make_weighting,
     rollout_entropy,
-    weight_advantages,
 )
 from eapo.core.step import EAPOStep, contiguous_index
 from eapo.engines.trl.entropy_control import _COV_AGGREGATION, EntropyControlMixin, EntropyControlSettings
 from eapo.run_dir import (
-    EAPO_STATE_FILE,
     FINAL_DIR,
     WriteFailedError,
-    atomic_write_text,
     complete_checkpoints,
     describe_write_error,
+    read_step_state,
+    write_step_state,
 )
 
 logger = logging.getLogger(__name__)
@@ -190,19 +189,41 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         self.validation = validation
         self._warned_importance_mismatch = False
         self.reuse_loss_pass = reuse_loss_pass
-        self.eapo_step = EAPOStep(self.weighting, split_by=self.split_by)  # H_0, the split, metrics, state
+        self.entropy_control = entropy_control or EntropyControlSettings()
+        self.adaptive_entropy = self._adaptive_entropy_state()
+        controls = {"adaptive_entropy": self.adaptive_entropy} if self.adaptive_entropy is not None else {}
+        self.eapo_step = EAPOStep(
+            self.weighting, split_by=self.split_by, controls=controls
+        )  # the step's owner
         self._capture_entropy = False
         self._captured_entropies: torch.Tensor | None = None
         self._gathered_rewards: torch.Tensor | None = None
         self._deferred_inputs: dict[str, Any] | None = None
+        self._pending_rewards: torch.Tensor | None = None  # [B_all] of a step decided in its loss pass
         self.completion_head = self._install_completion_head(lm_head, share_frozen_layers)
-        self.entropy_control = entropy_control or EntropyControlSettings()
         if self.entropy_control.loss_mode != "vanilla" and self.loss_type not in _COV_AGGREGATION:
             raise ValueError(
                 f"loss_mode={self.entropy_control.loss_mode} aggregates like loss_type grpo or bnpo, got "
                 f"{self.loss_type!r}"
             )
         self._loss_entropies: torch.Tensor | None = None  # the loss pass's per-token entropies, for metrics
+
+    def _adaptive_entropy_state(self) -> AdaptiveEntropyCoef | None:
+        """TRL's adaptive entropy controller as core's control state (:class:`eapo.core.AdaptiveEntropyCoef`),
+        so that it is anchored (target = ratio × H_0) and saved by core in the one state schema; TRL's
+        loss still moves the coefficient. None without ``use_adaptive_entropy``."""
+        if not self.use_adaptive_entropy:
+            return None
+        ratio = self.entropy_control.entropy_target_ratio
+        args = self.args
+        return AdaptiveEntropyCoef(
+            coef=float(self.entropy_coef),
+            delta=args.entropy_coef_delta,
+            coef_min=args.entropy_coef_min,
+            coef_max=args.entropy_coef_max,
+            target=None if ratio is not None else args.entropy_target,  # None: anchored at ratio × H_0
+            target_ratio=ratio if ratio is not None else 1.0,
+        )
 
     def _install_completion_head(self, lm_head: str, share_frozen_layers: bool):
         """eapo's log-prob forward in place of TRL's fused LM head (see :mod:`eapo.engines.trl.policy_forward`)."""
@@ -288,11 +309,12 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
             # right after this forward, so the weights are applied before the loss is formed.
             self._deferred_inputs = None
             entropy = self._rollout_entropy(entropies, self._completion_mask(inputs))
-            self._weight(inputs, inputs.pop("eapo_positive"), entropy)
+            rewards, self._pending_rewards = self._pending_rewards, None
+            self._decide(inputs, rewards, inputs.pop("eapo_row"), entropy)
         return logps, entropies, aux
 
     def _compute_loss(self, model, inputs):
-        self._deferred_inputs = inputs if "eapo_positive" in inputs else None
+        self._deferred_inputs = inputs if "eapo_row" in inputs else None
         applied_coef = self._applied_entropy_coef()  # before TRL's adaptive update moves it
         try:
             if self.entropy_control.loss_mode == "vanilla":
@@ -321,22 +343,19 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         if self.use_vllm and self.vllm_importance_sampling_correction:
             self._log_importance_correction(output)
         rewards, _ = self._total_rewards()  # [B_all] (NaN: unscored)
-        positive, split_metrics = self.eapo_step.split(
-            rewards, contiguous_index(rewards.shape[0], self.num_generations)
-        )  # [B_all]
-        for key, value in split_metrics.items():
-            self._metrics["train"][key].append(value)
         local = output["advantages"].shape[0]
         start = self.accelerator.process_index * local
-        local_positive = positive[start : start + local]  # [B_local]
+        rows = torch.arange(start, start + local)  # [B_local]: this process's rows of the step
         if source == "loss_pass":
-            output["eapo_positive"] = local_positive  # weighted in the loss pass (see above)
+            # decided in the loss pass (see above); the rows travel with the batch through TRL's shuffle
+            self._pending_rewards = rewards
+            output["eapo_row"] = rows
             return output
         entropies = self._captured_entropies
         if entropies is None:
             entropies = self._policy_entropies(output)
         self._captured_entropies = None
-        self._weight(output, local_positive, self._rollout_entropy(entropies, self._completion_mask(output)))
+        self._decide(output, rewards, rows, self._rollout_entropy(entropies, self._completion_mask(output)))
         return output
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -353,14 +372,23 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
 
     # --- the three EAPO quantities --------------------------------------------------------------
 
-    def _weight(self, batch: dict[str, Any], positive: torch.Tensor, entropy: float) -> None:
-        """``H_t`` → ``(w+, w-)`` → ``Â = w±·A`` on ``batch["advantages"]``, plus the ``eapo/*`` metrics."""
-        first_step = self.eapo_step.first_entropy is None
-        w_pos, w_neg = self.eapo_step.weights(entropy)
-        if first_step:
-            self._anchor_entropy_target(entropy)
-        batch["advantages"] = weight_advantages(batch["advantages"], positive, w_pos, w_neg)
-        for key, value in self.eapo_step.weight_metrics(entropy, w_pos, w_neg).items():
+    def _decide(
+        self, batch: dict[str, Any], rewards: torch.Tensor, rows: torch.Tensor, entropy: float
+    ) -> None:
+        """The step, decided by core in one call (:meth:`eapo.core.EAPOStep.step`: group statistics over
+        the scored rollouts, the split, ``(w+, w-)`` from ``H_t``, ``Â = w±·A``, ``H_0`` and the ``eapo/*``
+        metrics) from every process's rewards; this process's ``rows`` of ``Â`` replace TRL's advantages."""
+        index = contiguous_index(rewards.shape[0], self.num_generations)
+        advantages, metrics = self.eapo_step.step(
+            rewards, index, entropy, scale=self.scale_rewards
+        )  # [B_all]
+        if self.adaptive_entropy is not None:  # an H_0-anchored target is fixed at the first step
+            self.args.entropy_target = self.adaptive_entropy.target
+        local = batch["advantages"]
+        batch["advantages"] = advantages[rows.to(advantages.device)].to(
+            device=local.device, dtype=local.dtype
+        )
+        for key, value in metrics.items():
             self._metrics["train"][key].append(value)
 
     @property
@@ -443,17 +471,21 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
     # --- checkpoints ----------------------------------------------------------------------------
 
     def eapo_state(self) -> dict[str, Any]:
-        extras = {}
-        if (
-            self.use_adaptive_entropy
-        ):  # TRL's entropy_ctrl_state.json holds the coefficient; the target is ours
-            extras["entropy_target"] = self.args.entropy_target
-        return self.eapo_step.state_dict(**extras)
+        """Core's state of the step (:meth:`eapo.core.EAPOStep.state_dict`), with TRL's adaptive entropy
+        coefficient copied into its control state first (TRL moves the coefficient inside its update)."""
+        if self.adaptive_entropy is not None:
+            self.adaptive_entropy.coef = float(self.entropy_coef)
+            self.adaptive_entropy.last_entropy = float(self._last_world_entropy)
+        return self.eapo_step.state_dict()
 
     def load_eapo_state(self, state: dict[str, Any]) -> None:
-        extras = self.eapo_step.load_state_dict(state)
-        if self.use_adaptive_entropy and extras.get("entropy_target") is not None:
-            self.args.entropy_target = extras["entropy_target"]
+        for name in self.eapo_step.load_state_dict(state):
+            logger.warning("the checkpoint has no state for the entropy control %s: it starts afresh", name)
+        if self.adaptive_entropy is not None:  # back into TRL's adaptive controller
+            self.entropy_coef = self.adaptive_entropy.coef
+            self._last_world_entropy = self.adaptive_entropy.last_entropy
+            if self.adaptive_entropy.target is not None:
+                self.args.entropy_target = self.adaptive_entropy.target
 
     #: The base model the model card (README.md) names; ``None``: TRL's choice from the model config.
     base_model_id: str | None = None
@@ -490,9 +522,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
             self.accelerator.wait_for_everyone()
             if self.args.should_save:
                 # Written last and atomically: a checkpoint without it is incomplete and never resumed from.
-                atomic_write_text(
-                    os.path.join(folder, EAPO_STATE_FILE), json.dumps(self.eapo_state(), indent=2)
-                )
+                write_step_state(folder, self.eapo_state())
         except Exception as error:
             if self.args.should_save:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -515,11 +545,4 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         else:
             super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
-            path = os.path.join(checkpoint, EAPO_STATE_FILE)
-            if not os.path.exists(path):
-                raise FileNotFoundError(
-                    f"{path} is missing: the checkpoint is incomplete (the run was killed while saving); "
-                    "delete it to resume from the previous one"
-                )
-            with open(path, encoding="utf-8") as f:
-                self.load_eapo_state(json.load(f))
+            self.load_eapo_state(read_step_state(checkpoint))

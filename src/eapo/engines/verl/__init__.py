@@ -32,10 +32,10 @@ import importlib.util
 from eapo.engines.verl.entropy_control import EntropyControls, register_policy_losses
 from eapo.engines.verl.estimators import (
     ESTIMATORS,
-    PolarityStep,
+    StepCall,
     polarity_grpo_advantages,
-    polarity_weights,
     register_estimators,
+    step_call,
 )
 from eapo.engines.verl.reward import compute_score
 from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettings
@@ -74,10 +74,10 @@ __all__ = [
     "TRAINER_NAME",
     "EapoSettings",
     "EntropyControls",
-    "PolarityStep",
+    "StepCall",
     "compute_score",
     "polarity_grpo_advantages",
-    "polarity_weights",
+    "step_call",
     "register_estimators",
     "register_policy_losses",
 ]

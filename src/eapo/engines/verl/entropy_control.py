@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,12 +67,14 @@ from typing import Any
 import torch
 
 from eapo.core.entropy_control import (
-    ENTROPY_CONTROLS,
+    CONTROL_SETTINGS,
     LOSS_MODES,
     AdaptiveEntropyCoef,
     kl_cov_mask,
+    resolve_controls,
     top_entropy_mask,
 )
+from eapo.core.settings import check_settings, derive_fields
 
 __all__ = [
     "ENTROPY_COEF_KEY",
@@ -128,45 +129,16 @@ _MASKABLE_LOSS_MODES = LOSS_MODES
 
 
 @dataclass(frozen=True)
+@derive_fields(None, CONTROL_SETTINGS.values(), lambda spec: dataclasses.field(default=None))
 class EntropyControls:
     """The entropy controls of one run, resolved from ``algorithm.eapo`` and the method's preset.
 
-    The one definition of the controls: its fields are the control keys users write flat under
+    Its fields are the control settings :mod:`eapo.core` declares (:data:`eapo.core.CONTROL_SETTINGS`:
+    type, range, help and citation there), derived here, not copied; users write them flat under
     ``algorithm.eapo`` (:data:`eapo.engines.verl.settings.CONTROL_KEYS`), and
     :class:`~eapo.engines.verl.settings.EapoSettings` holds one of these. ``None`` means unset (verl's
     own option, or the control, is left alone).
     """
-
-    entropy_coef: float | None = None
-    """Entropy bonus coefficient: verl's actor.entropy_coeff, or the adaptive coefficient's start."""
-    adaptive_entropy: bool = False
-    """Skywork-OR1's adaptive entropy coefficient (eapo.core.entropy_control.AdaptiveEntropyCoef)."""
-    entropy_target: float | None = None
-    """Adaptive: the entropy target in nats per token (default: entropy_target_ratio × H_0)."""
-    entropy_target_ratio: float | None = None
-    """Adaptive: target = ratio × H_0 (the run's first-step rollout entropy) when entropy_target is unset."""
-    entropy_coef_delta: float | None = None
-    """Adaptive: the coefficient's step per update."""
-    entropy_coef_min: float | None = None
-    """Adaptive: lower bound of the coefficient."""
-    entropy_coef_max: float | None = None
-    """Adaptive: upper bound of the coefficient."""
-    epsilon_high: float | None = None
-    """DAPO's clip-higher: the upper clip ε_high (verl's actor.clip_ratio_high)."""
-    loss_mode: str | None = None
-    """Policy loss: vanilla, clip_cov or kl_cov (verl's actor.policy_loss.loss_mode)."""
-    clip_cov_ratio: float | None = None
-    """Clip-Cov: share of tokens whose gradient is cut."""
-    clip_cov_lb: float | None = None
-    """Clip-Cov: lower bound of the covariance window."""
-    clip_cov_ub: float | None = None
-    """Clip-Cov: upper bound of the covariance window."""
-    kl_cov_ratio: float | None = None
-    """KL-Cov: share of tokens that get the KL penalty."""
-    ppo_kl_coef: float | None = None
-    """KL-Cov: coefficient of the |log ρ| penalty."""
-    top_entropy_quantile: float | None = None
-    """Only the top quantile of tokens by entropy carry the policy loss (1 keeps all)."""
 
     @classmethod
     def resolve(cls, method: str, values: Mapping[str, Any]) -> EntropyControls:
@@ -176,9 +148,7 @@ class EntropyControls:
             ValueError: a value out of range, or a combination that cannot work (the message names
                 the key and why).
         """
-        merged: dict[str, Any] = dict(ENTROPY_CONTROLS[method].preset) if method in ENTROPY_CONTROLS else {}
-        merged.update({key: value for key, value in values.items() if value is not None})
-        controls = cls(**merged)
+        controls = cls(**resolve_controls(method, values, fill_defaults=False))
         controls.validate()
         return controls
 
@@ -194,16 +164,13 @@ class EntropyControls:
         return self.active
 
     def validate(self) -> None:
-        for key in ("entropy_coef", "epsilon_high", "clip_cov_ratio", "kl_cov_ratio", "ppo_kl_coef"):
-            value = getattr(self, key)
-            if value is not None and not (math.isfinite(float(value)) and float(value) >= 0):
-                raise ValueError(f"algorithm.eapo.{key} must be a finite number >= 0, got {value}")
-        if self.epsilon_high is not None and not self.epsilon_high > 0:
-            raise ValueError(f"algorithm.eapo.epsilon_high must be > 0, got {self.epsilon_high}")
-        if not isinstance(self.adaptive_entropy, bool):
-            raise ValueError(
-                f"algorithm.eapo.adaptive_entropy must be true or false, got {self.adaptive_entropy!r}"
-            )
+        """Each set value against its declaration (:data:`eapo.core.CONTROL_SETTINGS`), then the relations
+        between them that verl needs."""
+        check_settings(
+            CONTROL_SETTINGS,
+            {f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+            "algorithm.eapo.",
+        )
         if not self.adaptive_entropy:
             stray = [key for key in _ADAPTIVE_KEYS if getattr(self, key) is not None]
             if stray:
@@ -216,10 +183,6 @@ class EntropyControls:
                 self.build_adaptive()
             except ValueError as error:
                 raise ValueError(f"algorithm.eapo (adaptive_entropy): {error}") from error
-        if self.loss_mode is not None and self.loss_mode not in LOSS_MODES:
-            raise ValueError(
-                f"algorithm.eapo.loss_mode={self.loss_mode!r} is invalid; valid: {', '.join(LOSS_MODES)}"
-            )
         for mode, keys in _KEYS_OF_LOSS_MODE.items():
             stray = [key for key in keys if getattr(self, key) is not None]
             if stray and self.loss_mode != mode:
@@ -239,10 +202,6 @@ class EntropyControls:
         ):
             raise ValueError(
                 f"algorithm.eapo.clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})"
-            )
-        if self.top_entropy_quantile is not None and not 0.0 <= self.top_entropy_quantile <= 1.0:
-            raise ValueError(
-                f"algorithm.eapo.top_entropy_quantile must lie in [0, 1], got {self.top_entropy_quantile}"
             )
 
     def build_adaptive(self) -> AdaptiveEntropyCoef | None:

@@ -51,12 +51,12 @@ from typing import Any
 
 import torch
 
-from eapo.core.step import grouped_polarity_advantages
+from eapo.core.step import EAPOStep, grouped_polarity_advantages
 from eapo.engines.verl.settings import EapoSettings, read_section
 
 __all__ = [
-    "PolarityStep",
-    "polarity_weights",
+    "StepCall",
+    "step_call",
     "active_step",
     "polarity_grpo_advantages",
     "compute_eapo_advantage",
@@ -70,56 +70,43 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# The step's weights, handed from the trainer to the estimator
+# The step, handed from the trainer to the estimator
 # ---------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
-class PolarityStep:
-    """One training step's polarity weights, and what the estimator reports back.
+class StepCall:
+    """What the ``eapo`` trainer hands the estimator for one step: core's step (the run's
+    :class:`eapo.core.EAPOStep`) and ``H_t``; the estimator leaves the step's metrics here."""
 
-    The trainer fills ``method``, ``w_pos`` and ``w_neg``; the estimator fills ``num_sequences``
-    (the scored rollouts), ``num_positive`` (|D+| among them) and ``num_unscored`` when it runs.
-    """
-
-    method: str
-    w_pos: float
-    w_neg: float
-    num_sequences: int = 0
-    num_positive: int = 0
-    num_unscored: int = 0
-    ran: bool = False
-
-    @property
-    def frac_positive(self) -> float:
-        """|D+| / (scored rollouts) of the batch the estimator saw (NaN before it ran or with none scored)."""
-        return self.num_positive / self.num_sequences if self.num_sequences else float("nan")
+    step: EAPOStep
+    entropy: float | None
+    estimator: str
+    metrics: dict[str, float] | None = None
 
 
-_ACTIVE_STEP: contextvars.ContextVar[PolarityStep | None] = contextvars.ContextVar(
-    "eapo_polarity_step", default=None
-)
+_ACTIVE_STEP: contextvars.ContextVar[StepCall | None] = contextvars.ContextVar("eapo_step_call", default=None)
 
 
 @contextlib.contextmanager
-def polarity_weights(method: str, w_pos: float, w_neg: float) -> Iterator[PolarityStep]:
-    """Make ``(w_pos, w_neg)`` the weights the ``method`` estimator uses inside this block.
+def step_call(step: EAPOStep, entropy: float | None, estimator: str) -> Iterator[StepCall]:
+    """Make ``step`` decide this step inside this block, from the rewards verl hands the ``estimator``.
 
     verl's estimator signature has no place for per-step values, and verl builds the call itself
     (``compute_advantage`` in ``verl.trainer.ppo.ray_trainer``), so the trainer sets them here, in
-    the same thread, around its call into verl. Yields the :class:`PolarityStep` the estimator
-    fills with its counts.
+    the same thread, around its call into verl. Yields the :class:`StepCall` that the estimator
+    fills with core's metrics.
     """
-    step = PolarityStep(method=method, w_pos=float(w_pos), w_neg=float(w_neg))
-    token = _ACTIVE_STEP.set(step)
+    call = StepCall(step=step, entropy=entropy, estimator=estimator)
+    token = _ACTIVE_STEP.set(call)
     try:
-        yield step
+        yield call
     finally:
         _ACTIVE_STEP.reset(token)
 
 
-def active_step() -> PolarityStep | None:
-    """The :class:`PolarityStep` of the enclosing :func:`polarity_weights` block, if any."""
+def active_step() -> StepCall | None:
+    """The :class:`StepCall` of the enclosing :func:`step_call` block, if any."""
     return _ACTIVE_STEP.get()
 
 
@@ -170,28 +157,26 @@ def _estimate(
             f"the {name!r} advantage estimator groups rollouts by prompt and needs verl's 'uid' (index); "
             "none was passed"
         )
-    step = active_step()
-    if step is not None:  # under the eapo trainer, which read algorithm.eapo into EapoSettings at its start
+    call = active_step()
+    if call is not None:  # under the eapo trainer, which read algorithm.eapo into EapoSettings at its start
         read_section(config)  # the section's type and keys, checked on every call as outside the trainer
-        if step.method != name:
+        if call.estimator != name:
             raise ValueError(
-                f"the trainer supplied weights for method {step.method!r} but algorithm.adv_estimator={name}; "
+                f"the trainer runs the estimator {call.estimator!r} but algorithm.adv_estimator={name}; "
                 "set algorithm.eapo.method and algorithm.adv_estimator to the same scheme"
             )
-        w_pos, w_neg = step.w_pos, step.w_neg
+        step, entropy = call.step, call.entropy
     else:  # another verl trainer: the fixed scheme's weights, with algorithm.eapo's overrides
-        w_pos, w_neg = EapoSettings.for_estimator(name, config).build_weighting().weights(None)
+        settings = EapoSettings.for_estimator(name, config)
+        step, entropy = EAPOStep(settings.build_weighting(), split_by=settings.split_by), None
     norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
     scores = token_level_rewards.sum(dim=-1)  # [B]
-    advantages, positive = polarity_grpo_advantages(
-        scores, list(index), w_pos, w_neg, norm_by_std=norm_by_std, epsilon=epsilon
+    # the whole decision, core's: group statistics, the split, (w+, w-), H_0, the eapo/* metrics
+    advantages, metrics = step.step(
+        scores, list(index), entropy, scale="group" if norm_by_std else "none", eps=epsilon
     )
-    if step is not None:
-        step.ran = True
-        scored = ~torch.isnan(scores)
-        step.num_sequences = int(scored.sum())
-        step.num_positive = int((positive & scored.to(positive.device)).sum())
-        step.num_unscored = int((~scored).sum())
+    if call is not None:
+        call.metrics = metrics
     token_advantages = advantages.unsqueeze(-1) * response_mask  # [B, T]
     return token_advantages, token_advantages
 

@@ -27,7 +27,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eapo.core import ENTROPY_AGGREGATIONS, WEIGHTING_SCHEMES, WeightingScheme, make_weighting
+from eapo.core import (
+    CONTROL_SETTINGS,
+    STEP_SETTINGS,
+    WEIGHT_SETTINGS,
+    WEIGHTING_SCHEMES,
+    WeightingScheme,
+    check_weights,
+    make_weighting,
+    method_scheme,
+)
 from eapo.core.entropy_control import ENTROPY_CONTROLS
 from eapo.engines.verl.entropy_control import EntropyControls
 
@@ -38,6 +47,7 @@ __all__ = [
     "WEIGHT_KEYS",
     "CONTROL_KEYS",
     "SETTING_KEYS",
+    "VERL_NATIVE_KEYS",
     "scheme_of",
     "estimator_of",
     "read_section",
@@ -55,15 +65,31 @@ ESTIMATOR_NAMES: tuple[str, ...] = ("eapo", "psr", "nsr", "w_reinforce", "eapo_g
 #: (verl already has an estimator called ``grpo``).
 SCHEME_OF_ESTIMATOR: dict[str, str] = {"eapo_grpo": "grpo"}
 
-#: The weight keys of ``algorithm.eapo`` (each scheme takes some of them).
-WEIGHT_KEYS: tuple[str, ...] = ("w0", "w_min", "w_max", "w_pos", "w_neg")
+#: The weight keys of ``algorithm.eapo`` (each scheme takes some of them): :data:`eapo.core.WEIGHT_SETTINGS`.
+WEIGHT_KEYS: tuple[str, ...] = tuple(WEIGHT_SETTINGS)
 
-#: The entropy-control keys of ``algorithm.eapo``: eapo's unified names, the same as the TRL
-#: config's ``algorithm.*``; the fields of :class:`EntropyControls`, in their order.
-CONTROL_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(EntropyControls))
+#: The step's keys of ``algorithm.eapo`` (``split_by``, ``entropy_agg``): :data:`eapo.core.STEP_SETTINGS`.
+STEP_KEYS: tuple[str, ...] = tuple(STEP_SETTINGS)
 
-#: Keys accepted under ``algorithm.eapo``, flat (the controls are not a sub-section).
-SETTING_KEYS: tuple[str, ...] = ("method", *WEIGHT_KEYS, "entropy_agg", *CONTROL_KEYS)
+#: The entropy-control keys of ``algorithm.eapo``: eapo's unified names, the same as the YAML tree's
+#: ``algorithm.*`` (:data:`eapo.core.CONTROL_SETTINGS`); the fields of :class:`EntropyControls`.
+CONTROL_KEYS: tuple[str, ...] = tuple(CONTROL_SETTINGS)
+
+#: The ``algorithm.*`` keys of eapo's YAML tree (the TRL engine's) that are verl's own options on verl:
+#: ``algorithm.eapo`` refuses each with where to set it instead.
+VERL_NATIVE_KEYS: dict[str, str] = {
+    "scale_rewards": "algorithm.norm_adv_by_std_in_grpo (group: True; none: False; verl has no batch scaling)",
+    "beta": "actor_rollout_ref.actor.kl_loss_coef, with actor_rollout_ref.actor.use_kl_loss=True",
+    "epsilon": "actor_rollout_ref.actor.clip_ratio (clip-higher: algorithm.eapo.epsilon_high)",
+    "loss_type": "actor_rollout_ref.actor.loss_agg_mode (the paper's grpo: seq-mean-token-mean; bnpo: token-mean)",
+    "num_iterations": "actor_rollout_ref.actor.ppo_epochs",
+    "kl_bias_correction": "actor_rollout_ref.actor.kl_loss_type (low_var_kl is the paper's k3 without the "
+    "importance ratio)",
+}
+
+#: Keys accepted under ``algorithm.eapo``, flat (the controls are not a sub-section): every algorithm
+#: setting eapo.core declares, as the TRL engine accepts them.
+SETTING_KEYS: tuple[str, ...] = ("method", *WEIGHT_KEYS, *STEP_KEYS, *CONTROL_KEYS)
 
 
 def scheme_of(estimator: str) -> str:
@@ -74,10 +100,6 @@ def scheme_of(estimator: str) -> str:
 def estimator_of(scheme: str) -> str:
     """The estimator name that applies the :mod:`eapo.core` weighting scheme ``scheme``."""
     return {value: key for key, value in SCHEME_OF_ESTIMATOR.items()}.get(scheme, scheme)
-
-
-def _scheme_of_method(method: str) -> str:
-    return "grpo" if method in ENTROPY_CONTROLS else method
 
 
 def read_section(algorithm_config: Any) -> dict[str, Any]:
@@ -97,6 +119,10 @@ def read_section(algorithm_config: Any) -> dict[str, Any]:
         values = dataclasses.asdict(section)
     else:
         raise TypeError(f"algorithm.eapo must be a mapping of settings, got {type(section).__name__}")
+    native = [key for key in values if key in VERL_NATIVE_KEYS]
+    if native:
+        key = native[0]
+        raise ValueError(f"algorithm.eapo.{key} is verl's own option on verl: set {VERL_NATIVE_KEYS[key]}")
     unknown = sorted(set(values) - set(SETTING_KEYS))
     if unknown:
         raise ValueError(f"algorithm.eapo has unknown keys {unknown}; known: {list(SETTING_KEYS)}")
@@ -119,18 +145,13 @@ class EapoSettings:
     """A weighting scheme (eapo, psr, nsr, w_reinforce, grpo) or an entropy-control preset on GRPO's
     weights (entropy_bonus, adaptive_entropy, clip_higher, clip_cov, kl_cov, top_entropy). Defaults to
     ``algorithm.adv_estimator``'s scheme; presets and grpo run with ``adv_estimator=eapo_grpo``."""
-    w0: float | None = None
-    """eapo: base positive weight w0."""
-    w_min: float | None = None
-    """eapo: lower clip of w+."""
-    w_max: float | None = None
-    """eapo: upper clip of w+."""
-    w_pos: float | None = None
-    """Fixed schemes: the positive weight w+."""
-    w_neg: float | None = None
-    """Every scheme: the negative weight w-."""
-    entropy_agg: str = "token-mean"
-    """How H_t averages per-token entropies: token-mean or seq-mean-token-mean (eapo.core.rollout_entropy)."""
+    weights: Mapping[str, Any] = field(default_factory=dict)
+    """The weights that were set (:data:`eapo.core.WEIGHT_SETTINGS`, checked against the scheme); the
+    others are the scheme's defaults."""
+    split_by: str = STEP_SETTINGS["split_by"].default
+    """:data:`eapo.core.STEP_SETTINGS`: the polarity split (group mean, the paper, or median)."""
+    entropy_agg: str = STEP_SETTINGS["entropy_agg"].default
+    """:data:`eapo.core.STEP_SETTINGS`: how H_t averages per-token entropies (eapo.core.rollout_entropy)."""
     controls: EntropyControls = field(default_factory=EntropyControls)
     """The entropy controls, resolved: the method's preset (if it is one) with the keys set on top."""
 
@@ -158,7 +179,7 @@ class EapoSettings:
                 f"algorithm.eapo.method={method!r} is unknown; valid: weighting schemes "
                 f"{', '.join(WEIGHTING_SCHEMES)} or entropy-control presets {', '.join(ENTROPY_CONTROLS)}"
             )
-        scheme = _scheme_of_method(method)
+        scheme = method_scheme(method)
         if estimator_of(scheme) != estimator:
             if method in ENTROPY_CONTROLS:
                 raise ValueError(
@@ -171,15 +192,11 @@ class EapoSettings:
                 f"algorithm.eapo.method={method} but algorithm.adv_estimator={estimator}; set both to the same "
                 f"scheme (the {scheme} scheme's estimator is {estimator_of(scheme)})"
             )
-        entropy_agg = values.get("entropy_agg", "token-mean")
-        if entropy_agg not in ENTROPY_AGGREGATIONS:
-            raise ValueError(
-                f"algorithm.eapo.entropy_agg={entropy_agg!r} is invalid; valid: {', '.join(ENTROPY_AGGREGATIONS)}"
-            )
-        weights = {key: values[key] for key in WEIGHT_KEYS if key in values}
-        _build_weighting(scheme, weights)  # validate once, here
+        weights = check_weights(
+            method, scheme, {key: values.get(key) for key in WEIGHT_KEYS}, "algorithm.eapo."
+        )
         controls = EntropyControls.resolve(method, {key: values.get(key) for key in CONTROL_KEYS})
-        return cls(method=method, **weights, entropy_agg=entropy_agg, controls=controls)
+        return cls(method=method, weights=weights, **_step_settings(values), controls=controls)
 
     @classmethod
     def for_estimator(cls, estimator: str, algorithm: Any) -> EapoSettings:
@@ -212,36 +229,37 @@ class EapoSettings:
             raise ValueError(
                 f"algorithm.adv_estimator={estimator} but algorithm.eapo.method={method}; set both to the same scheme"
             )
-        weights = {key: values[key] for key in WEIGHT_KEYS if key in values}
-        _build_weighting(scheme_of(estimator), weights)  # rejects keys the scheme does not take
-        return cls(
-            method=scheme_of(estimator), **weights, entropy_agg=values.get("entropy_agg", "token-mean")
+        scheme = scheme_of(estimator)
+        weights = check_weights(
+            scheme, scheme, {key: values.get(key) for key in WEIGHT_KEYS}, "algorithm.eapo."
         )
+        return cls(method=scheme, weights=weights, **_step_settings(values))
 
     @property
     def scheme(self) -> str:
         """The :mod:`eapo.core` weighting scheme: the method, or ``grpo`` for an entropy-control preset."""
-        return _scheme_of_method(self.method)
+        return method_scheme(self.method)
 
     @property
     def estimator(self) -> str:
         """The ``algorithm.adv_estimator`` that applies :attr:`scheme`."""
         return estimator_of(self.scheme)
 
-    def overrides(self) -> dict[str, float]:
+    def overrides(self) -> dict[str, Any]:
         """The weights that were set, by name."""
-        return {key: getattr(self, key) for key in WEIGHT_KEYS if getattr(self, key) is not None}
+        return dict(self.weights)
 
     def build_weighting(self) -> WeightingScheme:
         """A fresh :class:`eapo.core.WeightingScheme` for these settings."""
-        return _build_weighting(self.scheme, self.overrides())
+        return make_weighting(self.scheme, **self.weights)  # unset weights take the scheme's defaults
 
 
-def _build_weighting(scheme: str, weights: Mapping[str, Any]) -> WeightingScheme:
-    try:
-        return make_weighting(scheme, **weights)  # None values take the scheme's defaults
-    except ValueError as error:
-        raise ValueError(f"algorithm.eapo: {error}") from error
+def _step_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``split_by`` and ``entropy_agg`` of ``algorithm.eapo``, held to their declarations (defaults where unset)."""
+    return {
+        key: spec.default if values.get(key) is None else spec.check(values[key], "algorithm.eapo.")
+        for key, spec in STEP_SETTINGS.items()
+    }
 
 
 def _preset_keys(method: str) -> str:

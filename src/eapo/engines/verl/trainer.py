@@ -7,7 +7,7 @@ This subclass overrides only ``_compute_advantage``: it computes ``H_t`` from th
 entropies with :func:`eapo.core.rollout_entropy` and ``algorithm.eapo.entropy_agg`` — the function
 and setting :class:`eapo.engines.trl.trainer.EAPOTrainer` uses, so both engines give the same ``H_t`` for the same
 rollouts — asks the weighting scheme for ``(w+_t, w-)`` (Eq. ``dynamic_weight`` for ``eapo``), hands
-them to the registered estimator with :func:`~eapo.engines.verl.estimators.polarity_weights`,
+them to the registered estimator with :func:`~eapo.engines.verl.estimators.step_call`,
 and logs::
 
     eapo/w_pos  eapo/w_neg  eapo/H0  eapo/frac_positive  eapo/num_unscored  entropy/rollout
@@ -16,9 +16,8 @@ and logs::
 the first step's entropy for the fixed schemes). The step's decision — ``(w+, w-)``, ``H_0``, the
 split, these metrics and the state — is :class:`eapo.core.step.EAPOStep`'s, the one the TRL trainer
 uses; this class only moves verl's tensors and files in and out of it. Its state (the ``H_0`` anchor)
-is written beside verl's checkpoint as ``global_step_N/eapo_state.json`` (the TRL checkpoint's name;
-a ``global_step_N/eapo_weighting.json`` written by earlier versions is still read) and restored on
-resume.
+is written beside verl's checkpoint as ``global_step_N/eapo_state.json`` (the TRL checkpoint's name,
+:data:`eapo.core.STATE_FILE`, by :func:`eapo.run_dir.write_step_state`) and restored on resume.
 
 Enable it with ``trainer.use_v1=True trainer.v1.trainer_mode=eapo algorithm.adv_estimator=eapo``;
 settings come from ``algorithm.eapo.*``, read by
@@ -44,7 +43,6 @@ in the paper's setting); ``entropy/rollout`` (``H_t``) follows ``entropy_agg`` i
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import os
@@ -55,7 +53,7 @@ from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
 from eapo.core import WeightingScheme, rollout_entropy
 from eapo.core.entropy_control import AdaptiveEntropyCoef
-from eapo.core.step import LEGACY_STATE_FILES, STATE_FILE, EAPOStep, polarity_metrics
+from eapo.core.step import STATE_FILE, EAPOStep
 from eapo.engines.verl.entropy_control import (
     ENTROPY_COEF_KEY,
     METRIC_PREFIX,
@@ -64,25 +62,23 @@ from eapo.engines.verl.entropy_control import (
     apply_to_actor_config,
     entropy_control_loss,
 )
-from eapo.engines.verl.estimators import PolarityStep, polarity_weights
+from eapo.engines.verl.estimators import step_call
 from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettings
-from eapo.run_dir import atomic_write_text
+from eapo.run_dir import read_step_state, write_step_state
 
 __all__ = [
     "ENTROPY_FIELD",
     "WEIGHTING_STATE_FILE",
     "EAPOVerlTrainer",
     "batch_entropy",
-    "save_weighting_state",
-    "load_weighting_state",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: The per-token entropy field verl's old-log-prob pass writes into the TransferQueue.
 ENTROPY_FIELD = "entropy"
-#: File written into verl's ``global_step_N`` checkpoint folder (:data:`eapo.core.step.STATE_FILE`, the
-#: same name as in a TRL checkpoint); on resume the older ``eapo_weighting.json`` is read if it is missing.
+#: The file written into verl's ``global_step_N`` checkpoint folder: core's :data:`eapo.core.STATE_FILE`
+#: (the one definition of the name, the TRL checkpoint's too), under the name the plugin exported it.
 WEIGHTING_STATE_FILE = STATE_FILE
 
 
@@ -115,95 +111,17 @@ def _missing_entropy_message(method: str) -> str:
     )
 
 
-def _adaptive_settings(adaptive: AdaptiveEntropyCoef) -> dict[str, Any]:
-    return {
-        "delta": adaptive.delta,
-        "coef_min": adaptive.coef_min,
-        "coef_max": adaptive.coef_max,
-        "target_ratio": adaptive.target_ratio,
-    }
-
-
-def save_weighting_state(
-    path: str,
-    method: str,
-    weighting: WeightingScheme,
-    first_entropy: float | None,
-    adaptive_entropy: AdaptiveEntropyCoef | None = None,
-) -> None:
-    """Write the step's state (:meth:`eapo.core.step.EAPOStep.state_dict`, with the adaptive entropy
-    coefficient's, if any) to ``path`` as JSON, atomically."""
-    step = EAPOStep(weighting, method=method)
-    step.first_entropy = first_entropy
-    _save_state(path, step, adaptive_entropy)
-
-
-def _save_state(path: str, step: EAPOStep, adaptive_entropy: AdaptiveEntropyCoef | None) -> None:
-    extras: dict[str, Any] = {}
-    if adaptive_entropy is not None:
-        extras["adaptive_entropy"] = {
-            **adaptive_entropy.state_dict(),
-            "settings": _adaptive_settings(adaptive_entropy),
-        }
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    atomic_write_text(path, json.dumps(step.state_dict(**extras), indent=2, sort_keys=True))
-
-
-def load_weighting_state(
-    path: str, method: str, weighting: WeightingScheme, adaptive_entropy: AdaptiveEntropyCoef | None = None
-) -> float | None:
-    """Restore ``weighting`` (and ``adaptive_entropy``) from ``path``; returns the saved first-step entropy.
-
-    Raises:
-        ValueError: the checkpoint was written for another method or other settings.
-    """
-    step = EAPOStep(weighting, method=method)
-    _load_state(path, step, adaptive_entropy)
-    return step.first_entropy
-
-
-def _load_state(path: str, step: EAPOStep, adaptive_entropy: AdaptiveEntropyCoef | None) -> None:
-    with open(path, encoding="utf-8") as handle:
-        state = json.load(handle)
-    if state.get("method") != step.method:
-        raise ValueError(
-            f"{path} was written by algorithm.eapo.method={state.get('method')}, but this run uses "
-            f"{step.method}; resume with the same algorithm settings"
-        )
+def _load_state(folder: str, step: EAPOStep) -> None:
+    """Restore ``step`` from the checkpoint folder's state file (errors name the file)."""
+    path = os.path.join(folder, STATE_FILE)
     try:
-        extras = step.load_state_dict(state)
+        missing = step.load_state_dict(read_step_state(folder))
     except (KeyError, ValueError) as error:
         raise ValueError(f"{path}: {error}") from error
-    saved = extras.get("adaptive_entropy")
-    if adaptive_entropy is None and saved is not None:
-        raise ValueError(
-            f"{path} was written with algorithm.eapo.adaptive_entropy=true, but this run has no adaptive "
-            "entropy coefficient; resume with the same algorithm settings"
+    for name in missing:
+        logger.warning(
+            "%s has no state for the entropy control %s (written without it): it starts afresh", path, name
         )
-    if adaptive_entropy is not None:
-        if saved is None:
-            logger.warning(
-                "%s has no adaptive entropy coefficient (written without adaptive_entropy): it starts afresh",
-                path,
-            )
-        else:
-            _load_adaptive(path, saved, adaptive_entropy)
-
-
-def _load_adaptive(path: str, saved: dict[str, Any], adaptive: AdaptiveEntropyCoef) -> None:
-    configured = _adaptive_settings(adaptive)
-    changed = [key for key, value in saved.get("settings", {}).items() if configured.get(key) != value]
-    if adaptive.target is not None and saved.get("target") != adaptive.target:
-        changed.append("target")
-    if changed:
-        key = changed[0]
-        was = saved["target"] if key == "target" else saved["settings"][key]
-        now = adaptive.target if key == "target" else configured[key]
-        raise ValueError(
-            f"{path}: checkpointed adaptive entropy {key}={was} differs from the configured {key}={now}; "
-            "resume with the same algorithm.eapo settings"
-        )
-    adaptive.load_state_dict(saved)
 
 
 @register_trainer(TRAINER_NAME)
@@ -216,7 +134,10 @@ class EAPOVerlTrainer(PPOTrainerSync):
         self.weighting: WeightingScheme = self.settings.build_weighting()
         self.controls: EntropyControls = self.settings.controls
         self.adaptive_entropy: AdaptiveEntropyCoef | None = self.controls.build_adaptive()
-        self.eapo_step = EAPOStep(self.weighting, method=self.settings.method)  # H_0, metrics, state
+        controls = {"adaptive_entropy": self.adaptive_entropy} if self.adaptive_entropy is not None else {}
+        self.eapo_step = EAPOStep(
+            self.weighting, method=self.settings.method, split_by=self.settings.split_by, controls=controls
+        )  # the step's decision, H_0, the controls' state, metrics
         self.step_entropy_coef: float | None = None  # the coefficient this step's update applies
         rollout_correction = config.algorithm.get("rollout_correction", None) or {}
         if rollout_correction.get("bypass_mode", False):
@@ -274,15 +195,16 @@ class EAPOVerlTrainer(PPOTrainerSync):
         entropy = self._rollout_entropy(batch)  # H_t, from this step's old-log-prob pass
         if entropy is None and self.weighting.needs_entropy:
             raise RuntimeError(_missing_entropy_message(self.settings.method))
-        w_pos, w_neg = self.eapo_step.weights(entropy)
-        with polarity_weights(self.settings.estimator, w_pos, w_neg) as step:
+        with step_call(
+            self.eapo_step, entropy, self.settings.estimator
+        ) as call:  # core decides, in the estimator
             batch = super()._compute_advantage(batch, metrics)
-        if not step.ran:
+        if call.metrics is None:
             raise RuntimeError(
                 f"the {self.settings.estimator!r} advantage estimator did not run, so (w+, w-) were not applied; "
                 "verl computed advantages some other way (check algorithm.adv_estimator)"
             )
-        metrics.update(self._eapo_metrics(step, entropy))
+        metrics.update(call.metrics)
         if self.controls.active:
             self.step_entropy_coef = self._step_entropy_coef(entropy)
             metrics[f"{METRIC_PREFIX}coef"] = self.step_entropy_coef
@@ -294,7 +216,6 @@ class EAPOVerlTrainer(PPOTrainerSync):
             return float(self.config.actor_rollout_ref.actor.entropy_coeff)
         if entropy is None:
             raise RuntimeError(_missing_entropy_message("adaptive_entropy"))
-        self.adaptive_entropy.anchor(self.first_entropy)  # target = ratio × H_0 (no-op once set)
         applied = self.adaptive_entropy.applied()  # from the entropies up to the previous step
         self.adaptive_entropy.update(entropy)
         return applied
@@ -310,13 +231,6 @@ class EAPOVerlTrainer(PPOTrainerSync):
         batch = super()._update_actor(batch, update_metrics)
         metrics.update(actor_metrics(update_metrics))
         return batch
-
-    def _eapo_metrics(self, step: PolarityStep, entropy: float | None) -> dict[str, float]:
-        """The step's metrics (:data:`eapo.core.step.METRIC_KEYS`) from the estimator's counts."""
-        return {
-            **self.eapo_step.weight_metrics(entropy, step.w_pos, step.w_neg),
-            **polarity_metrics(step.num_positive, step.num_sequences, step.num_unscored),
-        }
 
     @property
     def first_entropy(self) -> float | None:
@@ -335,14 +249,11 @@ class EAPOVerlTrainer(PPOTrainerSync):
 
     # --- checkpoints: the scheme's state beside verl's -------------------------------------------
 
-    def _weighting_state_path(self, global_step_folder: str) -> str:
-        return os.path.join(global_step_folder, WEIGHTING_STATE_FILE)
-
     def _save_checkpoint(self) -> None:
         # Written before verl's own save, which ends by updating latest_checkpointed_iteration.txt:
         # a checkpoint that resume can find always has the step's state.
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        _save_state(self._weighting_state_path(folder), self.eapo_step, self.adaptive_entropy)
+        write_step_state(folder, self.eapo_step.state_dict())
         super()._save_checkpoint()
 
     def _load_checkpoint(self) -> None:
@@ -350,9 +261,8 @@ class EAPOVerlTrainer(PPOTrainerSync):
         folder = self._resumed_folder()
         if folder is None:
             return
-        candidates = [os.path.join(folder, name) for name in (WEIGHTING_STATE_FILE, *LEGACY_STATE_FILES)]
-        path = next((candidate for candidate in candidates if os.path.exists(candidate)), None)
-        if path is None:
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
             logger.warning(
                 "resuming from %s, which has no %s (written by a run without the eapo trainer): "
                 "the weighting scheme starts afresh and re-anchors H_0 on the next step",
@@ -360,7 +270,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
                 WEIGHTING_STATE_FILE,
             )
             return
-        _load_state(path, self.eapo_step, self.adaptive_entropy)
+        _load_state(folder, self.eapo_step)
         logger.info("restored the %s weighting state from %s", self.settings.method, path)
 
     def _resumed_folder(self) -> str | None:
