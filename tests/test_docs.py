@@ -177,7 +177,7 @@ def _docs_extension():
 
 
 def test_config_reference_has_every_key_with_its_help():
-    from eapo.config import EAPOConfig
+    from eapo.config import RunConfig
 
     def leaves(cls, prefix=""):
         for f in dataclasses.fields(cls):
@@ -192,7 +192,7 @@ def test_config_reference_has_every_key_with_its_help():
             else:
                 yield f"{prefix}{f.name}", f.metadata.get("help"), tp
 
-    expected = {key: help_text for key, help_text, _ in leaves(EAPOConfig)}
+    expected = {key: help_text for key, help_text, _ in leaves(RunConfig)}
     sections = _docs_extension().config_sections()
     rows = {
         key: (type_, default, help_text)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eapo.config import ConfigError, EAPOConfig, config_changes, dump_config
+from eapo.config import ConfigError, RunConfig, config_changes, dump_config
 from eapo.engines.trl import args as trl_args
 from eapo.run_dir import (
     CONFIG_FILE,
@@ -45,7 +45,7 @@ class RunError(RuntimeError):
 
 
 def run(
-    config: EAPOConfig,
+    config: RunConfig,
     output_dir: str | Path,
     *,
     resume: bool = False,
@@ -85,7 +85,7 @@ def run(
     return run_dir
 
 
-def _train(config: EAPOConfig, launch: _Launch, *, state, rollout, callbacks: list[Any] | None) -> None:
+def _train(config: RunConfig, launch: _Launch, *, state, rollout, callbacks: list[Any] | None) -> None:
     """:func:`run`'s steps 2-9, inside the launch that owns the run directory."""
     run_dir, checkpoint = launch.run_dir, launch.checkpoint
 
@@ -231,7 +231,7 @@ class _Launch:
                 raise RunError(str(error)) from None
         return self
 
-    def start(self, config: EAPOConfig) -> None:
+    def start(self, config: RunConfig) -> None:
         """Write config.yaml; on resume cut metrics and validation back to the checkpoint and drop the
         checkpoints a failed write left incomplete (never resumed from)."""
         from eapo.engines.trl.validation import truncate_validation
@@ -300,7 +300,7 @@ class _Launch:
 # --------------------------------------------------------------------------------------------
 
 
-def build_dataset(config: EAPOConfig, tokenizer):
+def build_dataset(config: RunConfig, tokenizer):
     """Load records, render the paper's prompt through the chat template, return a ``datasets.Dataset``."""
     from datasets import Dataset
 
@@ -326,7 +326,7 @@ def build_dataset(config: EAPOConfig, tokenizer):
     )
 
 
-def _records_and_prompts(config: EAPOConfig, tokenizer, split: str, limit: int | None):
+def _records_and_prompts(config: RunConfig, tokenizer, split: str, limit: int | None):
     from eapo.data import default_prompt_for, load, render_prompts
 
     data = config.data
@@ -341,7 +341,7 @@ def _records_and_prompts(config: EAPOConfig, tokenizer, split: str, limit: int |
     )
 
 
-def build_validation(config: EAPOConfig, model_path: str, reward, run_dir: Path):
+def build_validation(config: RunConfig, model_path: str, reward, run_dir: Path):
     """The fixed dev subset of ``train.eval_split`` answered every ``train.eval_steps`` steps, scored by ``reward``."""
     from eapo.engines.trl.validation import VALIDATION_FILE, Validation
     from eapo.runtime.models import load_tokenizer
@@ -373,7 +373,7 @@ def build_validation(config: EAPOConfig, model_path: str, reward, run_dir: Path)
     )
 
 
-def build_reward(config: EAPOConfig, run_dir: str | Path | None = None):
+def build_reward(config: RunConfig, run_dir: str | Path | None = None):
     """The configured composite reward; an unreachable judge endpoint fails here, before any training.
 
     The judge's disk cache (``reward.judge.cache_dir``) lies under ``run_dir`` when relative; without
@@ -419,7 +419,7 @@ def build_reward(config: EAPOConfig, run_dir: str | Path | None = None):
     return composite
 
 
-def check_judge_settings(config: EAPOConfig) -> None:
+def check_judge_settings(config: RunConfig) -> None:
     """A weighted LLM judge needs an endpoint and a model (checked before anything is loaded)."""
     judge = config.reward.judge
     if config.reward.weights.get("llm_judge") and (not judge.base_url or not judge.model):
@@ -454,7 +454,7 @@ def base_model_id(name_or_path: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _inspect_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool) -> Path | None:
+def _inspect_run_dir(run_dir: Path, config: RunConfig, *, resume: bool) -> Path | None:
     """Read (never write) ``run_dir``: refuse to overwrite another run, and on resume check the
     settings and return the last complete checkpoint (``None``: start from step 0)."""
     existing = run_dir.exists() and is_run_dir(run_dir)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eapo.config import ConfigError, EAPOConfig, dump_config, load_config, parse_overrides
+from eapo.config import ConfigError, RunConfig, dump_config, load_config, parse_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ["demo", "tiny", "paper_rjua", "paper_cmd"]
@@ -43,7 +43,7 @@ def test_paper_presets_carry_the_papers_hyperparameters():
 
 
 def test_defaults_are_the_papers():
-    c = EAPOConfig()
+    c = RunConfig()
     assert (c.algorithm.beta, c.algorithm.epsilon, c.algorithm.loss_type, c.rollout.num_generations) == (
         0.001,
         0.2,
@@ -119,8 +119,8 @@ def test_grpo_config_has_the_papers_kl_term_by_default(tmp_path):
     from eapo.engines.trl.args import grpo_args
 
     assert GRPOConfig.__dataclass_fields__["use_bias_correction_kl"].default is True  # TRL's, for the record
-    assert EAPOConfig().algorithm.kl_bias_correction is False
-    assert grpo_args(EAPOConfig().validate(), tmp_path).use_bias_correction_kl is False
+    assert RunConfig().algorithm.kl_bias_correction is False
+    assert grpo_args(RunConfig().validate(), tmp_path).use_bias_correction_kl is False
     on = load_config(None, ["algorithm.kl_bias_correction=true"])
     assert grpo_args(on, tmp_path).use_bias_correction_kl is True
 
@@ -154,7 +154,7 @@ def test_defaults_of_the_issue_12_options(tmp_path):
     from eapo.engines.trl.args import grpo_args
 
     assert GRPOConfig.__dataclass_fields__["vllm_importance_sampling_mode"].default == "sequence_mask"
-    c = EAPOConfig()
+    c = RunConfig()
     assert (c.rollout.vllm_importance_correction, c.rollout.vllm_importance_cap) == ("token_truncate", 3.0)
     assert grpo_args(c.validate(), tmp_path).vllm_importance_sampling_mode == "token_truncate"
     assert (c.algorithm.entropy_agg, c.reward.missing) == ("token-mean", "unscorable")
@@ -277,7 +277,7 @@ def test_judge_settings_are_typed_and_validated(tmp_path):
         "json_object",
         0,
     )
-    defaults = EAPOConfig().reward.judge
+    defaults = RunConfig().reward.judge
     assert (defaults.structured_output, defaults.max_retries, defaults.cache_dir) == (
         "auto",
         4,
