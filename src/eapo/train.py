@@ -4,7 +4,7 @@ It reads top to bottom; the maths is in :mod:`eapo.core`, the TRL hooks in :mod:
 and the run-directory contract in :mod:`eapo.run_dir`. Scale-out needs no code change:
 ``accelerate launch [--config_file configs/accelerate/{ddp,fsdp,zero3}.yaml] -m eapo.cli train ...``
 runs the same recipe under DDP, FSDP2 or DeepSpeed, on GPUs or CPU processes (:mod:`eapo.engines.trl.sharding`).
-``rollout.engine`` picks the rollout engine (``auto``: vLLM, else transformers' continuous batching
+``rollout.backend`` picks the rollout backend (``auto``: vLLM, else transformers' continuous batching
 on a GPU, plain ``generate`` on CPU; see :mod:`eapo.runtime.backends`).
 """
 
@@ -70,7 +70,7 @@ def run(
     config.validate()
     rollout = trl_args.rollout_plan(
         config
-    )  # an engine this machine cannot run fails here, before any loading
+    )  # a backend this machine cannot run fails here, before any loading
     trl_args.check_batch_split(config, state.num_processes)
     check_judge_settings(config)
 
@@ -154,10 +154,10 @@ def _train(config: RunConfig, launch: _Launch, *, state, rollout, callbacks: lis
         raise RunError(str(error)) from error
     launch.trainer = trainer
     trainer.remove_callback(PrinterCallback)  # our progress bar and metrics.jsonl replace its raw dict prints
-    if rollout.compile and rollout.engine == "generate":
+    if rollout.compile and rollout.backend == "generate":
         # TRL builds its GenerationConfig with disable_compile=True; a static cache on CUDA compiles when allowed.
         trainer.generation_config.disable_compile = False
-    logger.info("rollout engine: %s", rollout.describe())
+    logger.info("rollout backend: %s", rollout.describe())
     trainer.base_model_id = base_model_id(config.model.name_or_path)  # named by the model card
 
     # 7. Everything is accepted: the run's config.yaml (on resume, metrics cut back to the checkpoint).
@@ -186,7 +186,7 @@ def _train(config: RunConfig, launch: _Launch, *, state, rollout, callbacks: lis
             "method": config.algorithm.method,
             "weighting": repr(trainer.weighting),
             "model_path": model_path,
-            "rollout/engine": rollout.engine,
+            "rollout/backend": rollout.backend,
             "rollout": dataclasses.asdict(rollout),
             # how the processes shared the work: NO (one), MULTI_CPU / MULTI_GPU (DDP), FSDP, DEEPSPEED
             "distributed": str(trainer.accelerator.distributed_type.value),

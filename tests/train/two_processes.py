@@ -46,7 +46,7 @@ def free_port() -> int:
 
 
 def launcher(kind: str) -> list[str]:
-    """``torchrun`` (DDP, as the CPU line of docs/guide/engines.md) or ``accelerate launch`` with a sharded configuration
+    """``torchrun`` (DDP, as the CPU line of docs/guide/backends.md) or ``accelerate launch`` with a sharded configuration
     (``fsdp``, ``zero3``) on NPROC processes, in float32 (zero3.yaml's bf16 is for GPUs)."""
     if kind == "torchrun":  # --standalone: torchrun picks a free port itself
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={NPROC}"]

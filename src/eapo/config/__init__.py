@@ -47,7 +47,7 @@ from eapo.config.load import (
     yaml_load,
 )
 from eapo.config.reward import STRUCTURED_OUTPUTS, JudgeConfig, RewardConfig
-from eapo.config.rollout import DTYPES, ENGINES, DataConfig, LoraSettings, ModelConfig, RolloutConfig
+from eapo.config.rollout import DTYPES, ROLLOUT_BACKENDS, DataConfig, LoraSettings, ModelConfig, RolloutConfig
 from eapo.config.train import LR_SCHEDULERS, TRACKERS, LoggingConfig, TrainConfig
 from eapo.config.tree import RunConfig, reward_options, setting_fields
 
@@ -66,7 +66,7 @@ __all__ = [
     "NON_EMPTY",
     "ANY_OF_TYPE",
     "DTYPES",
-    "ENGINES",
+    "ROLLOUT_BACKENDS",
     "LOSS_TYPES",
     "LR_SCHEDULERS",
     "LoraSettings",

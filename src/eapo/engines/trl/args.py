@@ -76,14 +76,14 @@ def entropy_control_settings(config: RunConfig):
 
 
 def rollout_plan(config: RunConfig, facts=None):
-    """The engine, dtype and attention kernel this run uses on this device (see :mod:`eapo.runtime.backends`)."""
-    from eapo.runtime.backends import EngineError, device_facts, plan_rollout
+    """The rollout backend, dtype and attention kernel this run uses on this device (see :mod:`eapo.runtime.backends`)."""
+    from eapo.runtime.backends import BackendError, device_facts, plan_rollout
 
     m, r = config.model, config.rollout
     try:
         return plan_rollout(
             facts if facts is not None else device_facts(),
-            engine=r.requested_engine(),
+            backend=r.requested_backend(),
             dtype=m.dtype,
             attn_implementation=m.attn_implementation,
             cache_implementation=r.cache_implementation,
@@ -91,7 +91,7 @@ def rollout_plan(config: RunConfig, facts=None):
             vllm_compile=r.vllm_compile,
             vllm_mode=r.vllm_mode,
         )
-    except EngineError as error:
+    except BackendError as error:
         raise ConfigError(str(error)) from None
 
 
@@ -153,17 +153,17 @@ def grpo_args(
         split_by=a.split_by,
         entropy_agg=a.entropy_agg,
         **vllm_importance_args(r),
-        use_vllm=rollout.engine == "vllm",
+        use_vllm=rollout.backend == "vllm",
         vllm_mode=r.vllm_mode,
         vllm_server_base_url=r.vllm_server_base_url,
         vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
         vllm_max_model_length=r.vllm_max_model_length
         or config.data.max_prompt_tokens + r.max_completion_tokens,
-        use_transformers_continuous_batching=rollout.engine == "paged",
+        use_transformers_continuous_batching=rollout.backend == "paged",
         transformers_continuous_batching_config=paged_options(r.paged_options, cuda=cuda),
         cache_implementation=rollout.cache_implementation,
         pad_to_multiple_of=64
-        if rollout.compile and rollout.engine == "generate"
+        if rollout.compile and rollout.backend == "generate"
         else None,  # few prompt shapes -> few recompilations
         model_init_kwargs=model_init_kwargs,
         dataloader_pin_memory=cuda,
@@ -229,9 +229,9 @@ def paged_options(options: dict[str, Any], *, cuda: bool) -> dict[str, Any] | No
 
 def vllm_settings(config: RunConfig, rollout):
     """What the colocated vLLM engine adds to TRL's (``eapo.engines.trl.vllm``): the policy's dtype, eager or
-    compiled, the KV cache's size on a CPU, the seed. ``None`` when vLLM is not the engine or runs as a
+    compiled, the KV cache's size on a CPU, the seed. ``None`` when vLLM is not the rollout backend or runs as a
     server."""
-    if rollout.engine != "vllm" or config.rollout.vllm_mode != "colocate":
+    if rollout.backend != "vllm" or config.rollout.vllm_mode != "colocate":
         return None
     from eapo.engines.trl.vllm import GIB, VLLMSettings
 
