@@ -92,7 +92,7 @@ def test_paper_presets_spell_out_every_loss_affecting_option(name):
 def test_the_paper_presets_objective_reaches_trl_as_written(tmp_path):
     from eapo.engines.trl.args import grpo_args
 
-    config = load_config(ROOT / "configs" / "paper_rjua.yaml", ["rollout.use_vllm=false"])
+    config = load_config(ROOT / "configs" / "paper_rjua.yaml", ["rollout.backend=auto"])
     args = grpo_args(config, tmp_path)
     assert args.use_bias_correction_kl is False and args.loss_type == "grpo"
     assert (args.beta, args.epsilon, args.scale_rewards, args.num_iterations) == (0.001, 0.2, "group", 1)

@@ -39,7 +39,11 @@ def test_paper_presets_carry_the_papers_hyperparameters():
             0.0,
             2.0,
         )
-        assert c.rollout.use_vllm and c.reward.weights["llm_judge"] > 0 and c.algorithm.loss_type == "grpo"
+        assert (
+            c.rollout.backend == "vllm"
+            and c.reward.weights["llm_judge"] > 0
+            and c.algorithm.loss_type == "grpo"
+        )
 
 
 def test_defaults_are_the_papers():
@@ -62,12 +66,12 @@ def test_accelerate_configs_parse(name):
 
 def test_overrides_are_typed_and_nested():
     assert parse_overrides(
-        ["algorithm.w0=0.1", "train.max_steps=3", "data.limit=null", "rollout.use_vllm=true"]
+        ["algorithm.w0=0.1", "train.max_steps=3", "data.limit=null", "rollout.vllm_compile=true"]
     ) == {
         "algorithm": {"w0": 0.1},
         "train": {"max_steps": 3},
         "data": {"limit": None},
-        "rollout": {"use_vllm": True},
+        "rollout": {"vllm_compile": True},
     }
     c = load_config(ROOT / "configs" / "tiny.yaml", ["algorithm.w0=1", "reward.weights.format=0.5"])
     assert c.algorithm.w0 == 1.0 and isinstance(c.algorithm.w0, float)

@@ -136,13 +136,13 @@ def test_vllm_cpu_build_is_read_from_the_installed_metadata(monkeypatch):
         assert backends._vllm_is_cpu_build() is cpu, installed
 
 
-def test_use_vllm_is_kept_as_an_alias_of_backend_vllm():
-    config = load_config(TINY, ["rollout.backend=auto", "rollout.use_vllm=true"])
-    assert config.rollout.requested_backend() == "vllm"
-    assert load_config(TINY).rollout.requested_backend() == "generate"  # tiny.yaml pins plain generate
-    assert load_config(TINY, ["rollout.backend=auto"]).rollout.requested_backend() == "auto"
-    with pytest.raises(ConfigError, match="contradicts rollout.backend='paged'"):
-        load_config(TINY, ["rollout.use_vllm=true", "rollout.backend=paged"])
+def test_the_config_checks_the_rollout_backend():
+    assert load_config(TINY).rollout.backend == "generate"  # tiny.yaml pins plain generate
+    assert load_config(TINY, ["rollout.backend=vllm"]).rollout.backend == "vllm"
+    with pytest.raises(
+        ConfigError, match="unknown key 'rollout.use_vllm'.*backend"
+    ):  # gone: rollout.backend=vllm
+        load_config(TINY, ["rollout.use_vllm=true"])
     with pytest.raises(ConfigError, match="rollout.backend='tgi' is invalid"):
         load_config(TINY, ["rollout.backend=tgi"])
     with pytest.raises(ConfigError, match="compile=true needs rollout.cache_implementation=static"):
@@ -179,7 +179,7 @@ def test_grpo_args_follow_the_chosen_backend(tmp_path):
     assert static.cache_implementation == "static" and static.pad_to_multiple_of is None
 
     with pytest.raises(ConfigError, match="needs the vllm package"):
-        grpo_args(load_config(TINY, ["rollout.backend=auto", "rollout.use_vllm=true"]), tmp_path, facts=GPU)
+        grpo_args(load_config(TINY, ["rollout.backend=vllm"]), tmp_path, facts=GPU)
 
     vllm = grpo_args(load_config(TINY, ["rollout.backend=auto"]), tmp_path, facts=CPU_VLLM)
     assert vllm.use_vllm and vllm.vllm_mode == "colocate" and not vllm.use_transformers_continuous_batching

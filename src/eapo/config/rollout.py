@@ -159,7 +159,6 @@ class RolloutConfig:
         factory=dict,
         valid=ANY_OF_TYPE,
     )
-    use_vllm: bool = setting("Same as backend=vllm (kept for older configs).", False, valid=ANY_OF_TYPE)
     vllm_mode: str = setting(
         "'colocate' (same GPUs) or 'server' (trl vllm-serve).", "colocate", valid=one_of("colocate", "server")
     )
@@ -187,7 +186,7 @@ class RolloutConfig:
         valid=at_least(1),
     )
     vllm_importance_correction: str = setting(
-        "With use_vllm, how the loss corrects for vLLM's log-probs differing from the trainer's (TRL's "
+        "With backend=vllm, how the loss corrects for vLLM's log-probs differing from the trainer's (TRL's "
         "vllm_importance_sampling_mode): token_truncate (each token's ratio capped at vllm_importance_cap), "
         "token_mask, sequence_truncate, sequence_mask (TRL's default: a row over the cap is zeroed yet "
         "still counts in 1/N) or none. Logged as vllm_is/token_frac and vllm_is/row_frac.",
@@ -199,7 +198,3 @@ class RolloutConfig:
         3.0,
         valid=above(1, " (a ratio bound above on-policy)"),
     )
-
-    def requested_backend(self) -> str:
-        """``backend``, with the older ``use_vllm: true`` meaning ``vllm``."""
-        return "vllm" if self.use_vllm else self.backend

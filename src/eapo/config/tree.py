@@ -72,11 +72,6 @@ class RunConfig:
         problems = a.control_problems()
         if problems:
             raise ConfigError(problems[0], key="algorithm.method")
-        if r.use_vllm and r.backend not in ("auto", "vllm"):
-            raise ConfigError(
-                f"rollout.use_vllm=true contradicts rollout.backend={r.backend!r}; set only rollout.backend",
-                key="rollout.use_vllm",
-            )
         if r.compile and r.cache_implementation != "static":
             raise ConfigError(
                 "rollout.compile=true needs rollout.cache_implementation=static (a fixed-size cache)",

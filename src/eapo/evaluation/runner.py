@@ -415,9 +415,9 @@ def _choose_backend(requested: str, rollout: Any) -> str:
     from eapo.runtime.generate import choose_backend
 
     chosen = choose_backend(requested)
-    if requested == "auto" and rollout is not None and rollout.requested_backend() != "auto":
+    if requested == "auto" and rollout is not None and rollout.backend != "auto":
         try:
-            chosen = choose_backend(rollout.requested_backend())
+            chosen = choose_backend(rollout.backend)
         except (ImportError, RuntimeError):
             pass  # e.g. a vLLM run evaluated on a machine without vLLM: this device's choice
     return chosen

@@ -83,7 +83,7 @@ def rollout_plan(config: RunConfig, facts=None):
     try:
         return plan_rollout(
             facts if facts is not None else device_facts(),
-            backend=r.requested_backend(),
+            backend=r.backend,
             dtype=m.dtype,
             attn_implementation=m.attn_implementation,
             cache_implementation=r.cache_implementation,
