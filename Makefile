@@ -113,4 +113,4 @@ $(VERL_STAMP): pyproject.toml
 
 # CPU tests of the plugin: estimators, trainer step and checkpoints, export, reward function.
 test-verl: $(VERL_STAMP)
-	$(VERL_VENV)/bin/pytest -q tests/verl_plugin
+	$(VERL_VENV)/bin/pytest -q tests/engines/verl

@@ -1,6 +1,6 @@
 """The README is a landing page whose links resolve and whose quick starts run; the docs' configuration
 reference covers every key. (``make docs`` builds the site with warnings as errors: broken links inside
-docs/ fail there; the verl quick start is composed with verl's config in tests/verl_plugin.)
+docs/ fail there; the verl quick start is composed with verl's config in tests/engines/verl.)
 
 A quick start is a fenced block after a ``<!-- docs-test: NAME -->`` marker; the same block may appear
 on several pages (README.md and a docs page) and must then be identical.

@@ -4,7 +4,7 @@ Sections: ``model``, ``data``, ``rollout``, ``reward``, ``algorithm``, ``train``
 field has a one-line help string and states, next to it, what it admits: ``valid=`` one of
 :func:`at_least`, :func:`above`, :func:`between`, :func:`one_of`, :data:`NON_EMPTY`,
 :func:`satisfies`, or :data:`ANY_OF_TYPE` where every value of its type is valid (a new field
-without one fails ``tests/train/test_config_validation.py``). Validation happens once, in
+without one fails ``tests/config/test_config_validation.py``). Validation happens once, in
 :meth:`RunConfig.validate`: each setting against its own constraint, then the relations between
 settings. Unknown keys are errors that list the valid ones. YAML files and overrides are read with
 :class:`ConfigLoader`, so ``1e-5`` is a number.

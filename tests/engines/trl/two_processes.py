@@ -1,7 +1,7 @@
-"""Launching ``eapo train`` on 2 CPU processes (gloo) for tests/train/test_distributed.py (DDP, torchrun)
-and tests/train/test_sharded.py (FSDP2, ``accelerate launch`` with configs/accelerate/fsdp.yaml).
+"""Launching ``eapo train`` on 2 CPU processes (gloo) for tests/engines/trl/test_distributed.py (DDP, torchrun)
+and tests/engines/trl/test_sharded.py (FSDP2, ``accelerate launch`` with configs/accelerate/fsdp.yaml).
 
-Each process runs tests/train/dist_worker.py, which runs the ``eapo train`` command and dumps what it
+Each process runs tests/engines/trl/dist_worker.py, which runs the ``eapo train`` command and dumps what it
 computed (see there).
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "configs" / "tiny.yaml"
 #: accelerate launch configurations of the sharded runs: FSDP2, and DeepSpeed ZeRO-3 (when installed)
 SHARDED_CONFIGS = {

@@ -24,7 +24,7 @@ from verl.utils.config import validate_config  # noqa: E402
 
 from eapo.engines.verl import EapoSettings  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MARKER = "<!-- docs-test: verl-quickstart -->"
 
 

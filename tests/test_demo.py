@@ -12,7 +12,7 @@ import pytest
 from eapo.config import load_config
 from eapo.demo import demo_config, demo_preset
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_preset_follows_cuda(monkeypatch):

@@ -24,7 +24,7 @@ import pytest
 from eapo.run_dir import read_metrics
 from eapo.runtime.backends import device_facts, vllm_runs_here
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 900
 
 pytestmark = [

@@ -17,7 +17,7 @@ from eapo.config import load_config
 from eapo.run_dir import read_metrics
 from eapo.train import run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RECORDED = Path(__file__).parent / "fixtures" / "tiny_eapo_3steps.json"
 WALL_CLOCK = {"step_time", "time"}
 #: Keys the refactor added to the TRL log (the verl plugin already logged them): none may disappear.

@@ -1,5 +1,5 @@
-"""One process of a multi-process ``eapo train``, launched by tests/train/test_distributed.py and
-tests/train/test_sharded.py (under torchrun or ``accelerate launch``).
+"""One process of a multi-process ``eapo train``, launched by tests/engines/trl/test_distributed.py and
+tests/engines/trl/test_sharded.py (under torchrun or ``accelerate launch``).
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 dist_worker.py \\
         DUMP_DIR [--kill-after-save N] [--stall-after-log N] [--short-generation-rank R] -- ARGS OF eapo train ...

@@ -1,5 +1,5 @@
-"""The uninterrupted 2-process DDP run shared by tests/train/test_distributed.py and the DDP-equality
-check of tests/train/test_sharded.py (one launch for both)."""
+"""The uninterrupted 2-process DDP run shared by tests/engines/trl/test_distributed.py and the DDP-equality
+check of tests/engines/trl/test_sharded.py (one launch for both)."""
 
 from __future__ import annotations
 

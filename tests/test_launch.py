@@ -21,7 +21,7 @@ from eapo.config import ConfigError, load_config
 from eapo.run_dir import LOCK_FILE, complete_checkpoints, read_metrics
 from eapo.train import RunError, run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
 FAST = ["logging.progress=false", "logging.plot=false", "logging.tensorboard=false"]
 

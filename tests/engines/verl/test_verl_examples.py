@@ -25,7 +25,7 @@ from verl.utils.config import validate_config  # noqa: E402
 
 from eapo.engines.verl import EapoSettings  # noqa: E402
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "verl"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "verl"
 
 
 def script_args(script: str) -> list[str]:

@@ -359,7 +359,7 @@ def test_fsdp_with_colocated_vllm(tmp_path):
     assert (summary["distributed"], summary["rollout/backend"]) == ("FSDP", "vllm")
     rows = read_metrics(run_dir)
     assert [row["step"] for row in rows] == [1, 2, 3]
-    # measured: 1.7e-7 mean, 9.5e-7 max; an engine left unsynced read 0.08 (tests/train/test_vllm.py)
+    # measured: 1.7e-7 mean, 9.5e-7 max; an engine left unsynced read 0.08 (tests/engines/trl/test_vllm.py)
     for row in rows:
         assert row["sampling/sampling_logp_difference/mean"] < 1e-5, row["step"]
         assert row["sampling/sampling_logp_difference/max"] < 1e-4, row["step"]

@@ -216,7 +216,7 @@ def test_missing_entropy_is_a_clear_error(verl_config, in_memory_tq):
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
 def test_verl_path_gives_the_shared_batch_its_hand_derived_entropy(agg, verl_config, in_memory_tq):
-    """The same batch and number as tests/train/test_train.py (the TRL trainer): one H_t on both
+    """The same batch and number as tests/test_train.py (the TRL trainer): one H_t on both
     engines. The third row is verl's padding row: one response token, masked out."""
     verl_config.algorithm.eapo = {"entropy_agg": agg}
     trainer = EAPOVerlTrainer(verl_config)
@@ -352,7 +352,7 @@ def _approx_state(state):
 def test_verl_path_gives_the_shared_step_its_hand_derived_decision(verl_config, in_memory_tq, tmp_path):
     """The batch of eapo.testing.entropy_batch (NaN rewards; each group three scored rollouts of four),
     interleaved as after verl's length balancing, through two steps: the same H_t, weights,
-    advantages, metrics and state as tests/train/test_train.py gets from the TRL trainer."""
+    advantages, metrics and state as tests/test_train.py gets from the TRL trainer."""
     from eapo.engines.verl import polarity_grpo_advantages
 
     trainer = attach_checkpoint_io(EAPOVerlTrainer(verl_config), tmp_path)

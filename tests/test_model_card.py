@@ -8,7 +8,7 @@ from pathlib import Path
 from eapo.config import load_config
 from eapo.train import base_model_id, run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FAST = ["logging.progress=false", "logging.plot=false", "logging.tensorboard=false"]
 
 

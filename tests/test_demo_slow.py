@@ -19,7 +19,7 @@ from eapo.config import load_config
 from eapo.run_dir import REQUIRED_METRIC_KEYS, read_metrics
 from eapo.runtime.backends import device_facts, vllm_runs_here
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [
     pytest.mark.slow,

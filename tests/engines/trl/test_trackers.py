@@ -18,7 +18,7 @@ import pytest
 
 from eapo.run_dir import read_metrics
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytest.importorskip("trackio", reason="the tracker test needs trackio (pip install 'eapo[dev]')")
 
 #: eapo's own keys (the metrics contract) that a tracker must receive at every step.

@@ -1,8 +1,8 @@
 """Training on 2 processes (torchrun, gloo on CPU: DDP) on configs/tiny.yaml: the multi-process path.
 
-Each process runs tests/train/dist_worker.py, which runs ``eapo train`` (the CLI) and dumps what
+Each process runs tests/engines/trl/dist_worker.py, which runs ``eapo train`` (the CLI) and dumps what
 it computed (see there). Three launches of ~20 s each on a 2-core CPU: an uninterrupted 3-step run
-(``ddp_run`` in conftest.py, shared with tests/train/test_sharded.py), and a run killed after
+(``ddp_run`` in conftest.py, shared with tests/engines/trl/test_sharded.py), and a run killed after
 checkpoint 2 then resumed.
 """
 
@@ -199,7 +199,7 @@ def test_two_processes_with_colocated_vllm(tmp_path):
             s0["local_tokens"] + s1["local_tokens"]
         )
         assert s0["entropy"] == pytest.approx(pooled, rel=1e-6)
-        # both engines follow the DDP-synchronised weights (fp32 floor; see tests/train/test_vllm.py)
+        # both engines follow the DDP-synchronised weights (fp32 floor; see tests/engines/trl/test_vllm.py)
         assert row["sampling/sampling_logp_difference/mean"] < 1e-5, row["step"]
         assert row["sampling/sampling_logp_difference/max"] < 1e-4, row["step"]
     assert rows[1]["kl"] > 0

@@ -15,7 +15,7 @@ import pytest
 from eapo.config import load_config
 from eapo.core import EntropyAdaptiveWeighting, FixedWeighting, make_weighting
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CPU = {"use_cpu": True, "bf16": False}  # TRL's configs default to bf16, which a CPU-only machine refuses
 
 

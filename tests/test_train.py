@@ -21,7 +21,7 @@ from eapo.core import make_weighting
 from eapo.run_dir import REQUIRED_METRIC_KEYS, read_metrics
 from eapo.train import RunError, run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
 FAST = ["logging.progress=false", "logging.plot=false", "logging.tensorboard=false"]
 
@@ -391,7 +391,7 @@ def test_importance_correction_fractions_are_logged(tmp_path):
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
 def test_trl_path_gives_the_shared_batch_its_hand_derived_entropy(agg, tmp_path):
-    """The same batch and number as tests/verl_plugin/test_verl_trainer.py: one H_t on both engines."""
+    """The same batch and number as tests/engines/verl/test_verl_trainer.py: one H_t on both engines."""
     from eapo.testing import entropy_batch
 
     trainer, _ = _trainer(tiny(f"algorithm.entropy_agg={agg}"), tmp_path)
@@ -416,7 +416,7 @@ class FixedScores:
 @pytest.mark.parametrize("reuse_loss_pass", [True, False])
 def test_trl_path_gives_the_shared_step_its_hand_derived_decision(reuse_loss_pass, tmp_path, monkeypatch):
     """The whole step on the batch of eapo.testing.entropy_batch (NaN rewards, groups with three scored
-    rollouts of four), as tests/verl_plugin/test_verl_trainer.py runs it through verl: same H_t,
+    rollouts of four), as tests/engines/verl/test_verl_trainer.py runs it through verl: same H_t,
     weights, advantages (TRL's group std + 1e-4), metrics and state."""
     from eapo.core import rollout_entropy
     from eapo.engines.trl.trainer import EAPOTrainer

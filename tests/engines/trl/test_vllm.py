@@ -26,7 +26,7 @@ import pytest
 from eapo.run_dir import read_metrics
 from eapo.runtime.backends import device_facts, vllm_runs_here
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "configs" / "tiny.yaml"
 FAST = ["logging.progress=false", "logging.plot=false", "logging.tensorboard=false"]
 VLLM = ["rollout.backend=vllm", *FAST]

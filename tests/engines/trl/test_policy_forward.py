@@ -21,7 +21,7 @@ from eapo.core import rollout_entropy
 from eapo.engines.trl.lm_head import token_logprobs_and_entropy
 
 ATOL = 2e-5
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ import math
 
 import pytest
 import torch
-from test_train import _rows, _trainer, tiny
 
 from eapo.core import ENTROPY_CONTROLS, AdaptiveEntropyCoef
 from eapo.run_dir import read_metrics
 from eapo.train import run
+from test_train import _rows, _trainer, tiny
 
 BETA = 0.05
 

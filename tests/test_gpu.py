@@ -11,7 +11,7 @@ from eapo.config import load_config
 from eapo.run_dir import read_metrics
 from eapo.train import run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
