@@ -1,5 +1,6 @@
 """``eapo summary``: first/last-third trends, entropy, w+ and the base-vs-trained evaluation table,
-on a hand-written run directory (numbers chosen so every printed value is checkable by hand)."""
+on a hand-written run directory (numbers chosen so every printed value is checkable by hand), the
+strict Avg beside the lenient one for the base and the trained model."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from eapo.summary import eval_table, first_last_thirds, render_summary, summarize_run
+from eapo.summary import STRICT_AVG_NOTE, eval_table, first_last_thirds, render_summary, summarize_run
 
 # Six steps: thirds are steps 1-2 and 5-6. Step 4 reused step 3's generation (rollout/fresh false)
 # and is left out of the trends, so the thirds are over the 5 fresh steps: k = 5 // 3 = 1.
@@ -70,7 +71,11 @@ ROWS = [
 ROWS.insert(3, {**ROWS[2], "step": 4, "rollout/fresh": False})
 
 
-def _results(name: str, rouge: float, reranker: float, fmt: float, truncated: float) -> dict:
+def _results(
+    name: str, rouge: float, reranker: float, fmt: float, truncated: float, strict: tuple | None = None
+) -> dict:
+    """An ``eapo eval`` results.json; ``strict``: the four strict columns (Rouge-L, reranker, RL@k, RR@k
+    with an answer that fails the format check scored 0), absent as in results from before them."""
     metrics = {
         "rouge_l": rouge,
         "reranker": reranker,
@@ -79,6 +84,10 @@ def _results(name: str, rouge: float, reranker: float, fmt: float, truncated: fl
         "laaj": None,
     }
     metrics["avg"] = (rouge + reranker + metrics["rl_at_k"] + metrics["rr_at_k"]) / 4
+    if strict is not None:
+        keys = ("rouge_l_strict", "reranker_strict", "rl_at_k_strict", "rr_at_k_strict")
+        metrics.update(zip(keys, strict, strict=True))
+        metrics["avg_strict"] = sum(strict) / 4
     return {
         "metrics": metrics,
         "ci95": {key: None for key in metrics},
@@ -105,8 +114,11 @@ def run_dir(tmp_path) -> Path:
     (run / "summary.json").write_text(json.dumps({"train_runtime_s": 312.0}), encoding="utf-8")
     (run / "dynamics.png").write_bytes(b"png")
     for sub, results in (
-        ("eval", _results("run/final", 0.2, 0.5, 0.75, 0.125)),
-        ("base-eval", _results("smollm2-135m-instruct", 0.1, 0.4, 0.0, 0.5)),
+        # trained: a quarter of its answers lack the tags, so its strict columns are lower than the lenient
+        # ones: (0.15 + 0.35 + 0.25 + 0.45) / 4 = 0.300 against Avg 0.400
+        ("eval", _results("run/final", 0.2, 0.5, 0.75, 0.125, strict=(0.15, 0.35, 0.25, 0.45))),
+        # base: format 0, no answer has its <advice> block: every strict column is 0, Avg 0.300
+        ("base-eval", _results("smollm2-135m-instruct", 0.1, 0.4, 0.0, 0.5, strict=(0.0, 0.0, 0.0, 0.0))),
     ):
         (run / sub).mkdir()
         (run / sub / "results.json").write_text(json.dumps(results), encoding="utf-8")
@@ -157,13 +169,37 @@ def test_rendered_summary(run_dir):
     assert "  entropy H_t      H_0 = 2.000 -> 1.500 (last step), nats/token" in lines
     assert "  w+               range [0.150, 0.220] (first 0.200, last 0.150)" in lines
     table = [line for line in lines if line.startswith("| ")]
-    assert table[0] == "| Model | Rouge-L | Reranker† | RL@4 | RR@4† | Avg | Format | Tokens | Truncated |"
+    assert (
+        table[0]
+        == "| Model | Rouge-L | Reranker† | RL@4 | RR@4† | Avg | Avg (strict) | Format | Tokens | Truncated |"
+    )
     assert (
         table[2]
-        == "| base: smollm2-135m-instruct | 0.100 | 0.400 | 0.200 | 0.500 | 0.300 | 0.000 | 97.2 | 0.500 |"
+        == "| base: smollm2-135m-instruct | 0.100 | 0.400 | 0.200 | 0.500 | 0.300 | 0.000 | 0.000 | 97.2 | 0.500 |"
     )
-    assert table[3] == "| trained: run/final | 0.200 | 0.500 | 0.300 | 0.600 | 0.400 | 0.750 | 97.2 | 0.125 |"
+    assert (
+        table[3]
+        == "| trained: run/final | 0.200 | 0.500 | 0.300 | 0.600 | 0.400 | 0.300 | 0.750 | 97.2 | 0.125 |"
+    )
+    # one line under the table says what the strict Avg is
+    assert lines[lines.index(table[-1]) + 1] == STRICT_AVG_NOTE
+    assert STRICT_AVG_NOTE == (
+        "Avg (strict): the same mean, but an answer without its <advice> block scores 0 "
+        "(Avg scores the text after </think>, or the whole response, instead)"
+    )
     assert "warning" not in text
+
+
+def test_results_without_strict_columns_show_no_strict_avg(run_dir):
+    """An evaluation from before the strict columns (or without the format scorer): the lenient table only."""
+    for sub in ("eval", "base-eval"):
+        path = run_dir / sub / "results.json"
+        results = json.loads(path.read_text())
+        results["metrics"] = {k: v for k, v in results["metrics"].items() if "strict" not in k}
+        path.write_text(json.dumps(results))
+    text = render_summary(summarize_run(run_dir, base_eval_dir=run_dir / "base-eval"))
+    assert "Avg (strict)" not in text
+    assert "| Model | Rouge-L | Reranker† | RL@4 | RR@4† | Avg | Format | Tokens | Truncated |" in text
 
 
 def test_differently_evaluated_rows_are_flagged(run_dir):
@@ -218,6 +254,10 @@ def test_cli(run_dir):
     ]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     assert "  reward           0.100 -> 0.500  (+0.400)" in out
+    assert (
+        "| trained: run/final | 0.200 | 0.500 | 0.300 | 0.600 | 0.400 | 0.300 | 0.750 | 97.2 | 0.125 |" in out
+    )
+    assert STRICT_AVG_NOTE in out
     as_json = json.loads(
         subprocess.run([*command, "--json"], capture_output=True, text=True, check=True).stdout
     )
