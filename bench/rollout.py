@@ -1,4 +1,4 @@
-"""Rollout engines side by side on this machine: plain ``generate`` against vLLM (eager and compiled).
+"""Rollout backends side by side on this machine: plain ``generate`` against vLLM (eager and compiled).
 
 In one run, on SmolLM2-135M-Instruct (the embedded weights, float32) and the bundled demo prompts:
 
@@ -6,19 +6,19 @@ In one run, on SmolLM2-135M-Instruct (the embedded weights, float32) and the bun
    the model's MLP shape): the physical ceiling every share below is taken of;
 2. rollout throughput at each ``--sizes`` entry (prompts x samples x new tokens; default 8x4x80 and
    16x4x256): generated tokens (EOS included) / wall time of one batched call, median over
-   ``--repeats`` calls after an untimed one-prompt warm-up, for every ``--engines`` entry; each as a
+   ``--repeats`` calls after an untimed one-prompt warm-up, for every ``--backends`` entry; each as a
    share of the ceiling (tokens/s x FLOPs per token from the model's shapes / matmul FLOP/s), and
    vLLM's ratio to ``generate``;
 3. full training steps through the real recipe (``eapo.train.run`` on ``--step-config``, default
-   configs/demo.yaml: LoRA, 2 prompts x 4 rollouts, 80 tokens) with each engine: the median step time
+   configs/demo.yaml: LoRA, 2 prompts x 4 rollouts, 80 tokens) with each backend: the median step time
    after the first step, and inside it the generation phase (TRL's ``transformers.generate`` or
-   ``vLLM.generate``) and vLLM's weight sync, with the engine's start-up (and compile) time.
+   ``vLLM.generate``) and vLLM's weight sync, with the backend's start-up (and compile) time.
 
 Every measurement runs in a fresh subprocess (vLLM keeps global state in the process it runs in), one at
 a time. Targets (issue "vLLM rollouts on every machine"): vLLM >= 1.5x ``generate`` at every size, and
 inside a training step the generation phase >= 2x faster than ``generate``'s.
 
-    python bench/rollout.py [--engines generate,vllm,vllm-compiled] [--sizes 8x4x80,16x4x256]
+    python bench/rollout.py [--backends generate,vllm,vllm-compiled] [--sizes 8x4x80,16x4x256]
                             [--repeats 2] [--steps 4] [--step-config configs/demo.yaml] [--json OUT]
     python bench/rollout.py --quick     # the tiny model, small sizes: checks the script (CI)
 
@@ -44,7 +44,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINES = ("generate", "vllm", "vllm-compiled")
+BACKENDS = ("generate", "vllm", "vllm-compiled")
 TARGET_ROLLOUT_RATIO = 1.5
 TARGET_STEP_GENERATION_RATIO = 2.0
 
@@ -95,7 +95,7 @@ def _prompts(model_path: str, count: int, config_path: str) -> list[str]:
     )
 
 
-def rollout_worker(engine: str, model: str, size: str, repeats: int, config_path: str) -> dict[str, Any]:
+def rollout_worker(backend: str, model: str, size: str, repeats: int, config_path: str) -> dict[str, Any]:
     from eapo.runtime.generate import TransformersGenerator, VLLMGenerator
     from eapo.runtime.models import load_tokenizer, resolve_model
 
@@ -103,10 +103,10 @@ def rollout_worker(engine: str, model: str, size: str, repeats: int, config_path
     model_path = resolve_model(model)
     prompts = _prompts(model_path, n_prompts, config_path)
     started = time.perf_counter()
-    if engine == "generate":
+    if backend == "generate":
         generator = TransformersGenerator(model_path, dtype="float32")
     else:
-        generator = VLLMGenerator(model_path, dtype="float32", compile=engine == "vllm-compiled")
+        generator = VLLMGenerator(model_path, dtype="float32", compile=backend == "vllm-compiled")
     load_s = time.perf_counter() - started
     sampling = dict(temperature=1.0, top_p=1.0)
     begin = time.perf_counter()
@@ -134,7 +134,7 @@ def rollout_worker(engine: str, model: str, size: str, repeats: int, config_path
 
 
 def step_worker(
-    engine: str, model: str, steps: int, config_path: str, overrides: list[str]
+    backend: str, model: str, steps: int, config_path: str, overrides: list[str]
 ) -> dict[str, Any]:
     import trl.extras.profiling as profiling
 
@@ -151,11 +151,11 @@ def step_worker(
 
     profiling.ProfilingContext._log_metrics = record
 
-    engine_overrides = {
-        "generate": ["rollout.engine=generate"],
-        "vllm": ["rollout.engine=vllm", "rollout.vllm_compile=false"],
-        "vllm-compiled": ["rollout.engine=vllm", "rollout.vllm_compile=true"],
-    }[engine]
+    backend_overrides = {
+        "generate": ["rollout.backend=generate"],
+        "vllm": ["rollout.backend=vllm", "rollout.vllm_compile=false"],
+        "vllm-compiled": ["rollout.backend=vllm", "rollout.vllm_compile=true"],
+    }[backend]
     config = load_config(
         config_path,
         [
@@ -165,7 +165,7 @@ def step_worker(
             "logging.plot=false",
             "logging.progress=false",
             "logging.tensorboard=false",
-            *engine_overrides,
+            *backend_overrides,
             *overrides,
         ],
     )
@@ -177,13 +177,13 @@ def step_worker(
     total = time.perf_counter() - started
     generation = phases.get("vLLM.generate") or phases.get("transformers.generate") or []
     return {
-        "engine_ran": summary["rollout/engine"],
+        "backend_ran": summary["rollout/backend"],
         "rollout": summary["rollout"],
         "median_step_s": statistics.median(timer.times[1:] or timer.times),
         "first_step_s": timer.times[0],
         "median_generation_s": statistics.median(generation[1:] or generation) if generation else None,
         "median_sync_s": statistics.median(phases["sync_weights"]) if phases.get("sync_weights") else None,
-        "setup_s": total - sum(timer.times),  # model + engine start-up (compile included), saving
+        "setup_s": total - sum(timer.times),  # model + backend start-up (compile included), saving
         "steps": len(timer.times),
         "completion_mean_length": (summary.get("final_metrics") or {}).get("completion/mean_length"),
     }
@@ -206,13 +206,15 @@ def _spawn(*args: str) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default=",".join(ENGINES), help="Comma-separated: " + ", ".join(ENGINES))
+    parser.add_argument(
+        "--backends", default=",".join(BACKENDS), help="Comma-separated: " + ", ".join(BACKENDS)
+    )
     parser.add_argument(
         "--sizes", default="8x4x80,16x4x256", help="prompts x samples x new tokens, comma-separated"
     )
-    parser.add_argument("--repeats", type=int, default=2, help="Timed rollout calls per engine and size.")
+    parser.add_argument("--repeats", type=int, default=2, help="Timed rollout calls per backend and size.")
     parser.add_argument(
-        "--steps", type=int, default=4, help="Training steps per engine (first untimed; 0: none)."
+        "--steps", type=int, default=4, help="Training steps per backend (first untimed; 0: none)."
     )
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--step-config", default=str(ROOT / "configs" / "demo.yaml"))
@@ -223,13 +225,13 @@ def main() -> int:
     args = parser.parse_args()
 
     if args.worker:
-        kind, engine, *rest = args.worker
+        kind, backend, *rest = args.worker
         if kind == "rollout":
             model, size, repeats, config = rest
-            result = rollout_worker(engine, model, size, int(repeats), config)
+            result = rollout_worker(backend, model, size, int(repeats), config)
         else:
             model, steps, config, *overrides = rest
-            result = step_worker(engine, model, int(steps), config, overrides)
+            result = step_worker(backend, model, int(steps), config, overrides)
         print(json.dumps(result))
         return 0
 
@@ -238,13 +240,13 @@ def main() -> int:
         args.steps, args.step_config = min(args.steps, 2), str(ROOT / "configs" / "tiny.yaml")
     from eapo.runtime.backends import device_facts, vllm_runs_here
 
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    unknown = sorted(set(engines) - set(ENGINES))
+    backends = [e.strip() for e in args.backends.split(",") if e.strip()]
+    unknown = sorted(set(backends) - set(BACKENDS))
     if unknown:
-        parser.error(f"unknown engine(s) {unknown}; valid: {', '.join(ENGINES)}")
+        parser.error(f"unknown backend(s) {unknown}; valid: {', '.join(BACKENDS)}")
     if not vllm_runs_here(device_facts()):
-        skipped = [e for e in engines if e.startswith("vllm")]
-        engines = [e for e in engines if not e.startswith("vllm")]
+        skipped = [e for e in backends if e.startswith("vllm")]
+        backends = [e for e in backends if not e.startswith("vllm")]
         print(f"no vLLM build for this device: {', '.join(skipped) or 'nothing'} skipped")
 
     import torch
@@ -270,44 +272,44 @@ def main() -> int:
     )
     print(f"\nrollout, {args.model} float32, tokens/s (median of {args.repeats}) and share of the ceiling:")
     print(
-        f"{'size':>10}  {'engine':<14} {'tokens/s':>9} {'s/call':>7} {'load s':>7} {'share':>6} {'x generate':>10}"
+        f"{'size':>10}  {'backend':<14} {'tokens/s':>9} {'s/call':>7} {'load s':>7} {'share':>6} {'x generate':>10}"
     )
     for size in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         results = report["rollout"].setdefault(size, {})
-        for engine in engines:
-            result = _spawn("rollout", engine, args.model, size, str(args.repeats), args.step_config)
-            results[engine] = result
+        for backend in backends:
+            result = _spawn("rollout", backend, args.model, size, str(args.repeats), args.step_config)
+            results[backend] = result
             if "error" in result:
-                print(f"{size:>10}  {engine:<14} failed: {result['error'].strip().splitlines()[-1]}")
+                print(f"{size:>10}  {backend:<14} failed: {result['error'].strip().splitlines()[-1]}")
                 continue
             result["share_of_ceiling"] = result["tokens_per_s"] * result["flops_per_token"] / (rate * 1e9)
             base = results.get("generate", {}).get("tokens_per_s")
-            if base and engine != "generate":
+            if base and backend != "generate":
                 result["ratio_to_generate"] = result["tokens_per_s"] / base
             print(
-                f"{size:>10}  {engine:<14} {result['tokens_per_s']:9.1f} {result['seconds_per_call']:7.1f} "
+                f"{size:>10}  {backend:<14} {result['tokens_per_s']:9.1f} {result['seconds_per_call']:7.1f} "
                 f"{result['load_s']:7.1f} {result['share_of_ceiling']:6.1%} "
-                f"{result.get('ratio_to_generate', 1.0) if engine != 'generate' else 1.0:10.2f}"
+                f"{result.get('ratio_to_generate', 1.0) if backend != 'generate' else 1.0:10.2f}"
             )
     if args.steps > 0:
         print(
             f"\ntraining steps through the real recipe ({Path(args.step_config).name}, {args.steps} steps):"
         )
         print(
-            f"{'engine':<14} {'step s':>7} {'gen s':>7} {'sync s':>7} {'setup s':>8} {'gen x generate':>14}"
+            f"{'backend':<14} {'step s':>7} {'gen s':>7} {'sync s':>7} {'setup s':>8} {'gen x generate':>14}"
         )
-        for engine in engines:
-            result = _spawn("step", engine, args.model, str(args.steps), args.step_config, *args.overrides)
-            report["steps"][engine] = result
+        for backend in backends:
+            result = _spawn("step", backend, args.model, str(args.steps), args.step_config, *args.overrides)
+            report["steps"][backend] = result
             if "error" in result:
-                print(f"{engine:<14} failed: {result['error'].strip().splitlines()[-1]}")
+                print(f"{backend:<14} failed: {result['error'].strip().splitlines()[-1]}")
                 continue
             base = report["steps"].get("generate", {}).get("median_generation_s")
-            if base and engine != "generate" and result["median_generation_s"]:
+            if base and backend != "generate" and result["median_generation_s"]:
                 result["generation_speedup"] = base / result["median_generation_s"]
             sync = result["median_sync_s"]
             print(
-                f"{engine:<14} {result['median_step_s']:7.1f} {result['median_generation_s']:7.1f} "
+                f"{backend:<14} {result['median_step_s']:7.1f} {result['median_generation_s']:7.1f} "
                 f"{sync if sync is not None else float('nan'):7.2f} {result['setup_s']:8.1f} "
                 f"{result.get('generation_speedup', 1.0):14.2f}"
             )

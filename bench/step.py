@@ -4,7 +4,7 @@ In one run:
 
 1. this machine's fp32 matmul rate (``torch.matmul`` 2048 x 2048 and ``F.linear`` at the model's
    MLP shape over the step's tokens; the faster of the two is the rate every floor below uses);
-2. for every ``--engines`` entry (``auto``: what ``rollout.engine`` resolves to here; ``generate``)
+2. for every ``--backends`` entry (``auto``: what ``rollout.backend`` resolves to here; ``generate``)
    and every ``--variants`` entry (``trl``: TRL's fused LM head over every position; ``eapo``:
    eapo.engines.trl.policy_forward, completion positions only and the frozen layers shared with the reference),
    ``--steps`` steps of ``--config`` (default configs/demo.yaml) through ``eapo.train.run``, each
@@ -33,11 +33,11 @@ In one run:
    matmul floor, so their time counts against it). The first step of each run (warm-up, start-up)
    is not timed; the table shows the median of the others.
 
-    python bench/step.py [--config configs/demo.yaml] [--engines auto,generate] [--variants trl,eapo]
+    python bench/step.py [--config configs/demo.yaml] [--backends auto,generate] [--variants trl,eapo]
                          [--steps 4] [--json OUT] [--set KEY=VALUE ...]
     python bench/step.py --quick     # the tiny model with LoRA, generate, 2 steps: checks the script (CI)
     python bench/step.py --methods grpo,entropy_bonus,adaptive_entropy,clip_higher,clip_cov,kl_cov,top_entropy
-                     # each algorithm.method once (first engine, last variant), its step time against the first's
+                     # each algorithm.method once (first backend, last variant), its step time against the first's
 
 Timings mean something only on a quiet machine. The run fails only on errors, never on a ratio.
 """
@@ -258,7 +258,7 @@ def _instrument(clock: PhaseClock, batches: list[dict[str, Any]]) -> None:
 
 
 def step_worker(
-    config_path: str, engine: str, variant: str, steps: int, overrides: list[str]
+    config_path: str, backend: str, variant: str, steps: int, overrides: list[str]
 ) -> dict[str, Any]:
     from transformers import AutoConfig, TrainerCallback
 
@@ -285,7 +285,7 @@ def step_worker(
             clock.current["step"] = time.perf_counter() - clock.started
             clock.steps.append(dict(clock.current))
 
-    engine_overrides = [] if engine == "auto" else [f"rollout.engine={engine}"]
+    backend_overrides = [] if backend == "auto" else [f"rollout.backend={backend}"]
     config = load_config(
         config_path,
         [
@@ -295,7 +295,7 @@ def step_worker(
             "logging.plot=false",
             "logging.progress=false",
             "logging.tensorboard=false",
-            *engine_overrides,
+            *backend_overrides,
             *VARIANTS[variant],
             *overrides,
         ],
@@ -312,9 +312,9 @@ def step_worker(
         adapted = lora.layers if isinstance(lora.layers, int) else len(lora.layers or [])
         adapted = adapted or model_config.num_hidden_layers
     return {
-        "engine": engine,
+        "backend": backend,
         "variant": variant,
-        "engine_ran": summary["rollout/engine"],
+        "backend_ran": summary["rollout/backend"],
         "steps": clock.steps,
         "batches": batches,
         "adapted_layers": adapted,
@@ -362,8 +362,8 @@ def summarise(result: dict[str, Any], rate_gflops: float) -> dict[str, Any]:
         phase["ratio"] = phase["s"] / phase["floor_s"] if phase["floor_s"] else None
     floor = sum(p["floor_s"] or 0.0 for p in phases.values())
     return {
-        "engine": result["engine"],
-        "engine_ran": result["engine_ran"],
+        "backend": result["backend"],
+        "backend_ran": result["backend_ran"],
         "variant": result["variant"],
         "timed_steps": len(timed),
         "phases": {name: phase for name, phase in phases.items() if phase["s"] > 0 or phase["gflop"]},
@@ -388,7 +388,7 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def print_table(report: dict[str, Any]) -> None:
     print(
-        f"\n## engine {report['engine']} ({report['engine_ran']}), log-probs {report['variant']}: "
+        f"\n## backend {report['backend']} ({report['backend_ran']}), log-probs {report['variant']}: "
         f"median of {report['timed_steps']} step(s), {report['tokens']['sequences']} sequences, "
         f"prompt {report['tokens']['prompt_mean']:.0f} + completion {report['tokens']['completion_mean']:.0f} tokens"
     )
@@ -410,7 +410,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
     parser.add_argument(
-        "--engines", default="auto,generate", help="auto (rollout.engine here), generate, vllm"
+        "--backends", default="auto,generate", help="auto (rollout.backend here), generate, vllm"
     )
     parser.add_argument("--variants", default="trl,eapo", help="Comma-separated: " + ", ".join(VARIANTS))
     parser.add_argument("--steps", type=int, default=4, help="Steps per run (the first is not timed).")
@@ -419,30 +419,30 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="tiny + LoRA, generate, 2 steps (CI).")
     parser.add_argument(
         "--methods",
-        help="Comma-separated algorithm.method values, each run once on the first engine and the last variant, "
+        help="Comma-separated algorithm.method values, each run once on the first backend and the last variant, "
         "in this order; prints each one's step time against the first's (e.g. grpo,clip_cov,top_entropy).",
     )
-    parser.add_argument("--worker", nargs=5, metavar=("CONFIG", "ENGINE", "VARIANT", "STEPS", "OVERRIDES"))
+    parser.add_argument("--worker", nargs=5, metavar=("CONFIG", "BACKEND", "VARIANT", "STEPS", "OVERRIDES"))
     args = parser.parse_args()
 
     if args.worker:
-        config_path, engine, variant, steps, overrides = args.worker
-        print(json.dumps(step_worker(config_path, engine, variant, int(steps), json.loads(overrides))))
+        config_path, backend, variant, steps, overrides = args.worker
+        print(json.dumps(step_worker(config_path, backend, variant, int(steps), json.loads(overrides))))
         return 0
 
     if args.quick:
         args.config = str(ROOT / "configs" / "tiny.yaml")
-        args.engines, args.steps = "generate", 2
+        args.backends, args.steps = "generate", 2
         args.overrides = QUICK_OVERRIDES + args.overrides
-    from eapo.runtime.backends import choose_engine, device_facts
+    from eapo.runtime.backends import choose_rollout_backend, device_facts
 
-    # "auto" is what rollout.engine=auto resolves to here; one run per distinct engine
-    auto = choose_engine("auto", device_facts())
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    engines = [
+    # "auto" is what rollout.backend=auto resolves to here; one run per distinct backend
+    auto = choose_rollout_backend("auto", device_facts())
+    backends = [e.strip() for e in args.backends.split(",") if e.strip()]
+    backends = [
         e
-        for i, e in enumerate(engines)
-        if (auto if e == "auto" else e) not in [auto if x == "auto" else x for x in engines[:i]]
+        for i, e in enumerate(backends)
+        if (auto if e == "auto" else e) not in [auto if x == "auto" else x for x in backends[:i]]
     ]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -459,7 +459,7 @@ def main() -> int:
     if methods:
         for method in methods:
             print(
-                f"running algorithm.method={method}, engine {engines[0]}, log-probs {variants[-1]} ...",
+                f"running algorithm.method={method}, backend {backends[0]}, log-probs {variants[-1]} ...",
                 flush=True,
             )
             # each method at its own defaults: the config's weights (e.g. demo.yaml's w0) are cleared
@@ -467,12 +467,12 @@ def main() -> int:
                 f"algorithm.{key}=null" for key in ("w_pos", "w_neg", "w0", "w_min", "w_max", "anchor_steps")
             ]
             overrides = [*weights, *args.overrides, f"algorithm.method={method}"]
-            result = _spawn(args.config, engines[0], variants[-1], str(args.steps), json.dumps(overrides))
+            result = _spawn(args.config, backends[0], variants[-1], str(args.steps), json.dumps(overrides))
             results.append({**result, "method": method})
-    for engine in engines if not methods else []:
+    for backend in backends if not methods else []:
         for variant in variants:
-            print(f"running engine {engine}, log-probs {variant} ...", flush=True)
-            results.append(_spawn(args.config, engine, variant, str(args.steps), json.dumps(args.overrides)))
+            print(f"running backend {backend}, log-probs {variant} ...", flush=True)
+            results.append(_spawn(args.config, backend, variant, str(args.steps), json.dumps(args.overrides)))
 
     # The ceiling, measured in this run after the steps (on the step's own MLP shape)
     model_config = AutoConfig.from_pretrained(results[0]["model_path"])
@@ -504,18 +504,18 @@ def main() -> int:
     print(f"\n## whole step: time / floor (target <= {TARGET_RATIO:.1f})")
     for report in reports:
         print(
-            f"- {report['engine']} ({report['engine_ran']}), {report['variant']}: {report['step']['s']:.2f} s, "
+            f"- {report['backend']} ({report['backend_ran']}), {report['variant']}: {report['step']['s']:.2f} s, "
             f"floor {report['step']['floor_s']:.2f} s, ratio {_fmt(report['step_ratio'], '.2f')}"
         )
-    by_engine = defaultdict(dict)
+    by_backend = defaultdict(dict)
     for report in reports:
-        by_engine[report["engine"]][report["variant"]] = report
-    for engine, pair in by_engine.items():
+        by_backend[report["backend"]][report["variant"]] = report
+    for backend, pair in by_backend.items():
         if {"trl", "eapo"} <= pair.keys():
             before, after = pair["trl"], pair["eapo"]
             first = (before["losses"][:1], after["losses"][:1])
             print(
-                f"- {engine}: eapo's log-probs {before['step']['s'] / after['step']['s']:.2f}x faster per step; "
+                f"- {backend}: eapo's log-probs {before['step']['s'] / after['step']['s']:.2f}x faster per step; "
                 f"first step's loss trl {first[0]} vs eapo {first[1]}, H_t {before['entropies'][:1]} vs "
                 f"{after['entropies'][:1]}"
             )

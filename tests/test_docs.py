@@ -1,6 +1,6 @@
 """The README is a landing page whose links resolve and whose quick starts run; the docs' configuration
 reference covers every key. (``make docs`` builds the site with warnings as errors: broken links inside
-docs/ fail there; the verl quick start is composed with verl's config in tests/verl_plugin.)
+docs/ fail there; the verl quick start is composed with verl's config in tests/engines/verl.)
 
 A quick start is a fenced block after a ``<!-- docs-test: NAME -->`` marker; the same block may appear
 on several pages (README.md and a docs page) and must then be identical.
@@ -177,7 +177,7 @@ def _docs_extension():
 
 
 def test_config_reference_has_every_key_with_its_help():
-    from eapo.config import EAPOConfig
+    from eapo.config import RunConfig
 
     def leaves(cls, prefix=""):
         for f in dataclasses.fields(cls):
@@ -192,7 +192,7 @@ def test_config_reference_has_every_key_with_its_help():
             else:
                 yield f"{prefix}{f.name}", f.metadata.get("help"), tp
 
-    expected = {key: help_text for key, help_text, _ in leaves(EAPOConfig)}
+    expected = {key: help_text for key, help_text, _ in leaves(RunConfig)}
     sections = _docs_extension().config_sections()
     rows = {
         key: (type_, default, help_text)

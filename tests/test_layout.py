@@ -1,15 +1,11 @@
 """The package's layers, read from its imports (issue 27): every import runs down the pipeline, the two
-engines sit side by side, and the paths that moved name their new home."""
+engines sit side by side."""
 
 from __future__ import annotations
-
-import importlib
 
 import pytest
 
 from eapo.testing import layers
-
-SRC = layers.DEFAULT_SRC
 
 
 def test_every_module_has_a_layer():
@@ -52,38 +48,8 @@ def test_the_checks_see_an_upward_import_and_a_cycle(tmp_path):
     assert layers.cycles(tmp_path) == ["eapo.plot -> eapo.train -> eapo.plot"]
 
 
-@pytest.mark.parametrize("old", sorted(importlib.import_module("eapo._moved").MOVED_MODULES))
-def test_a_moved_module_names_its_new_path(old):
-    from eapo._moved import MOVED_MODULES
-
-    if old.startswith("eapo.integrations.verl."):
-        pytest.importorskip("verl")  # the old parent is the plugin itself, which needs verl
-    with pytest.raises(ModuleNotFoundError) as raised:
-        importlib.import_module(old)
-    assert str(raised.value) == f"{old} moved to {MOVED_MODULES[old]}: import it from there"
-    new = MOVED_MODULES[old].split(" ")[0]
-    assert (SRC / (new.replace(".", "/") + ".py")).exists(), new  # the new path exists
-
-
-def test_the_backend_names_of_old_eapo_engines_name_their_new_module():
-    with pytest.raises(
-        ImportError, match=r"eapo.engines.plan_rollout moved to eapo.runtime.backends.plan_rollout"
-    ):
-        from eapo.engines import plan_rollout  # noqa: F401
-    from eapo.runtime.backends import plan_rollout  # noqa: F401  (there it is)
-
-
 def test_the_lm_head_kernel_names_its_new_module():
     import eapo.core
 
     with pytest.raises(ImportError, match=r"eapo.engines.trl.lm_head.token_logprobs_and_entropy"):
         eapo.core.token_logprobs_and_entropy  # noqa: B018
-
-
-def test_the_old_verl_plugin_path_is_the_plugin():
-    """``pkg://eapo.integrations.verl`` in users' verl configs keeps loading the reward function."""
-    pytest.importorskip("verl")
-    import eapo.engines.verl
-    import eapo.integrations.verl
-
-    assert eapo.integrations.verl.compute_score is eapo.engines.verl.compute_score

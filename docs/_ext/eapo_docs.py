@@ -1,7 +1,7 @@
 """Sphinx directives that generate eapo's configuration reference from the code, so it cannot drift.
 
 ``{eapo-config-section} SECTION`` renders one section of the ``eapo train`` tree
-(:class:`eapo.config.EAPOConfig`, e.g. ``model`` or ``reward.judge``) as a table of key, type, default
+(:class:`eapo.config.RunConfig`, e.g. ``model`` or ``reward.judge``) as a table of key, type, default
 and the field's own help string (``dataclasses.field(metadata={"help": ...})``). Every section of the
 tree must be rendered somewhere: a section the pages leave out is a warning, which ``make docs``
 (``-W``) turns into an error, so a new section cannot go undocumented.
@@ -65,7 +65,7 @@ def field_default(f: dataclasses.Field) -> Any:
 def config_sections() -> dict[str, list[tuple[str, str, str, str]]]:
     """Every section of the ``eapo train`` tree (``model``, ``model.lora``, ...) -> its leaf fields as
     ``(dotted key, type, default, help)``, in declaration order."""
-    from eapo.config import EAPOConfig
+    from eapo.config import RunConfig
 
     sections: dict[str, list[tuple[str, str, str, str]]] = {}
 
@@ -80,7 +80,7 @@ def config_sections() -> dict[str, list[tuple[str, str, str, str]]]:
             elif rows is not None:
                 rows.append((key, type_name(tp), yaml_value(field_default(f)), f.metadata.get("help", "")))
 
-    walk(EAPOConfig, "")
+    walk(RunConfig, "")
     return sections
 
 

@@ -13,7 +13,7 @@
 #   JUDGE_BASE_URL [http://localhost:8000/v1]  JUDGE_MODEL [deepseek-chat]
 #   JUDGE_API_KEY_ENV [OPENAI_API_KEY]: the NAME of the variable holding the judge's key ("null": none)
 #   EAPO_DATA_DIR: where `eapo data export-verl` reads the datasets (../shared/data in this repo)
-#   PRINT_ARGS=1: print the verl arguments, one per line, and exit (used by tests/verl_plugin)
+#   PRINT_ARGS=1: print the verl arguments, one per line, and exit (used by tests/engines/verl)
 #   EAPO_METHOD [eapo]: eapo (the paper), or an entropy-control preset on GRPO's weights (1, 1):
 #     entropy_bonus, adaptive_entropy, clip_higher, clip_cov, kl_cov or top_entropy (run by
 #     algorithm.adv_estimator=eapo_grpo; see eapo.engines.verl.entropy_control and

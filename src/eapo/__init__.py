@@ -20,8 +20,7 @@ The package reads in pipeline order; each layer imports only the layers above it
 
 In a TRL script, ``from eapo import EAPOTrainer, EAPOConfig`` replaces ``GRPOTrainer, GRPOConfig``
 (:mod:`eapo.engines.trl.trainer`, :mod:`eapo.engines.trl.config`). Both are imported on first use, so
-``import eapo`` stays light (no torch, no TRL). A module path from before this layout (``eapo.trainer``,
-``eapo.models``, ...) raises an error naming its new home (:mod:`eapo._moved`).
+``import eapo`` stays light (no torch, no TRL).
 """
 
 from __future__ import annotations
@@ -29,10 +28,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-
-from eapo import _moved  # noqa: E402
-
-_moved.install()  # an import of a moved module names its new path
 
 __all__ = ["EAPOConfig", "EAPOTrainer", "__version__"]
 

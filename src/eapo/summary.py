@@ -4,8 +4,11 @@
 first and the last third of the steps, the rollout entropy from ``H_0`` to the last step, the range
 of ``w+``, the completion length and the fraction of completions cut at the length cap; from the
 evaluation directories (``RUN_DIR/eval`` and, given, the base model's) it builds one table with the
-base model's row above the trained model's. Steps that reused an earlier generation
-(``rollout/fresh: false``) carry that generation's values and are left out of the thirds.
+base model's row above the trained model's. Beside the paper's (lenient) Avg the table shows the
+strict Avg (``avg_strict``, :mod:`eapo.evaluation.metrics`: an answer without its ``<advice>`` block
+scores 0) wherever the format scorer ran, so a model that learnt to drop the tags cannot pass for a
+better one. Steps that reused an earlier generation (``rollout/fresh: false``) carry that
+generation's values and are left out of the thirds.
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ TREND_KEYS = (
     ("  llm_judge", "reward/llm_judge/mean"),
     ("length (tokens)", "completion/mean_length"),
     ("truncated frac", "completions/clipped_ratio"),
+)
+
+#: The line under the table that says what the strict Avg is.
+STRICT_AVG_NOTE = (
+    "Avg (strict): the same mean, but an answer without its <advice> block scores 0 "
+    "(Avg scores the text after </think>, or the whole response, instead)"
 )
 
 #: Files of a run directory a reader should open, shown when they exist.
@@ -135,11 +144,13 @@ def _read_results(eval_dir: Path) -> dict[str, Any]:
 
 
 def eval_table(evals: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    """One Markdown table, a row per evaluation: the reported metric columns, then the format
-    reward, the mean completion length and the truncated fraction (``results.json`` ``extra``)."""
+    """One Markdown table, a row per evaluation: the reported metric columns, the strict Avg beside
+    the Avg (when the format scorer ran), then the format reward, the mean completion length and the
+    truncated fraction (``results.json`` ``extra``)."""
     from eapo.evaluation.report import (
         column_title,
         format_value,
+        has_strict,
         markdown_table,
         reported_columns,
         stand_in_columns,
@@ -147,6 +158,7 @@ def eval_table(evals: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
 
     results = [r for _, r in evals]
     columns = reported_columns(results)
+    strict = has_strict(results)
     k = results[0].get("k")
     flagged: set[str] = set()
     for r in results:
@@ -158,11 +170,13 @@ def eval_table(evals: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     ]
     titles = {"format": "Format", "completion_tokens": "Tokens", "truncated_frac": "Truncated"}
     header = ["Model"] + [column_title(key, k) + ("†" if key in flagged else "") for key in columns]
+    header += ["Avg (strict)"] if strict else []
     header += [titles[key] for key in extras]
     rows = []
     for name, r in evals:
         row = [f"{name}: {r.get('display_name') or r.get('model')}"]
         row += [format_value(r["metrics"].get(key)) for key in columns]
+        row += [format_value(r["metrics"].get("avg_strict"))] if strict else []
         row += [format_value(r["extra"].get(key), 1 if key == "completion_tokens" else 3) for key in extras]
         rows.append(row)
     return markdown_table(header, rows)
@@ -204,7 +218,10 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     evals = summary.get("evals") or []
     if evals:
         lines += ["", "evaluation: " + _eval_settings(evals[-1][1]), eval_table(evals).rstrip("\n")]
-        if "†" in lines[-1].splitlines()[0]:
+        header = lines[-1].splitlines()[0]
+        if "Avg (strict)" in header:
+            lines.append(STRICT_AVG_NOTE)
+        if "†" in header:
             lines.append("† the offline bi-encoder stand-in for the reranker, not the paper's cross-encoder")
         differing = [
             f"{name}: {_eval_settings(results)}"

@@ -4,7 +4,7 @@ It reads top to bottom; the maths is in :mod:`eapo.core`, the TRL hooks in :mod:
 and the run-directory contract in :mod:`eapo.run_dir`. Scale-out needs no code change:
 ``accelerate launch [--config_file configs/accelerate/{ddp,fsdp,zero3}.yaml] -m eapo.cli train ...``
 runs the same recipe under DDP, FSDP2 or DeepSpeed, on GPUs or CPU processes (:mod:`eapo.engines.trl.sharding`).
-``rollout.engine`` picks the rollout engine (``auto``: vLLM, else transformers' continuous batching
+``rollout.backend`` picks the rollout backend (``auto``: vLLM, else transformers' continuous batching
 on a GPU, plain ``generate`` on CPU; see :mod:`eapo.runtime.backends`).
 """
 
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eapo.config import ConfigError, EAPOConfig, config_changes, dump_config
+from eapo.config import ConfigError, RunConfig, config_changes, dump_config
 from eapo.engines.trl import args as trl_args
 from eapo.run_dir import (
     CONFIG_FILE,
@@ -45,7 +45,7 @@ class RunError(RuntimeError):
 
 
 def run(
-    config: EAPOConfig,
+    config: RunConfig,
     output_dir: str | Path,
     *,
     resume: bool = False,
@@ -70,7 +70,7 @@ def run(
     config.validate()
     rollout = trl_args.rollout_plan(
         config
-    )  # an engine this machine cannot run fails here, before any loading
+    )  # a backend this machine cannot run fails here, before any loading
     trl_args.check_batch_split(config, state.num_processes)
     check_judge_settings(config)
 
@@ -85,7 +85,7 @@ def run(
     return run_dir
 
 
-def _train(config: EAPOConfig, launch: _Launch, *, state, rollout, callbacks: list[Any] | None) -> None:
+def _train(config: RunConfig, launch: _Launch, *, state, rollout, callbacks: list[Any] | None) -> None:
     """:func:`run`'s steps 2-9, inside the launch that owns the run directory."""
     run_dir, checkpoint = launch.run_dir, launch.checkpoint
 
@@ -154,10 +154,10 @@ def _train(config: EAPOConfig, launch: _Launch, *, state, rollout, callbacks: li
         raise RunError(str(error)) from error
     launch.trainer = trainer
     trainer.remove_callback(PrinterCallback)  # our progress bar and metrics.jsonl replace its raw dict prints
-    if rollout.compile and rollout.engine == "generate":
+    if rollout.compile and rollout.backend == "generate":
         # TRL builds its GenerationConfig with disable_compile=True; a static cache on CUDA compiles when allowed.
         trainer.generation_config.disable_compile = False
-    logger.info("rollout engine: %s", rollout.describe())
+    logger.info("rollout backend: %s", rollout.describe())
     trainer.base_model_id = base_model_id(config.model.name_or_path)  # named by the model card
 
     # 7. Everything is accepted: the run's config.yaml (on resume, metrics cut back to the checkpoint).
@@ -186,7 +186,7 @@ def _train(config: EAPOConfig, launch: _Launch, *, state, rollout, callbacks: li
             "method": config.algorithm.method,
             "weighting": repr(trainer.weighting),
             "model_path": model_path,
-            "rollout/engine": rollout.engine,
+            "rollout/backend": rollout.backend,
             "rollout": dataclasses.asdict(rollout),
             # how the processes shared the work: NO (one), MULTI_CPU / MULTI_GPU (DDP), FSDP, DEEPSPEED
             "distributed": str(trainer.accelerator.distributed_type.value),
@@ -231,7 +231,7 @@ class _Launch:
                 raise RunError(str(error)) from None
         return self
 
-    def start(self, config: EAPOConfig) -> None:
+    def start(self, config: RunConfig) -> None:
         """Write config.yaml; on resume cut metrics and validation back to the checkpoint and drop the
         checkpoints a failed write left incomplete (never resumed from)."""
         from eapo.engines.trl.validation import truncate_validation
@@ -300,7 +300,7 @@ class _Launch:
 # --------------------------------------------------------------------------------------------
 
 
-def build_dataset(config: EAPOConfig, tokenizer):
+def build_dataset(config: RunConfig, tokenizer):
     """Load records, render the paper's prompt through the chat template, return a ``datasets.Dataset``."""
     from datasets import Dataset
 
@@ -326,7 +326,7 @@ def build_dataset(config: EAPOConfig, tokenizer):
     )
 
 
-def _records_and_prompts(config: EAPOConfig, tokenizer, split: str, limit: int | None):
+def _records_and_prompts(config: RunConfig, tokenizer, split: str, limit: int | None):
     from eapo.data import default_prompt_for, load, render_prompts
 
     data = config.data
@@ -341,7 +341,7 @@ def _records_and_prompts(config: EAPOConfig, tokenizer, split: str, limit: int |
     )
 
 
-def build_validation(config: EAPOConfig, model_path: str, reward, run_dir: Path):
+def build_validation(config: RunConfig, model_path: str, reward, run_dir: Path):
     """The fixed dev subset of ``train.eval_split`` answered every ``train.eval_steps`` steps, scored by ``reward``."""
     from eapo.engines.trl.validation import VALIDATION_FILE, Validation
     from eapo.runtime.models import load_tokenizer
@@ -373,7 +373,7 @@ def build_validation(config: EAPOConfig, model_path: str, reward, run_dir: Path)
     )
 
 
-def build_reward(config: EAPOConfig, run_dir: str | Path | None = None):
+def build_reward(config: RunConfig, run_dir: str | Path | None = None):
     """The configured composite reward; an unreachable judge endpoint fails here, before any training.
 
     The judge's disk cache (``reward.judge.cache_dir``) lies under ``run_dir`` when relative; without
@@ -419,7 +419,7 @@ def build_reward(config: EAPOConfig, run_dir: str | Path | None = None):
     return composite
 
 
-def check_judge_settings(config: EAPOConfig) -> None:
+def check_judge_settings(config: RunConfig) -> None:
     """A weighted LLM judge needs an endpoint and a model (checked before anything is loaded)."""
     judge = config.reward.judge
     if config.reward.weights.get("llm_judge") and (not judge.base_url or not judge.model):
@@ -454,7 +454,7 @@ def base_model_id(name_or_path: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _inspect_run_dir(run_dir: Path, config: EAPOConfig, *, resume: bool) -> Path | None:
+def _inspect_run_dir(run_dir: Path, config: RunConfig, *, resume: bool) -> Path | None:
     """Read (never write) ``run_dir``: refuse to overwrite another run, and on resume check the
     settings and return the last complete checkpoint (``None``: start from step 0)."""
     existing = run_dir.exists() and is_run_dir(run_dir)

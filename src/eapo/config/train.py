@@ -17,7 +17,7 @@ from eapo.config.fields import (
     setting,
 )
 
-#: train.lr_scheduler: transformers' SchedulerType values (tests/train/test_config_validation.py
+#: train.lr_scheduler: transformers' SchedulerType values (tests/config/test_config_validation.py
 #: compares them).
 LR_SCHEDULERS = (
     "linear",

@@ -1,5 +1,5 @@
-"""The ``eapo train`` tree, :class:`EAPOConfig`: one field per section, and the one place a whole
-configuration is validated (:meth:`EAPOConfig.validate`: each setting against its field, then the
+"""The ``eapo train`` tree, :class:`RunConfig`: one field per section, and the one place a whole
+configuration is validated (:meth:`RunConfig.validate`: each setting against its field, then the
 relations between settings)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from eapo.core.settings import SettingError
 
 
 @dataclass
-class EAPOConfig:
+class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -27,7 +27,7 @@ class EAPOConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
-    def validate(self) -> EAPOConfig:
+    def validate(self) -> RunConfig:
         """Check every setting against what its field admits (``valid`` in the field's metadata), then
         the relations between settings; raise :class:`ConfigError` naming the key, the value and what
         is allowed. Ints given for float settings become floats."""
@@ -56,11 +56,6 @@ class EAPOConfig:
         problems = a.control_problems()
         if problems:
             raise ConfigError(problems[0], key="algorithm.method")
-        if r.use_vllm and r.engine not in ("auto", "vllm"):
-            raise ConfigError(
-                f"rollout.use_vllm=true contradicts rollout.engine={r.engine!r}; set only rollout.engine",
-                key="rollout.use_vllm",
-            )
         if r.compile and r.cache_implementation != "static":
             raise ConfigError(
                 "rollout.compile=true needs rollout.cache_implementation=static (a fixed-size cache)",
@@ -111,9 +106,9 @@ def _settings(config: Any) -> list[tuple[str, Any, dataclasses.Field, Any]]:
 
 
 def setting_fields(cls: type | None = None, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any]]:
-    """Every setting of the config class ``cls`` (default :class:`EAPOConfig`), sections unrolled:
+    """Every setting of the config class ``cls`` (default :class:`RunConfig`), sections unrolled:
     ``(dotted key, dataclasses.Field, type)``. What each admits is ``field.metadata["valid"]``."""
-    cls = EAPOConfig if cls is None else cls
+    cls = RunConfig if cls is None else cls
     out = []
     hints = typing.get_type_hints(cls)
     for spec in dataclasses.fields(cls):
@@ -125,7 +120,7 @@ def setting_fields(cls: type | None = None, prefix: str = "") -> list[tuple[str,
     return out
 
 
-def reward_options(config: EAPOConfig) -> dict[str, dict[str, Any]]:
+def reward_options(config: RunConfig) -> dict[str, dict[str, Any]]:
     """``reward.options`` as the components receive them, in training and in evaluation alike: the
     format check's ``prefix`` defaults to ``data.response_prefix`` (the response already starts with
     it, so a completion is checked as ``prefix + completion``); an explicit ``prefix`` is kept."""

@@ -409,15 +409,15 @@ def load_inputs(settings: EvalSettings, cfg: Any, model_path: str) -> EvalInputs
 
 
 def _choose_backend(requested: str, rollout: Any) -> str:
-    """The generation backend: ``requested``; ``auto`` follows an engine the run (or config) chose
-    explicitly, where that engine runs here (a run pinned to generate is evaluated with model.generate,
+    """The generation backend: ``requested``; ``auto`` follows a rollout backend the run (or config) chose
+    explicitly, where that backend runs here (a run pinned to generate is evaluated with model.generate,
     one pinned to vllm with vLLM), else this device's choice."""
     from eapo.runtime.generate import choose_backend
 
     chosen = choose_backend(requested)
-    if requested == "auto" and rollout is not None and rollout.requested_engine() != "auto":
+    if requested == "auto" and rollout is not None and rollout.backend != "auto":
         try:
-            chosen = choose_backend(rollout.requested_engine())
+            chosen = choose_backend(rollout.backend)
         except (ImportError, RuntimeError):
             pass  # e.g. a vLLM run evaluated on a machine without vLLM: this device's choice
     return chosen

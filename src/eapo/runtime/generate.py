@@ -1,10 +1,10 @@
-"""Sampling ``k`` responses per prompt, with the engine :mod:`eapo.runtime.backends` chooses for the device.
+"""Sampling ``k`` responses per prompt, with the backend :mod:`eapo.runtime.backends` chooses for the device.
 
 Backends (``--backend``): ``vllm`` (its CUDA build on a GPU, vLLM's CPU build on a CPU); ``paged`` —
 transformers' continuous batching (``generate_batch``: paged KV cache, CUDA graphs); ``transformers`` —
 ``model.generate``, optionally over a static KV cache with a compiled decoding step. ``auto`` is vllm
 wherever a build for the device is installed, else paged on a GPU, else transformers (the same order as
-``rollout.engine`` in training).
+``rollout.backend`` in training).
 
 Every backend takes rendered prompt *texts* (the chat template already applied), tokenises them
 without adding special tokens (the template holds them), and returns, per prompt, ``k``
@@ -41,8 +41,8 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "transformers", "vllm", "paged")
-#: eval backend name -> rollout engine name (eapo.runtime.backends); ``generate`` is accepted for ``transformers``.
-_ENGINE_OF = {
+#: eval backend name -> rollout backend name (eapo.runtime.backends); ``generate`` is accepted for ``transformers``.
+_ROLLOUT_BACKEND_OF = {
     "auto": "auto",
     "transformers": "generate",
     "generate": "generate",
@@ -97,17 +97,19 @@ def adapter_base(path: str | Path) -> str | None:
 
 def choose_backend(backend: str = "auto", facts=None) -> str:
     """``auto``: ``"vllm"`` when a vLLM build for this device is installed, else ``"paged"`` on CUDA, else
-    ``"transformers"``; an explicit backend is checked against the device (see :func:`eapo.runtime.backends.choose_engine`)."""
-    from eapo.runtime.backends import EngineError, choose_engine, device_facts
+    ``"transformers"``; an explicit backend is checked against the device (see :func:`eapo.runtime.backends.choose_rollout_backend`)."""
+    from eapo.runtime.backends import BackendError, choose_rollout_backend, device_facts
 
-    if backend not in _ENGINE_OF:
+    if backend not in _ROLLOUT_BACKEND_OF:
         raise ValueError(f"unknown generation backend {backend!r}; valid: {', '.join(BACKENDS)}")
     try:
-        engine = choose_engine(_ENGINE_OF[backend], facts if facts is not None else device_facts())
-    except EngineError as error:
-        message = str(error).replace("rollout.engine=", "--backend ")
+        chosen = choose_rollout_backend(
+            _ROLLOUT_BACKEND_OF[backend], facts if facts is not None else device_facts()
+        )
+    except BackendError as error:
+        message = str(error).replace("rollout.backend=", "--backend ")
         raise (ImportError if "package" in message else RuntimeError)(message) from None
-    return "transformers" if engine == "generate" else engine
+    return "transformers" if chosen == "generate" else chosen
 
 
 def _torch_dtype(dtype: str):
@@ -244,7 +246,7 @@ class PagedGenerator(TransformersGenerator):
     submitted ``k`` times and the scheduler packs requests into a paged KV cache as others finish.
 
     ``options`` are ``ContinuousBatchingConfig`` fields (e.g. ``max_memory_percent``). On CUDA the
-    engine is warmed up (CUDA graphs captured) on the first call and kept for the next ones; on CPU
+    backend is warmed up (CUDA graphs captured) on the first call and kept for the next ones; on CPU
     there is nothing to warm up.
     """
 

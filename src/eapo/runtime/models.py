@@ -111,7 +111,7 @@ def build_tiny_model(
     """A tiny random Llama and its byte tokenizer. Deterministic given the arguments.
 
     The default head size is 32 (64 / 2 heads), the smallest vLLM's CPU attention supports, so the
-    tiny model runs on every rollout engine."""
+    tiny model runs on every rollout backend."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 

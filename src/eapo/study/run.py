@@ -289,13 +289,13 @@ def write_study_tables(output_dir: Path, runs: Sequence[SweepRun]) -> list[Path]
     return written
 
 
-def _engines(output_dir: Path, runs: Sequence[SweepRun]) -> list[str]:
-    engines = []
+def _rollout_backends(output_dir: Path, runs: Sequence[SweepRun]) -> list[str]:
+    backends = []
     for run in runs:
         summary = read_json(output_dir / "runs" / run.name / SUMMARY_FILE) or {}
-        if summary.get("rollout/engine"):
-            engines.append(str(summary["rollout/engine"]))
-    return engines
+        if summary.get("rollout/backend"):
+            backends.append(str(summary["rollout/backend"]))
+    return backends
 
 
 def _jsonable(value: Any) -> Any:
@@ -379,12 +379,12 @@ def run_study(
     )
     study_files = write_study_tables(output_dir, runs)
     wall = time.time() - started
-    engines = _engines(output_dir, runs)
+    backends = _rollout_backends(output_dir, runs)
     context = [
         f"Study config: `{config}`; seeds: {', '.join(map(str, settings.seeds))}; evaluation: split "
         f"`{settings.eval_split}`, {settings.eval_limit or 'all'} prompts, k = {settings.k}. "
         f"Runs: {output_dir / 'runs'}; tables: comparison.md; figure: dynamics.png.",
-        f"Rollout engine(s): {', '.join(sorted(set(engines))) or 'unknown'}. "
+        f"Rollout backend(s): {', '.join(sorted(set(backends))) or 'unknown'}. "
         f"This invocation of eapo study took {wall:.0f} s (finished runs are skipped, not retimed).",
     ]
     if sweep.failures:
@@ -398,7 +398,7 @@ def run_study(
         "config": str(config),
         "settings": asdict(settings),
         "wall_time_s": wall,
-        "engines": engines,
+        "backends": backends,
         "claims": [_jsonable(asdict(claim)) for claim in claims],
         "methods": _jsonable(table),
         "paper_claims": [_jsonable(asdict(claim)) for claim in paper_claims],

@@ -13,7 +13,6 @@ from typing import Any
 
 from eapo.core import METHODS, WEIGHT_SETTINGS, WEIGHTING_SCHEMES, method_scheme
 from eapo.evaluation.labels import method_label
-from eapo.evaluation.settings import EvalSettings
 
 #: Every per-method weighting key of ``algorithm`` (dropped for methods that do not take them):
 #: :data:`eapo.core.WEIGHT_SETTINGS`.
@@ -160,8 +159,3 @@ def plan_runs(
             for seed in seed_list:
                 runs.append(SweepRun(method, weights, seed))
     return runs
-
-
-#: The sweep's former name for :class:`~eapo.evaluation.settings.EvalSettings` (what every ``eapo eval``
-#: of a sweep runs with), kept for the callers that still use it.
-EvalOptions = EvalSettings

@@ -21,7 +21,7 @@ import yaml
 
 from eapo.config import (
     ConfigError,
-    EAPOConfig,
+    RunConfig,
     config_changes,
     dump_config,
     load_config,
@@ -119,12 +119,12 @@ class _ConfiguredRun:
 
     run: SweepRun
     overrides: list[str]
-    config: EAPOConfig
+    config: RunConfig
 
 
 def _configure_runs(
     base_config: Path, runs: Sequence[SweepRun], overrides: Sequence[str]
-) -> tuple[EAPOConfig, dict[str, _ConfiguredRun]]:
+) -> tuple[RunConfig, dict[str, _ConfiguredRun]]:
     """Build and validate the base model's configuration and every run's, before anything runs.
 
     Weights that the base config (or an override) sets for another method are dropped for a run
@@ -274,7 +274,7 @@ class _SweepJobs:
         )
         return True
 
-    def evaluate_base(self, base: EAPOConfig) -> None:
+    def evaluate_base(self, base: RunConfig) -> None:
         """The base model's evaluation: every table starts from it."""
         base_yaml = self.output_dir / "base.yaml"
         atomic_write_text(base_yaml, dump_config(base))

@@ -1,6 +1,6 @@
 """One batch of per-token entropies with uneven lengths, and its ``H_t`` under each aggregation by hand.
 
-The TRL trainer's test (``tests/train``) and the verl trainer's (``tests/verl_plugin``, run in verl's
+The TRL trainer's test (``tests/test_train.py``) and the verl trainer's (``tests/engines/verl``, run in verl's
 environment) feed this same batch through their own paths and compare with :data:`H_T`, so the two
 engines are held to one definition of the rollout entropy (``eapo.core.rollout_entropy``).
 

@@ -17,16 +17,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("eapo.data", "eapo.rewards", "eapo.run_dir"),
     ("eapo.config",),
     ("eapo.runtime",),
-    ("eapo.engines", "eapo.integrations"),
+    ("eapo.engines",),
     ("eapo.evaluation",),
     ("eapo.train", "eapo.plot", "eapo.summary", "eapo.sweep", "eapo.study"),
     ("eapo.commands", "eapo.cli", "eapo.demo"),
 )
 #: Neither engine imports the other.
 SIDE_BY_SIDE = ("eapo.engines.trl", "eapo.engines.verl")
-#: Outside the pipeline: the package root (a lazy facade over the TRL engine and the moved-path hook)
-#: and the test helpers.
-APART = ("eapo", "eapo._moved", "eapo.testing")
+#: Outside the pipeline: the package root (a lazy facade over the TRL engine) and the test helpers.
+APART = ("eapo", "eapo.testing")
 
 DEFAULT_SRC = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from eapo.config import ConfigError, EAPOConfig
+from eapo.config import ConfigError, RunConfig
 
 __all__ = [
     "check_batch_split",
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-def check_batch_split(config: EAPOConfig, num_processes: int) -> None:
+def check_batch_split(config: RunConfig, num_processes: int) -> None:
     """A step's completions split evenly into ``num_processes`` × micro-batches (TRL needs it)."""
     t = config.train
     completions_per_step = t.prompts_per_step * config.rollout.num_generations
@@ -59,7 +59,7 @@ def reward_function(composite):
     return eapo_reward
 
 
-def entropy_control_settings(config: EAPOConfig):
+def entropy_control_settings(config: RunConfig):
     """What ``EAPOTrainer`` needs beyond TRL's options for the entropy controls (``algorithm.*``)."""
     from eapo.engines.trl.entropy_control import EntropyControlSettings
 
@@ -75,15 +75,15 @@ def entropy_control_settings(config: EAPOConfig):
     )
 
 
-def rollout_plan(config: EAPOConfig, facts=None):
-    """The engine, dtype and attention kernel this run uses on this device (see :mod:`eapo.runtime.backends`)."""
-    from eapo.runtime.backends import EngineError, device_facts, plan_rollout
+def rollout_plan(config: RunConfig, facts=None):
+    """The rollout backend, dtype and attention kernel this run uses on this device (see :mod:`eapo.runtime.backends`)."""
+    from eapo.runtime.backends import BackendError, device_facts, plan_rollout
 
     m, r = config.model, config.rollout
     try:
         return plan_rollout(
             facts if facts is not None else device_facts(),
-            engine=r.requested_engine(),
+            backend=r.backend,
             dtype=m.dtype,
             attn_implementation=m.attn_implementation,
             cache_implementation=r.cache_implementation,
@@ -91,12 +91,12 @@ def rollout_plan(config: EAPOConfig, facts=None):
             vllm_compile=r.vllm_compile,
             vllm_mode=r.vllm_mode,
         )
-    except EngineError as error:
+    except BackendError as error:
         raise ConfigError(str(error)) from None
 
 
 def grpo_args(
-    config: EAPOConfig, run_dir: Path, *, num_processes: int = 1, facts=None, model_path: str | None = None
+    config: RunConfig, run_dir: Path, *, num_processes: int = 1, facts=None, model_path: str | None = None
 ):
     """Translate the typed config into the trainer's arguments, an :class:`eapo.engines.trl.config.EAPOConfig` (TRL's
     ``GRPOConfig`` with the weighting settings: the same class a TRL script passes). ``model_path`` (the
@@ -153,17 +153,17 @@ def grpo_args(
         split_by=a.split_by,
         entropy_agg=a.entropy_agg,
         **vllm_importance_args(r),
-        use_vllm=rollout.engine == "vllm",
+        use_vllm=rollout.backend == "vllm",
         vllm_mode=r.vllm_mode,
         vllm_server_base_url=r.vllm_server_base_url,
         vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
         vllm_max_model_length=r.vllm_max_model_length
         or config.data.max_prompt_tokens + r.max_completion_tokens,
-        use_transformers_continuous_batching=rollout.engine == "paged",
+        use_transformers_continuous_batching=rollout.backend == "paged",
         transformers_continuous_batching_config=paged_options(r.paged_options, cuda=cuda),
         cache_implementation=rollout.cache_implementation,
         pad_to_multiple_of=64
-        if rollout.compile and rollout.engine == "generate"
+        if rollout.compile and rollout.backend == "generate"
         else None,  # few prompt shapes -> few recompilations
         model_init_kwargs=model_init_kwargs,
         dataloader_pin_memory=cuda,
@@ -186,13 +186,13 @@ def grpo_args(
     )
 
 
-def writes_tensorboard(config: EAPOConfig) -> bool:
+def writes_tensorboard(config: RunConfig) -> bool:
     """eapo's TensorBoard writer (RUN_DIR/tensorboard, the contract's keys): ``logging.tensorboard`` and
     ``tensorboard`` in ``logging.report_to``."""
     return config.logging.tensorboard and "tensorboard" in config.logging.report_to
 
 
-def trackers(config: EAPOConfig) -> list[str]:
+def trackers(config: RunConfig) -> list[str]:
     """``logging.report_to`` as TRL's ``report_to``: transformers' integrations (wandb, trackio, mlflow,
     ...). TensorBoard is left out: eapo writes its own events (:func:`writes_tensorboard`)."""
     return [name for name in config.logging.report_to if name != "tensorboard"]
@@ -227,11 +227,11 @@ def paged_options(options: dict[str, Any], *, cuda: bool) -> dict[str, Any] | No
     return options or None
 
 
-def vllm_settings(config: EAPOConfig, rollout):
+def vllm_settings(config: RunConfig, rollout):
     """What the colocated vLLM engine adds to TRL's (``eapo.engines.trl.vllm``): the policy's dtype, eager or
-    compiled, the KV cache's size on a CPU, the seed. ``None`` when vLLM is not the engine or runs as a
+    compiled, the KV cache's size on a CPU, the seed. ``None`` when vLLM is not the rollout backend or runs as a
     server."""
-    if rollout.engine != "vllm" or config.rollout.vllm_mode != "colocate":
+    if rollout.backend != "vllm" or config.rollout.vllm_mode != "colocate":
         return None
     from eapo.engines.trl.vllm import GIB, VLLMSettings
 
@@ -261,7 +261,7 @@ def _tf32_available() -> bool:
     return is_torch_tf32_available()
 
 
-def lora_config(config: EAPOConfig, model_path: str | None = None):
+def lora_config(config: RunConfig, model_path: str | None = None):
     """peft's ``LoraConfig`` for ``model.lora`` (``None`` when LoRA is off). ``model.lora.layers=N``
     (the last N layers) reads the layer count from ``model_path``'s config."""
     lora = config.model.lora
@@ -278,7 +278,7 @@ def lora_config(config: EAPOConfig, model_path: str | None = None):
         from transformers import AutoConfig
 
         total = AutoConfig.from_pretrained(model_path).num_hidden_layers
-        if layers > total:  # layers >= 1 is checked by EAPOConfig.validate
+        if layers > total:  # layers >= 1 is checked by RunConfig.validate
             raise ConfigError(
                 f"model.lora.layers={layers}: the model has {total} decoder layers; use 1 to {total}"
             )

@@ -27,7 +27,7 @@ not copied), resolved in ``__post_init__`` (``EAPOConfig().w0`` reads 0.2, the v
 weight the method does not take stays None), from which :class:`eapo.engines.trl.trainer.EAPOTrainer` builds its
 :class:`eapo.core.WeightingScheme` when no ``weighting=`` is passed.
 
-Not to be confused with :class:`eapo.config.EAPOConfig`, the typed YAML tree of ``eapo train`` (sections
+Not to be confused with :class:`eapo.config.RunConfig`, the typed YAML tree of ``eapo train`` (sections
 ``model``, ``data``, ``rollout``, ...). ``eapo train`` translates that tree into this class
 (:func:`eapo.engines.trl.args.grpo_args`), so the command line and a TRL script train through the same arguments.
 """

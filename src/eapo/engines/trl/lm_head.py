@@ -4,7 +4,7 @@ Used by the completion-only log-prob head of the TRL engine (:mod:`eapo.engines.
 it projects only the scored positions, one chunk at a time, and recomputes each chunk's logits in the
 backward, so peak extra memory is two ``(chunk, V)`` float32 blocks however long the batch. It is an
 engine's performance kernel, not part of EAPO's maths (:mod:`eapo.core`), and is checked against a
-float64 ``log_softmax`` (``tests/train/test_policy_forward.py``).
+float64 ``log_softmax`` (``tests/engines/trl/test_policy_forward.py``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ that
    warning, if they differ: an architecture whose forward does more than embed and stack layers).
 
 Everything else (multimodal inputs, pre-shifted labels, sharded weights, soft-capped or scaled
-logits) goes through TRL's forward unchanged. ``tests/train/test_policy_forward.py`` checks
+logits) goes through TRL's forward unchanged. ``tests/engines/trl/test_policy_forward.py`` checks
 log-probs, entropies, H_t, the loss and the gradients against TRL's forward.
 """
 

@@ -1,4 +1,4 @@
-"""vLLM as the rollout engine of training (TRL's colocate mode), on a GPU or on a CPU.
+"""vLLM as the rollout backend of training (TRL's colocate mode), on a GPU or on a CPU.
 
 TRL 1.16 builds its ``VLLMGeneration`` inside ``GRPOTrainer.__init__`` with no hook for three things
 a faithful run needs; :class:`ColocateVLLMGeneration` adds them and :func:`colocated_vllm` makes TRL
@@ -132,7 +132,7 @@ class ColocateVLLMGeneration(VLLMGeneration):
         self.llm = start_llm(
             self.model.name_or_path,
             quantization=_bitsandbytes_quantization(self.model),  # as TRL: a 4-bit (QLoRA) policy
-            fix="Train this model with rollout.engine=generate (model.generate), or use a model vLLM supports.",
+            fix="Train this model with rollout.backend=generate (model.generate), or use a model vLLM supports.",
             dtype=settings.dtype,
             enforce_eager=settings.enforce_eager,
             tensor_parallel_size=tp,

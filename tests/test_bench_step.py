@@ -1,0 +1,59 @@
+"""bench/step.py runs in CI in its short mode: it must work (timings are not checked, only errors and
+the arithmetic it reports)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_step_bench_quick_reports_every_phase_against_its_floor(tmp_path):
+    """`python bench/step.py --quick`: the tiny model with LoRA, 2 steps, TRL's and eapo's log-probs.
+    Each run reports the phases the step is made of with their arithmetic and floor; both variants
+    compute the same first step (loss and H_t), and eapo's policy pass shares the frozen layer."""
+    out = tmp_path / "step.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "step.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["rate_gflops"] == max(report["rates_gflops"].values()) > 0
+    runs = {run["variant"]: run for run in report["runs"]}
+    assert set(runs) == {"trl", "eapo"} and all(run["backend_ran"] == "generate" for run in runs.values())
+    for run in runs.values():
+        phases = run["phases"]
+        for name in (
+            "generation",
+            "reward",
+            "reference log-probs",
+            "policy forward",
+            "backward",
+            "optimizer",
+        ):
+            assert phases[name]["s"] > 0, name
+        for name in ("generation", "reference log-probs", "policy forward", "backward"):
+            assert phases[name]["gflop"] > 0 and phases[name]["floor_s"] > 0, name
+            assert phases[name]["ratio"] == phases[name]["s"] / phases[name]["floor_s"]
+        # the reference and the policy pass do the same arithmetic; LoRA on 1 of 2 layers: the backward
+        # is the input gradient through one layer and the LM head, less than the forward
+        assert phases["reference log-probs"]["gflop"] == phases["policy forward"]["gflop"]
+        assert phases["backward"]["gflop"] < phases["policy forward"]["gflop"]
+        assert run["step"]["floor_s"] == pytest.approx(sum(p["floor_s"] or 0 for p in phases.values()))
+        assert run["step_ratio"] == pytest.approx(run["step"]["s"] / run["step"]["floor_s"])
+        assert sum(p["s"] for p in phases.values()) == pytest.approx(run["step"]["s"], rel=1e-6)
+    assert runs["eapo"]["losses"][0] == pytest.approx(runs["trl"]["losses"][0], abs=1e-5)
+    assert runs["eapo"]["entropies"][0] == pytest.approx(runs["trl"]["entropies"][0], abs=1e-5)
+    assert "whole step: time / floor" in proc.stdout and "| **step**" in proc.stdout
