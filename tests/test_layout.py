@@ -3,8 +3,6 @@ engines sit side by side."""
 
 from __future__ import annotations
 
-import pytest
-
 from eapo.testing import layers
 
 
@@ -46,10 +44,3 @@ def test_the_checks_see_an_upward_import_and_a_cycle(tmp_path):
     ]
     assert layers.engine_crossings(tmp_path) == ["eapo.engines.trl.trainer:1 imports eapo.engines.verl"]
     assert layers.cycles(tmp_path) == ["eapo.plot -> eapo.train -> eapo.plot"]
-
-
-def test_the_lm_head_kernel_names_its_new_module():
-    import eapo.core
-
-    with pytest.raises(ImportError, match=r"eapo.engines.trl.lm_head.token_logprobs_and_entropy"):
-        eapo.core.token_logprobs_and_entropy  # noqa: B018

@@ -187,10 +187,3 @@ __all__ += [
     "polarity_split",
 ]
 
-
-def __getattr__(name: str):
-    if name == "token_logprobs_and_entropy":  # the LM-head kernel is the TRL engine's, not EAPO's maths
-        raise ImportError(
-            "eapo.core.token_logprobs_and_entropy moved to eapo.engines.trl.lm_head.token_logprobs_and_entropy"
-        )
-    raise AttributeError(f"module 'eapo.core' has no attribute {name!r}")
