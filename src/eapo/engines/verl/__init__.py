@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import importlib.util
 
+# First: with VERL_PLATFORM=cpu, importing it registers eapo's CPU platform with verl, which must happen
+# before any verl module asks verl for its platform (some do at import); otherwise it does nothing.
+from eapo.engines.verl import platform as _platform  # noqa: F401
 from eapo.engines.verl.entropy_control import EntropyControls, register_policy_losses
 from eapo.engines.verl.estimators import (
     ESTIMATORS,
