@@ -186,4 +186,3 @@ __all__ += [
     "grouped_polarity_advantages",
     "polarity_split",
 ]
-
