@@ -1,6 +1,6 @@
 """The ``algorithm`` section: the method (a polarity weighting scheme or an entropy-control preset),
 the scheme's weights, the PPO/GRPO objective, how ``H_t`` is aggregated, and the entropy controls of
-:mod:`eapo.core.entropy_control` with the defaults that leave every one of them off.
+:mod:`eapo.core.controls` with the defaults that leave every one of them off.
 
 Each setting is checked alone by its field; the relations between the resolved entropy-control
 settings are :meth:`AlgorithmConfig.control_problems` (errors) and
@@ -88,6 +88,10 @@ class AlgorithmConfig:
         """The set weights, checked against the scheme (:func:`eapo.core.check_weights`, the one "does not
         apply" rule); raises ValueError naming ``algorithm.<key>``."""
         return check_weights(self.method, self.weighting_method(), self.weights(), "algorithm.")
+
+    def control_values(self) -> dict[str, Any]:
+        """Every entropy-control setting's value, by name (resolved after :meth:`resolve_controls`)."""
+        return {key: getattr(self, key) for key in CONTROL_SETTINGS}
 
     def resolve_controls(self) -> None:
         """Fill every unset entropy-control setting: the method preset's value, else the default (off)

@@ -15,7 +15,7 @@ Everything the engines (TRL, verl) and users' own code need lives here, one modu
   (:func:`importance_correction`, TRL 1.16's modes), the PPO-clip surrogate of Eq. ``grpo`` with named
   loss aggregations and the k1/k2/k3 KL estimators (the objective in tensors; tests hold each engine's
   loss against them);
-* :mod:`eapo.core.entropy_control` — the field's entropy controls (presets, Clip-Cov / KL-Cov losses,
+* :mod:`eapo.core.controls` — the field's entropy controls (presets, Clip-Cov / KL-Cov losses,
   the top-entropy mask, the adaptive entropy coefficient), registered by :func:`register_entropy_control`;
 * :mod:`eapo.core.step` — the whole per-step decision both engines delegate to: group statistics by
   group id that tolerate unscorable (NaN) rollouts and uneven groups, the split, ``(w+, w-)``, ``H_0``,
@@ -115,7 +115,7 @@ __all__ = [
 
 # The field's entropy controls (presets, Clip-Cov / KL-Cov losses, the top-entropy mask, the adaptive
 # entropy coefficient) live in their own module and are re-exported here.
-from eapo.core.entropy_control import (  # noqa: E402
+from eapo.core.controls import (  # noqa: E402
     CONTROL_METRICS,
     CONTROL_SETTINGS,
     ENTROPY_CONTROLS,

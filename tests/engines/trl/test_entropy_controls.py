@@ -27,6 +27,7 @@ def _perturbed_trainer(tmp_path, *overrides):
         generator = torch.Generator().manual_seed(0)
         for parameter in trainer.model.parameters():
             parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    trainer.reuse_loss_pass = False  # the step is decided at generation: inputs["advantages"] are final
     torch.manual_seed(1234)
     inputs = trainer._generate_and_score_completions(_rows(dataset))
     return trainer, inputs
@@ -234,7 +235,9 @@ def test_resume_keeps_the_adaptive_coefficient_and_its_anchored_target(tmp_path)
     run_dir = run(config, tmp_path / "run")
     straight = read_metrics(run_dir)
     state = json.loads((run_dir / "checkpoint-2" / "eapo_state.json").read_text())
-    assert state["entropy_target"] == pytest.approx(1.5 * straight[0]["entropy/rollout"], rel=1e-6)
+    assert state["controls"]["adaptive_entropy"]["target"] == pytest.approx(
+        1.5 * straight[0]["entropy/rollout"], rel=1e-6
+    )
     for name in ("checkpoint-3", "final"):
         shutil.rmtree(run_dir / name)
     (run_dir / "summary.json").unlink()
@@ -243,7 +246,8 @@ def test_resume_keeps_the_adaptive_coefficient_and_its_anchored_target(tmp_path)
     assert resumed[2]["entropy_control/coef"] == pytest.approx(0.01)  # not 0: the controller was restored
     assert resumed[2]["entropy_control/coef"] == pytest.approx(straight[2]["entropy_control/coef"])
     final = json.loads((run_dir / "checkpoint-3" / "eapo_state.json").read_text())
-    assert final["entropy_target"] == pytest.approx(state["entropy_target"])
+    saved, kept = state["controls"]["adaptive_entropy"], final["controls"]["adaptive_entropy"]
+    assert kept["target"] == pytest.approx(saved["target"]) and kept["settings"] == saved["settings"]
 
 
 @pytest.mark.parametrize("method", sorted(ENTROPY_CONTROLS))

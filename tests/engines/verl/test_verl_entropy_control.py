@@ -26,7 +26,7 @@ from verl.utils.metric import Metric  # noqa: E402
 from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
 from eapo.core import polarity_weighted_advantages  # noqa: E402
-from eapo.core.entropy_control import (  # noqa: E402
+from eapo.core.controls import (  # noqa: E402
     ENTROPY_CONTROLS,
     clip_cov_policy_loss,
     kl_cov_policy_loss,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eapo.config import ConfigError, RunConfig
+from eapo.core.controls import trl_control_args
 
 __all__ = [
     "check_batch_split",
@@ -63,16 +64,7 @@ def entropy_control_settings(config: RunConfig):
     """What ``EAPOTrainer`` needs beyond TRL's options for the entropy controls (``algorithm.*``)."""
     from eapo.engines.trl.entropy_control import EntropyControlSettings
 
-    a = config.algorithm
-    return EntropyControlSettings(
-        loss_mode=a.loss_mode,
-        clip_cov_ratio=a.clip_cov_ratio,
-        clip_cov_lb=a.clip_cov_lb,
-        clip_cov_ub=a.clip_cov_ub,
-        kl_cov_ratio=a.kl_cov_ratio,
-        ppo_kl_coef=a.ppo_kl_coef,
-        entropy_target_ratio=a.entropy_target_ratio if a.entropy_target is None else None,
-    )
+    return EntropyControlSettings(**config.algorithm.control_values())
 
 
 def rollout_plan(config: RunConfig, facts=None):
@@ -134,16 +126,8 @@ def grpo_args(
         data_seed=t.seed,
         beta=a.beta,
         epsilon=a.epsilon,
-        epsilon_high=a.epsilon_high,
-        # the entropy controls TRL has (eapo.core.entropy_control lists them; Clip-Cov / KL-Cov are eapo's)
-        entropy_coef=a.entropy_coef,
-        use_adaptive_entropy=a.adaptive_entropy,
-        # an H_0-anchored target (entropy_target null) is set by EAPOTrainer at step 1; 0 until then
-        entropy_target=a.entropy_target if a.entropy_target is not None else 0.0,
-        entropy_coef_delta=a.entropy_coef_delta,
-        entropy_coef_min=a.entropy_coef_min,
-        entropy_coef_max=a.entropy_coef_max,
-        top_entropy_quantile=a.top_entropy_quantile,
+        # every registered control TRL has, through its own fields (eapo.core.controls); the others: EAPOTrainer
+        **trl_control_args(a.control_values()),
         loss_type=a.loss_type,
         num_iterations=a.num_iterations,
         scale_rewards=a.scale_rewards,

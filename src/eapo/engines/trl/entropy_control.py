@@ -1,5 +1,5 @@
 """The field's entropy controls on the TRL engine: what :class:`~eapo.engines.trl.trainer.EAPOTrainer`
-adds to TRL's GRPO loss for them (:mod:`eapo.core.entropy_control` holds the maths).
+adds to TRL's GRPO loss for them (:mod:`eapo.core.controls` holds the maths).
 
 TRL 1.16 has the entropy bonus, Skywork-OR1's adaptive coefficient, DAPO's clip-higher and the
 top-entropy mask (set through ``args``); :class:`EntropyControlMixin` anchors the adaptive target at
@@ -10,12 +10,14 @@ the verl engine logs too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
-from eapo.core import CONTROL_METRICS, LOSS_AGGREGATIONS, clip_cov_policy_loss, kl_cov_policy_loss, kl_penalty
+from eapo.core import CONTROL_METRICS, LOSS_AGGREGATIONS, kl_penalty
+from eapo.core.controls import CONTROL_SETTINGS, policy_loss_of
+from eapo.core.settings import derive_fields
 
 __all__ = ["EntropyControlSettings", "EntropyControlMixin"]
 
@@ -24,22 +26,20 @@ _COV_AGGREGATION = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean"}
 
 
 @dataclass(frozen=True)
+@derive_fields(None, CONTROL_SETTINGS.values(), lambda spec: field(default=spec.default))
 class EntropyControlSettings:
-    """The entropy-control settings TRL's ``GRPOConfig`` has no field for (``algorithm.*``).
+    """Every entropy-control setting (``algorithm.*``), resolved: its fields are derived from the
+    declarations of :data:`eapo.core.controls.CONTROL_SETTINGS`, defaults the controls' "off" values.
 
-    ``loss_mode`` ``clip_cov`` / ``kl_cov`` replace TRL's PPO-clip loss by eapo.core's
-    (:func:`eapo.core.clip_cov_policy_loss`, :func:`eapo.core.kl_cov_policy_loss`); with
-    ``use_adaptive_entropy``, ``entropy_target_ratio`` (not None) sets TRL's ``entropy_target`` to
-    ``ratio × H_0`` once the first step's entropy is known.
+    TRL's own options carry the controls TRL has (:func:`eapo.core.controls.trl_control_args`); the
+    trainer reads these for the rest: a ``loss_mode`` naming a control's policy loss replaces TRL's
+    PPO-clip surrogate, and a control with a run state (the adaptive coefficient, anchored at
+    ``entropy_target_ratio × H_0`` when ``entropy_target`` is null) is kept by core's step.
     """
 
-    loss_mode: str = "vanilla"
-    clip_cov_ratio: float = 2e-4
-    clip_cov_lb: float = 1.0
-    clip_cov_ub: float = 5.0
-    kl_cov_ratio: float = 2e-4
-    ppo_kl_coef: float = 0.1
-    entropy_target_ratio: float | None = None
+    def values(self) -> dict[str, Any]:
+        """The settings by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 class EntropyControlMixin:
@@ -71,22 +71,16 @@ class EntropyControlMixin:
         old_logps = inputs.get("old_per_token_logps")
         old_logps = logps.detach() if old_logps is None else old_logps
         c = self.entropy_control
-        if c.loss_mode == "clip_cov":
-            per_token, selected = clip_cov_policy_loss(
-                logps,
-                old_logps,
-                advantages,
-                mask,
-                clip_low=self.epsilon_low,
-                clip_high=self.epsilon_high,
-                clip_cov_ratio=c.clip_cov_ratio,
-                clip_cov_lb=c.clip_cov_lb,
-                clip_cov_ub=c.clip_cov_ub,
-            )
-        else:
-            per_token, selected = kl_cov_policy_loss(
-                logps, old_logps, advantages, mask, kl_cov_ratio=c.kl_cov_ratio, ppo_kl_coef=c.ppo_kl_coef
-            )
+        # the policy loss of the control loss_mode names (eapo.core.controls), in place of TRL's PPO-clip
+        per_token, selected = policy_loss_of(c.loss_mode)(
+            logps,
+            old_logps,
+            advantages,
+            mask,
+            c.values(),
+            clip_low=self.epsilon_low,
+            clip_high=self.epsilon_high,
+        )
         if self.top_entropy_quantile < 1.0:
             per_token = per_token * self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
         if self.use_vllm and self.vllm_importance_sampling_correction:

@@ -21,7 +21,7 @@ checkpoint (``eapo_state.json``) and restored on resume, so a resumed run keeps 
 :class:`eapo.engines.trl.validation.Validation`, every ``train.eval_steps`` steps the policy answers a dev subset
 and ``val/*`` joins that step's log.
 
-The field's entropy controls (:mod:`eapo.core.entropy_control`) ride on the same step: TRL's own
+The field's entropy controls (:mod:`eapo.core.controls`) ride on the same step: TRL's own
 entropy bonus, Skywork-OR1 adaptive bonus (its target anchored at ``ratio × H_0`` here when asked),
 DAPO's clip-higher and the top-entropy mask come from ``args``; Clip-Cov and KL-Cov, which TRL lacks,
 replace its PPO-clip surrogate with :func:`eapo.core.clip_cov_policy_loss` /
@@ -56,6 +56,7 @@ from eapo.core import (
     make_weighting,
     rollout_entropy,
 )
+from eapo.core.controls import control_states
 from eapo.core.step import EAPOStep, contiguous_index
 from eapo.engines.trl.entropy_control import _COV_AGGREGATION, EntropyControlMixin, EntropyControlSettings
 from eapo.run_dir import (
@@ -190,8 +191,27 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         self._warned_importance_mismatch = False
         self.reuse_loss_pass = reuse_loss_pass
         self.entropy_control = entropy_control or EntropyControlSettings()
-        self.adaptive_entropy = self._adaptive_entropy_state()
-        controls = {"adaptive_entropy": self.adaptive_entropy} if self.adaptive_entropy is not None else {}
+        # each control's run state (eapo.core.controls), kept and saved by core's step; TRL's own adaptive
+        # controller moves the adaptive coefficient, whose state is copied in and out at checkpoints
+        values = self.entropy_control.values()
+        if self.use_adaptive_entropy and not values["adaptive_entropy"]:
+            # a TRL script's own adaptive controller (its target a number): its state is core's too
+            values = {
+                **values,
+                "adaptive_entropy": True,
+                "entropy_coef": self.entropy_coef,
+                "entropy_target": self.args.entropy_target,
+                "entropy_coef_delta": self.args.entropy_coef_delta,
+                "entropy_coef_min": self.args.entropy_coef_min,
+                "entropy_coef_max": self.args.entropy_coef_max,
+            }
+        elif values["adaptive_entropy"] and not self.use_adaptive_entropy:
+            raise ValueError(
+                "entropy_control.adaptive_entropy is on but the TRL config's use_adaptive_entropy is off: "
+                "set both (eapo train does)"
+            )
+        controls = control_states(values)
+        self.adaptive_entropy: AdaptiveEntropyCoef | None = controls.get("adaptive_entropy")
         self.eapo_step = EAPOStep(
             self.weighting, split_by=self.split_by, controls=controls
         )  # the step's owner
@@ -207,23 +227,6 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
                 f"{self.loss_type!r}"
             )
         self._loss_entropies: torch.Tensor | None = None  # the loss pass's per-token entropies, for metrics
-
-    def _adaptive_entropy_state(self) -> AdaptiveEntropyCoef | None:
-        """TRL's adaptive entropy controller as core's control state (:class:`eapo.core.AdaptiveEntropyCoef`),
-        so that it is anchored (target = ratio × H_0) and saved by core in the one state schema; TRL's
-        loss still moves the coefficient. None without ``use_adaptive_entropy``."""
-        if not self.use_adaptive_entropy:
-            return None
-        ratio = self.entropy_control.entropy_target_ratio
-        args = self.args
-        return AdaptiveEntropyCoef(
-            coef=float(self.entropy_coef),
-            delta=args.entropy_coef_delta,
-            coef_min=args.entropy_coef_min,
-            coef_max=args.entropy_coef_max,
-            target=None if ratio is not None else args.entropy_target,  # None: anchored at ratio × H_0
-            target_ratio=ratio if ratio is not None else 1.0,
-        )
 
     def _install_completion_head(self, lm_head: str, share_frozen_layers: bool):
         """eapo's log-prob forward in place of TRL's fused LM head (see :mod:`eapo.engines.trl.policy_forward`)."""

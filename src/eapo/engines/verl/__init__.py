@@ -12,7 +12,7 @@ entry-point group ``verl.plugins`` (``verl/__init__.py`` imports every plugin it
   as the TRL trainer) and applies the entropy-driven ``w+_t`` (:mod:`eapo.engines.verl.trainer`);
 * entropy controls beside EAPO (``algorithm.eapo.method=clip_cov`` and the other presets, or
   ``algorithm.eapo.epsilon_high=0.28`` and the other keys on any scheme), mapped onto verl's own
-  actor options where verl has the control, and run through :mod:`eapo.core.entropy_control` where it
+  actor options where verl has the control, and run through :mod:`eapo.core.controls` where it
   does not (the adaptive coefficient; the top-entropy mask, as the policy loss ``eapo_top_entropy``)
   (:mod:`eapo.engines.verl.entropy_control`);
 * ``algorithm.eapo.*`` read once, into :class:`EapoSettings`, by the trainer and by the estimators

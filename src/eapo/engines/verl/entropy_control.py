@@ -1,5 +1,5 @@
 """Entropy controls on verl: eapo's unified ``algorithm.eapo.*`` names, mapped onto verl's own options
-where verl has the control, and run through :mod:`eapo.core.entropy_control` where it does not.
+where verl has the control, and run through :mod:`eapo.core.controls` where it does not.
 
 Where verl 0.9.1 has the control, the ``eapo`` trainer writes eapo's value into verl's option before
 verl's ``__init__`` (:func:`apply_to_actor_config`) and verl does the rest; nothing is re-implemented:
@@ -20,10 +20,10 @@ value is a conflict and refused (name one of the two). Two controls verl lacks r
 loss, through a wrapper of verl's ``ppo_loss`` (:func:`entropy_control_loss`) that the trainer hands
 to the actor workers with verl's own ``set_loss_fn`` after ``init()``:
 
-* ``adaptive_entropy`` (Skywork-OR1): :class:`eapo.core.entropy_control.AdaptiveEntropyCoef` lives in
+* ``adaptive_entropy`` (Skywork-OR1): :class:`eapo.core.controls.AdaptiveEntropyCoef` lives in
   the trainer. Its target is ``entropy_target`` nats, or ``entropy_target_ratio × H_0`` with ``H_0``
   the run's first-step rollout entropy (EAPO's anchor). Each step the trainer takes the coefficient
-  to apply (:meth:`~eapo.core.entropy_control.AdaptiveEntropyCoef.applied`), then moves it with this
+  to apply (:meth:`~eapo.core.controls.AdaptiveEntropyCoef.applied`), then moves it with this
   step's ``H_t`` (:func:`eapo.core.rollout_entropy` of the old-log-prob pass's per-token entropies,
   ``algorithm.eapo.entropy_agg``): ``H_t`` is the entropy of the policy being updated on the tokens it
   is updated on, the quantity TRL measures inside its update, so step t's coefficient depends on
@@ -32,7 +32,7 @@ to the actor workers with verl's own ``set_loss_fn`` after ``init()``:
   where the wrapper uses it in place of ``actor.entropy_coeff`` for verl's ``−coef · entropy`` term.
 * ``top_entropy_quantile`` ("Beyond the 80/20 Rule"): the wrapper makes verl's ``ppo_loss`` call the
   policy loss ``eapo_top_entropy`` (registered with verl's ``register_policy_loss``), which computes
-  :func:`eapo.core.entropy_control.top_entropy_mask` from the micro-batch's per-token entropies
+  :func:`eapo.core.controls.top_entropy_mask` from the micro-batch's per-token entropies
   (gathered over the data-parallel group, as TRL gathers over processes) and passes it to the
   configured loss (``vanilla``, ``clip_cov`` or ``kl_cov``) as ``rollout_is_weights`` (multiplied into
   any rollout-correction weights), which every one of them multiplies into its per-token loss before
@@ -49,7 +49,7 @@ response tokens whose ratio is below ``1 − clip_ratio_low`` with A < 0 / above
 not logged under ``kl_cov``, which does not clip), ``entropy_control/cov_frac`` (share of tokens
 Clip-Cov or KL-Cov selected) and ``entropy_control/top_entropy_frac`` (share kept by the mask).
 
-Presets (``algorithm.eapo.method=<name>``, :data:`eapo.core.entropy_control.ENTROPY_CONTROLS`) are
+Presets (``algorithm.eapo.method=<name>``, :data:`eapo.core.controls.ENTROPY_CONTROLS`) are
 GRPO's weights (1, 1) plus the control's settings; they run with ``algorithm.adv_estimator=eapo_grpo``
 (eapo's polarity estimator with (1, 1)). ``method=eapo`` (or any weighting scheme) plus control keys
 composes the control with that scheme's weights. Keys a preset sets are defaults: a key set under
@@ -66,13 +66,16 @@ from typing import Any
 
 import torch
 
-from eapo.core.entropy_control import (
+from eapo.core.controls import (
     CONTROL_SETTINGS,
+    ENTROPY_CONTROLS,
     LOSS_MODES,
     AdaptiveEntropyCoef,
+    control_states,
     kl_cov_mask,
     resolve_controls,
     top_entropy_mask,
+    verl_control_options,
 )
 from eapo.core.settings import check_settings, derive_fields
 
@@ -96,16 +99,10 @@ TOP_ENTROPY_LOSS_MODE = "eapo_top_entropy"
 #: Namespace of the controls' metrics.
 METRIC_PREFIX = "entropy_control/"
 
-#: eapo name -> the option under ``actor_rollout_ref.actor`` that verl reads for it.
+#: eapo name -> the option under ``actor_rollout_ref.actor`` that verl reads for it: the registered
+#: controls' own mappings (:attr:`eapo.core.controls.EntropyControl.verl_options`).
 VERL_ACTOR_OPTIONS: dict[str, str] = {
-    "entropy_coef": "entropy_coeff",
-    "epsilon_high": "clip_ratio_high",
-    "loss_mode": "policy_loss.loss_mode",
-    "clip_cov_ratio": "policy_loss.clip_cov_ratio",
-    "clip_cov_lb": "policy_loss.clip_cov_lb",
-    "clip_cov_ub": "policy_loss.clip_cov_ub",
-    "kl_cov_ratio": "policy_loss.kl_cov_ratio",
-    "ppo_kl_coef": "policy_loss.ppo_kl_coef",
+    key: option for control in ENTROPY_CONTROLS.values() for key, option in control.verl_options.items()
 }
 
 _ADAPTIVE_KEYS = (
@@ -205,27 +202,19 @@ class EntropyControls:
             )
 
     def build_adaptive(self) -> AdaptiveEntropyCoef | None:
-        """A fresh adaptive coefficient (None without ``adaptive_entropy``)."""
-        if not self.adaptive_entropy:
-            return None
-        defaults = AdaptiveEntropyCoef()
-        return AdaptiveEntropyCoef(
-            coef=defaults.coef if self.entropy_coef is None else float(self.entropy_coef),
-            delta=defaults.delta if self.entropy_coef_delta is None else float(self.entropy_coef_delta),
-            coef_min=defaults.coef_min if self.entropy_coef_min is None else float(self.entropy_coef_min),
-            coef_max=defaults.coef_max if self.entropy_coef_max is None else float(self.entropy_coef_max),
-            target=None if self.entropy_target is None else float(self.entropy_target),
-            target_ratio=defaults.target_ratio
-            if self.entropy_target_ratio is None
-            else float(self.entropy_target_ratio),
-        )
+        """A fresh adaptive coefficient (None without ``adaptive_entropy``): the control's run state
+        (:func:`eapo.core.controls.control_states`)."""
+        return control_states(self.values()).get("adaptive_entropy")
+
+    def values(self) -> dict[str, Any]:
+        """The settings by name (None: unset)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def verl_actor_values(self) -> dict[str, Any]:
         """verl option (under ``actor_rollout_ref.actor``) -> the value eapo sets it to."""
         values = {}
-        for key, option in VERL_ACTOR_OPTIONS.items():
-            value = getattr(self, key)
-            if value is None or (key == "entropy_coef" and self.adaptive_entropy):
+        for option, (key, value) in verl_control_options(self.values()).items():
+            if key == "entropy_coef" and self.adaptive_entropy:
                 continue  # the adaptive coefficient reaches the loss per step, not through the config
             values[option] = value if isinstance(value, str) else float(value)
         if self.adaptive_entropy or self.top_entropy_quantile is not None:
@@ -353,7 +342,7 @@ def compute_policy_loss_top_entropy(
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """verl policy loss ``eapo_top_entropy``: the configured loss on the top-entropy tokens only.
 
-    All tensors ``(bs, response_length)``. The mask is :func:`eapo.core.entropy_control.top_entropy_mask`
+    All tensors ``(bs, response_length)``. The mask is :func:`eapo.core.controls.top_entropy_mask`
     of the entropies :func:`entropy_control_loss` put in context; it reaches the configured loss as
     ``rollout_is_weights``.
     """

@@ -10,7 +10,7 @@ from:
   outside the ``eapo`` trainer ``algorithm.eapo`` is read by
   :meth:`eapo.engines.verl.settings.EapoSettings.for_estimator`.
   ``eapo_grpo`` is the estimator of the entropy-control presets (``algorithm.eapo.method=clip_cov``
-  and the others of :data:`eapo.core.entropy_control.ENTROPY_CONTROLS`), which the ``eapo`` trainer
+  and the others of :data:`eapo.core.controls.ENTROPY_CONTROLS`), which the ``eapo`` trainer
   runs (:mod:`eapo.engines.verl.entropy_control`).
 * ``eapo``: ``w+_t`` depends on this step's rollout entropy (Eq. ``dynamic_weight``), which an
   estimator never sees. The ``eapo`` trainer (:mod:`eapo.engines.verl.trainer`) computes the

@@ -37,7 +37,7 @@ from eapo.core import (
     make_weighting,
     method_scheme,
 )
-from eapo.core.entropy_control import ENTROPY_CONTROLS
+from eapo.core.controls import ENTROPY_CONTROLS
 from eapo.engines.verl.entropy_control import EntropyControls
 
 __all__ = [

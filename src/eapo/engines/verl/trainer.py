@@ -52,7 +52,7 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer, trainer_base
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
 from eapo.core import WeightingScheme, rollout_entropy
-from eapo.core.entropy_control import AdaptiveEntropyCoef
+from eapo.core.controls import AdaptiveEntropyCoef
 from eapo.core.step import STATE_FILE, EAPOStep
 from eapo.engines.verl.entropy_control import (
     ENTROPY_COEF_KEY,

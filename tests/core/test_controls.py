@@ -1,4 +1,4 @@
-"""eapo.core.entropy_control: hand-derived values for Clip-Cov, KL-Cov, the top-entropy mask and the
+"""eapo.core.controls: hand-derived values for Clip-Cov, KL-Cov, the top-entropy mask and the
 adaptive entropy coefficient, and the presets registry against the typed config."""
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from eapo.core import (
     ENTROPY_CONTROLS,
     METHODS,
     AdaptiveEntropyCoef,
+    EAPOStep,
     clip_cov_mask,
     clip_cov_policy_loss,
     kl_cov_mask,
     kl_cov_policy_loss,
+    make_weighting,
     method_scheme,
+    resolve_controls,
     top_entropy_mask,
 )
 
@@ -189,3 +192,98 @@ def test_controls_compose_with_any_scheme_and_say_when_they_cannot_act():
     user = load_config(None, ["algorithm.method=clip_higher", "algorithm.epsilon_high=0.3"]).algorithm
     assert user.epsilon_high == 0.3  # the user's value wins over the preset's
     assert math.isclose(load_config(None, ["algorithm.method=psr"]).algorithm.entropy_coef, 0.0)
+
+
+def test_each_control_is_one_module_that_registers_everything_about_it():
+    """Every registered control comes from its own module of eapo.core.controls, declares the settings its
+    preset and its engine mappings use, and every view of the settings is derived from the declarations."""
+    import dataclasses
+    import importlib
+
+    from eapo.config.algorithm import AlgorithmConfig
+    from eapo.core.controls import CONTROL_METRICS, CONTROL_SETTINGS, trl_control_args
+
+    declared_by = {}
+    for name, control in ENTROPY_CONTROLS.items():
+        assert importlib.import_module(f"eapo.core.controls.{name}").__dict__.get(name.upper()) is control
+        for setting in control.declares:
+            declared_by[setting.name] = name
+        assert set(control.preset) <= set(CONTROL_SETTINGS), name
+        assert set(control.trl_fields) | set(control.verl_options) <= set(CONTROL_SETTINGS), name
+        assert control.metrics and set(control.metrics) <= set(CONTROL_METRICS.values()), name
+    assert list(declared_by) == list(CONTROL_SETTINGS)  # each setting declared by exactly one control
+    fields = {f.name: f for f in dataclasses.fields(AlgorithmConfig)}
+    for key, setting in CONTROL_SETTINGS.items():
+        assert fields[key].metadata["help"] == setting.doc and fields[key].metadata["valid"] is setting.valid
+    # the generic TRL path: every control's TRL fields, with the declared defaults (controls off)
+    args = trl_control_args({key: setting.default for key, setting in CONTROL_SETTINGS.items()})
+    assert args == {
+        "entropy_coef": 0.0,
+        "use_adaptive_entropy": False,
+        "entropy_target": 0.0,  # null: anchored at ratio × H_0 by the trainer; 0 until then
+        "entropy_coef_delta": 0.005,
+        "entropy_coef_min": 0.0,
+        "entropy_coef_max": 1.0,
+        "epsilon_high": None,
+        "top_entropy_quantile": 1.0,
+    }
+
+
+def test_a_control_registered_from_one_place_reaches_the_generic_paths():
+    """A new control needs only its registration: its settings, TRL fields, verl options, policy loss and
+    run state are found by the generic readers (and it is refused twice, or with undeclared mappings)."""
+    import dataclasses
+
+    from eapo.core.controls import (
+        CONTROL_SETTINGS,
+        EntropyControl,
+        control_states,
+        policy_loss_of,
+        register_entropy_control,
+        trl_control_args,
+        verl_control_options,
+    )
+    from eapo.core.settings import Setting, at_least
+
+    class Integral:
+        def __init__(self, gain):
+            self.gain, self.target = gain, None
+
+        def anchor(self, h0):
+            self.target = h0
+
+    def loss(logp, old_logp, advantages, mask, values, *, clip_low, clip_high):
+        return -advantages * values["toy_gain"], mask.bool()
+
+    toy = EntropyControl(
+        "toy",
+        "a test",
+        {"toy_gain": 0.5},
+        "scales the loss",
+        declares=(Setting("toy_gain", float, "gain", at_least(0), default=0.0),),
+        trl_fields={"toy_gain": ("toy_trl_gain", lambda value: 2 * value)},
+        verl_options={"toy_gain": "policy_loss.toy_gain"},
+        policy_loss=loss,
+        make_state=lambda values: Integral(values["toy_gain"]) if values.get("toy_gain") else None,
+        metrics=("entropy_control/coef",),
+    )
+    try:
+        register_entropy_control(toy)
+        values = {**resolve_controls("toy", {}), "loss_mode": "vanilla"}
+        assert values["toy_gain"] == 0.5 and "toy_gain" in CONTROL_SETTINGS
+        assert trl_control_args(values)["toy_trl_gain"] == 1.0
+        assert verl_control_options(values)["policy_loss.toy_gain"] == ("toy_gain", 0.5)
+        state = control_states(values)["toy"]
+        step = EAPOStep(make_weighting("grpo"), controls={"toy": state})
+        step.step(torch.tensor([1.0, 0.0]), [0, 0], 2.5)
+        assert state.target == 2.5
+        assert policy_loss_of("toy") is loss
+        with pytest.raises(ValueError, match="registered twice"):
+            register_entropy_control(toy)
+        with pytest.raises(ValueError, match="maps undeclared settings"):
+            register_entropy_control(
+                dataclasses.replace(toy, name="toy2", declares=(), trl_fields={"nope": "x"})
+            )
+    finally:
+        ENTROPY_CONTROLS.pop("toy", None)
+        CONTROL_SETTINGS.pop("toy_gain", None)

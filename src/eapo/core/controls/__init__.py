@@ -1,0 +1,74 @@
+"""The field's entropy controls beside EAPO: one module per control, registered whole.
+
+Each module declares the control's settings once, its method preset (GRPO's weights plus the
+control, composable with any weighting), its maths, the engine options it maps onto where an engine
+has the control, its run state and its metrics, and registers them in one
+:class:`~eapo.core.controls.registry.EntropyControl` (:mod:`eapo.core.controls.registry`). The
+engines apply every registered control through the registry's generic readers; a new control is a
+new module here plus its tests.
+
+=====================  ==============================  ==================  ==============================
+control                source                          TRL 1.16            verl 0.9.1
+=====================  ==============================  ==================  ==============================
+``entropy_bonus``      PPO's entropy term              ``entropy_coef``    ``actor.entropy_coeff``
+``adaptive_entropy``   Skywork-OR1 (arXiv 2505.22312)  ``use_adaptive_…``  :class:`AdaptiveEntropyCoef`
+``clip_higher``        DAPO (arXiv 2503.14476)         ``epsilon_high``    ``actor.clip_ratio_high``
+``clip_cov``           Cui et al. 2025 (2505.22617)    :func:`clip_cov_…`  ``policy_loss.loss_mode``
+``kl_cov``             Cui et al. 2025 (2505.22617)    :func:`kl_cov_…`    ``policy_loss.loss_mode``
+``top_entropy``        Wang et al. 2025 (2506.01939)   ``top_entropy_…``   :func:`top_entropy_mask`
+=====================  ==============================  ==================  ==============================
+
+Registration order is import order below (the docs' tables and ``algorithm.*`` follow it).
+"""
+
+from __future__ import annotations
+
+# Each module registers its control on import, in this order.
+# isort: off
+from eapo.core.controls import entropy_bonus  # noqa: F401
+from eapo.core.controls import adaptive_entropy  # noqa: F401
+from eapo.core.controls import clip_higher  # noqa: F401
+from eapo.core.controls import clip_cov  # noqa: F401
+from eapo.core.controls import kl_cov  # noqa: F401
+from eapo.core.controls import top_entropy  # noqa: F401
+
+# isort: on
+from eapo.core.controls.adaptive_entropy import AdaptiveEntropyCoef
+from eapo.core.controls.clip_cov import clip_cov_mask, clip_cov_policy_loss
+from eapo.core.controls.kl_cov import kl_cov_mask, kl_cov_policy_loss
+from eapo.core.controls.registry import (
+    CONTROL_METRICS,
+    CONTROL_SETTINGS,
+    ENTROPY_CONTROLS,
+    LOSS_MODES,
+    EntropyControl,
+    control_defaults,
+    control_states,
+    policy_loss_of,
+    register_entropy_control,
+    resolve_controls,
+    trl_control_args,
+    verl_control_options,
+)
+from eapo.core.controls.top_entropy import top_entropy_mask
+
+__all__ = [
+    "CONTROL_METRICS",
+    "CONTROL_SETTINGS",
+    "ENTROPY_CONTROLS",
+    "LOSS_MODES",
+    "EntropyControl",
+    "register_entropy_control",
+    "control_defaults",
+    "resolve_controls",
+    "trl_control_args",
+    "verl_control_options",
+    "control_states",
+    "policy_loss_of",
+    "AdaptiveEntropyCoef",
+    "clip_cov_mask",
+    "clip_cov_policy_loss",
+    "kl_cov_mask",
+    "kl_cov_policy_loss",
+    "top_entropy_mask",
+]

@@ -1,0 +1,223 @@
+"""Skywork-OR1's adaptive entropy bonus: the coefficient moves toward keeping entropy at a target.
+
+TRL 1.16 has it (``use_adaptive_entropy`` and its fields: its loss moves the coefficient; eapo anchors the
+target at ``ratio × H_0`` and saves the state); verl 0.9.1 lacks it, so the verl plugin runs
+:class:`AdaptiveEntropyCoef`, this control's run state, and hands the step's coefficient to the actor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from eapo.core.controls.registry import CONTROL_METRICS, EntropyControl, register_entropy_control
+from eapo.core.settings import ANY_OF_TYPE, Setting, above, at_least
+
+_SKYWORK = "Skywork-OR1 (He et al. 2025, arXiv 2505.22312); TRL 1.16's defaults"
+
+
+def _finite(name: str, value: float) -> float:
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+@dataclass
+class AdaptiveEntropyCoef:
+    """Skywork-OR1's adaptive entropy coefficient, with TRL 1.16's update rule.
+
+    After each update, with ``H`` the update's mean per-token entropy:
+    ``coef ← min(coef + delta, coef_max)`` if ``H ≤ target`` else ``max(coef − delta, coef_min)``.
+    The coefficient applied to an update is :meth:`applied`: ``coef`` while the last measured entropy
+    was at or below the target, 0 otherwise (and 0 before the first measurement).
+
+    ``target`` is nats per token, or None to anchor it at ``target_ratio × H_0`` once :meth:`anchor`
+    is called with the run's first-step entropy (for open-ended QA, where per-token entropy differs by
+    model and language, a fixed number from math RL rarely means anything).
+    """
+
+    coef: float = 0.0
+    delta: float = 0.005
+    coef_min: float = 0.0
+    coef_max: float = 1.0
+    target: float | None = None
+    target_ratio: float = 1.0
+    last_entropy: float = math.inf
+
+    def __post_init__(self) -> None:
+        for name in ("coef", "delta", "coef_min", "coef_max", "target_ratio"):
+            if _finite(name, getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.coef_min > self.coef_max:
+            raise ValueError(f"coef_min ({self.coef_min}) must be <= coef_max ({self.coef_max})")
+        if self.target is not None and _finite("target", self.target) < 0:
+            raise ValueError(f"target must be >= 0, got {self.target}")
+
+    def anchor(self, h0: float) -> None:
+        """Fix an unset target at ``target_ratio × h0`` (the run's first-step entropy)."""
+        if self.target is None:
+            self.target = self.target_ratio * _finite("H_0", h0)
+
+    def applied(self) -> float:
+        """The coefficient the next update uses."""
+        if self.target is None or not self.last_entropy <= self.target:
+            return 0.0
+        return self.coef
+
+    def update(self, entropy: float) -> float:
+        """Move the coefficient after an update whose entropy was ``entropy``; returns the new value."""
+        if self.target is None:
+            raise ValueError("the adaptive entropy target is unset: call anchor(H_0) first")
+        entropy = _finite("entropy", entropy)
+        if entropy <= self.target:
+            self.coef = min(self.coef + self.delta, self.coef_max)
+        else:
+            self.coef = max(self.coef - self.delta, self.coef_min)
+        self.last_entropy = entropy
+        return self.coef
+
+    def settings(self) -> dict[str, float]:
+        """The configured settings a resume must keep."""
+        return {
+            "delta": self.delta,
+            "coef_min": self.coef_min,
+            "coef_max": self.coef_max,
+            "target_ratio": self.target_ratio,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        last = self.last_entropy if math.isfinite(self.last_entropy) else None
+        return {"coef": self.coef, "target": self.target, "last_entropy": last, "settings": self.settings()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore; a state without ``coef`` (the TRL engine's older files held the target only) keeps
+        the current coefficient.
+
+        Raises:
+            ValueError: the saved settings, or a configured fixed target, differ from this run's.
+        """
+        configured = self.settings()
+        changed = [key for key, value in state.get("settings", {}).items() if configured.get(key) != value]
+        if self.target is not None and state.get("target") is not None and state["target"] != self.target:
+            changed.append("target")
+        if changed:
+            key = changed[0]
+            was = state["target"] if key == "target" else state["settings"][key]
+            now = self.target if key == "target" else configured[key]
+            raise ValueError(
+                f"checkpointed adaptive entropy {key}={was} differs from the configured {key}={now}; "
+                "resume with the same algorithm settings"
+            )
+        if "coef" in state:
+            self.coef = float(state["coef"])
+        if state.get("target") is not None:
+            self.target = float(state["target"])
+        last = state.get("last_entropy")
+        self.last_entropy = math.inf if last is None else float(last)
+
+
+def _state(values: Mapping[str, Any]) -> AdaptiveEntropyCoef | None:
+    """The adaptive coefficient of the resolved settings (None when the control is off)."""
+    if not values.get("adaptive_entropy"):
+        return None
+    defaults = AdaptiveEntropyCoef()
+
+    def pick(key: str, default: float) -> float:
+        return default if values.get(key) is None else float(values[key])
+
+    return AdaptiveEntropyCoef(
+        coef=pick("entropy_coef", defaults.coef),
+        delta=pick("entropy_coef_delta", defaults.delta),
+        coef_min=pick("entropy_coef_min", defaults.coef_min),
+        coef_max=pick("entropy_coef_max", defaults.coef_max),
+        target=None if values.get("entropy_target") is None else float(values["entropy_target"]),
+        target_ratio=pick("entropy_target_ratio", defaults.target_ratio),
+    )
+
+
+ADAPTIVE_ENTROPY = register_entropy_control(
+    EntropyControl(
+        "adaptive_entropy",
+        "Skywork-OR1 adaptive entropy control (He et al. 2025, arXiv 2505.22312); TRL 1.16's defaults",
+        {
+            "entropy_coef": 0.0,
+            "adaptive_entropy": True,
+            "entropy_target_ratio": 1.0,
+            "entropy_coef_delta": 0.005,
+            "entropy_coef_min": 0.0,
+            "entropy_coef_max": 1.0,
+        },
+        "after every update the coefficient moves by ±entropy_coef_delta towards keeping the update's "
+        "entropy at the target (up when at or below it), within [entropy_coef_min, entropy_coef_max], and "
+        "applies only while entropy is at or below the target; the target is entropy_target nats, or "
+        "entropy_target_ratio × H_0 (the run's first-step entropy, as EAPO anchors) when entropy_target is unset",
+        trl_fields={
+            "adaptive_entropy": "use_adaptive_entropy",
+            # an H_0-anchored target (null) is set by the trainer at step 1 from the control's state; 0 until then
+            "entropy_target": ("entropy_target", lambda value: 0.0 if value is None else value),
+            "entropy_coef_delta": "entropy_coef_delta",
+            "entropy_coef_min": "entropy_coef_min",
+            "entropy_coef_max": "entropy_coef_max",
+        },
+        make_state=_state,
+        metrics=(CONTROL_METRICS["coef"],),
+        declares=(
+            Setting(
+                "adaptive_entropy",
+                bool,
+                "Adaptive entropy bonus: after every update the coefficient moves by ±entropy_coef_delta, up while "
+                "the update's entropy is at or below the target, and applies only then (the adaptive_entropy "
+                "preset: true). TRL: use_adaptive_entropy; verl: eapo.core.AdaptiveEntropyCoef.",
+                ANY_OF_TYPE,
+                default=False,
+                citation=_SKYWORK,
+            ),
+            Setting(
+                "entropy_target",
+                float,
+                "Adaptive entropy's target in nats per token; null: entropy_target_ratio × H_0, the run's own "
+                "first-step rollout entropy (per-token entropy of open-ended answers differs by model, tokenizer "
+                "and language, so Skywork-OR1's and TRL's 0.2 from math RL would never trigger here).",
+                at_least(0),
+                default=None,
+                citation=_SKYWORK,
+            ),
+            Setting(
+                "entropy_target_ratio",
+                float,
+                "Adaptive entropy with entropy_target null: target = entropy_target_ratio × H_0 (1.0: hold the "
+                "starting entropy, the reference EAPO's w+ uses).",
+                above(0),
+                default=1.0,
+                citation="eapo's H_0 anchor",
+            ),
+            Setting(
+                "entropy_coef_delta",
+                float,
+                "Adaptive entropy: the coefficient's step per update.",
+                at_least(0),
+                default=0.005,
+                citation=_SKYWORK,
+            ),
+            Setting(
+                "entropy_coef_min",
+                float,
+                "Adaptive entropy: the coefficient's lower bound.",
+                at_least(0),
+                default=0.0,
+                citation=_SKYWORK,
+            ),
+            Setting(
+                "entropy_coef_max",
+                float,
+                "Adaptive entropy: the coefficient's upper bound.",
+                at_least(0),
+                default=1.0,
+                citation=_SKYWORK,
+            ),
+        ),
+    )
+)

@@ -1,0 +1,167 @@
+"""The registry of entropy controls: what a control declares, and the generic paths the engines read.
+
+A control is one module of :mod:`eapo.core.controls` that registers one :class:`EntropyControl`
+carrying everything about it: its settings (declared once, :class:`eapo.core.settings.Setting`), its
+method preset, its maths (a policy loss, a token mask, a run state), the engine options it maps onto
+where TRL 1.16 or verl 0.9.1 has the control itself, and the metric keys it logs. The engines never
+name a control: they apply every registered one through the generic readers here
+(:func:`trl_control_args`, :func:`verl_control_options`, :func:`control_states`, :func:`policy_loss_of`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from eapo.core.settings import Setting, check_settings, settings_by_name
+
+__all__ = [
+    "LOSS_MODES",
+    "CONTROL_METRICS",
+    "EntropyControl",
+    "ENTROPY_CONTROLS",
+    "CONTROL_SETTINGS",
+    "register_entropy_control",
+    "control_defaults",
+    "resolve_controls",
+    "trl_control_args",
+    "verl_control_options",
+    "control_states",
+    "policy_loss_of",
+]
+
+#: ``algorithm.loss_mode`` values: the PPO-clip surrogate of the paper, or a covariance-selected variant.
+LOSS_MODES: tuple[str, ...] = ("vanilla", "clip_cov", "kl_cov")
+
+#: The metric keys the entropy controls act through, the same on both engines (``eapo plot`` draws them).
+CONTROL_METRICS = {
+    "coef": "entropy_control/coef",  # the entropy coefficient applied to this update (bonus or adaptive)
+    "clip_low_frac": "entropy_control/clip_low_frac",  # share of tokens the lower PPO clip acted on
+    "clip_high_frac": "entropy_control/clip_high_frac",  # share of tokens the upper PPO clip acted on
+    "cov_frac": "entropy_control/cov_frac",  # share of tokens Clip-Cov / KL-Cov selected
+    "top_entropy_frac": "entropy_control/top_entropy_frac",  # share of tokens the top-entropy mask kept
+}
+
+
+@dataclass(frozen=True)
+class EntropyControl:
+    """A control of the field, registered whole: settings, preset, maths, engine mappings and metrics.
+
+    Attributes:
+        name: the method preset's name (``algorithm.method``).
+        source: the paper or code it comes from.
+        preset: the ``algorithm.*`` values the preset sets where the user left them unset (the source's own).
+        help: what the control does, in one sentence.
+        declares: the settings the control introduces, each declared once here (``default``: the value
+            that leaves the control off).
+        trl_fields: where TRL 1.16 has the control: setting -> the ``GRPOConfig`` field it sets, or
+            ``(field, convert)``.
+        verl_options: where verl 0.9.1 has the control: setting -> the option under
+            ``actor_rollout_ref.actor`` it sets (written when the setting is set).
+        policy_loss: where an engine lacks the control and ``loss_mode`` names it: the per-token loss that
+            replaces the PPO-clip surrogate, ``(logp, old_logp, advantages, mask, values, *, clip_low,
+            clip_high) -> (loss (B, T), selected (B, T) bool)``.
+        make_state: the control's run state from the resolved settings (None when off): an object with
+            ``anchor(h0)``, ``state_dict()`` and ``load_state_dict()`` that core's step anchors and saves.
+        metrics: the metric keys (:data:`CONTROL_METRICS`) it logs.
+    """
+
+    name: str
+    source: str
+    preset: dict[str, Any] = field(default_factory=dict)
+    help: str = ""
+    declares: tuple[Setting, ...] = ()
+    trl_fields: Mapping[str, str | tuple[str, Callable[[Any], Any]]] = field(default_factory=dict)
+    verl_options: Mapping[str, str] = field(default_factory=dict)
+    policy_loss: Callable[..., Any] | None = None
+    make_state: Callable[[Mapping[str, Any]], Any] | None = None
+    metrics: tuple[str, ...] = ()
+
+
+#: name -> :class:`EntropyControl`, in registration order. Filled by :func:`register_entropy_control`.
+ENTROPY_CONTROLS: dict[str, EntropyControl] = {}
+
+#: Every entropy-control setting, by name, in declaration order (each declared by one control).
+CONTROL_SETTINGS: dict[str, Setting] = {}
+
+
+def register_entropy_control(control: EntropyControl) -> EntropyControl:
+    """Add a control to :data:`ENTROPY_CONTROLS` (verl's ``register_policy_loss`` pattern: the entry
+    carries the behaviour). Its preset and mappings may only name declared settings (its own or an
+    earlier control's)."""
+    if control.name in ENTROPY_CONTROLS:
+        raise ValueError(f"entropy control {control.name!r} is registered twice")
+    declared = settings_by_name([*CONTROL_SETTINGS.values(), *control.declares])
+    check_settings(declared, control.preset, f"the {control.name} preset's ")
+    unknown = sorted((set(control.trl_fields) | set(control.verl_options)) - set(declared))
+    if unknown:
+        raise ValueError(f"entropy control {control.name!r} maps undeclared settings {unknown}")
+    ENTROPY_CONTROLS[control.name] = control
+    CONTROL_SETTINGS.clear()
+    CONTROL_SETTINGS.update(declared)
+    return control
+
+
+def control_defaults() -> dict[str, Any]:
+    """Every control setting's "off" value (its declared default), by name."""
+    return {name: setting.default for name, setting in CONTROL_SETTINGS.items()}
+
+
+def resolve_controls(method: str, values: Mapping[str, Any], *, fill_defaults: bool = True) -> dict[str, Any]:
+    """Every control setting resolved: ``values`` where set (not None), else ``method``'s preset where it
+    is one, else the declared default (off), or None with ``fill_defaults=False`` (the verl plugin: an
+    unset control leaves verl's own option alone). The one resolution of presets for every engine."""
+    preset = ENTROPY_CONTROLS[method].preset if method in ENTROPY_CONTROLS else {}
+    resolved = {}
+    for name, setting in CONTROL_SETTINGS.items():
+        value = values.get(name)
+        default = setting.default if fill_defaults else None
+        resolved[name] = value if value is not None else preset.get(name, default)
+    return resolved
+
+
+# ---------------------------------------------------------------------------------------------
+# The generic paths: how each engine applies every registered control
+# ---------------------------------------------------------------------------------------------
+
+
+def trl_control_args(values: Mapping[str, Any]) -> dict[str, Any]:
+    """TRL's ``GRPOConfig`` fields of every control that TRL has, from the resolved settings."""
+    args: dict[str, Any] = {}
+    for control in ENTROPY_CONTROLS.values():
+        for key, target in control.trl_fields.items():
+            name, convert = target if isinstance(target, tuple) else (target, None)
+            args[name] = convert(values.get(key)) if convert is not None else values.get(key)
+    return args
+
+
+def verl_control_options(values: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """verl's ``actor_rollout_ref.actor`` options of every control that verl has: option -> (the eapo
+    setting that sets it, its value), for the settings that are set."""
+    options: dict[str, tuple[str, Any]] = {}
+    for control in ENTROPY_CONTROLS.values():
+        for key, option in control.verl_options.items():
+            if values.get(key) is not None:
+                options[option] = (key, values[key])
+    return options
+
+
+def control_states(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The run state of every control that keeps one and is on, by name (for :class:`eapo.core.EAPOStep`)."""
+    states = {}
+    for control in ENTROPY_CONTROLS.values():
+        state = control.make_state(values) if control.make_state is not None else None
+        if state is not None:
+            states[control.name] = state
+    return states
+
+
+def policy_loss_of(loss_mode: str) -> Callable[..., Any] | None:
+    """The per-token policy loss of the control ``loss_mode`` names (None for the paper's ``vanilla``)."""
+    if loss_mode == "vanilla":
+        return None
+    control = ENTROPY_CONTROLS.get(loss_mode)
+    if control is None or control.policy_loss is None:
+        raise ValueError(f"loss_mode={loss_mode!r} names no registered control with a policy loss")
+    return control.policy_loss

@@ -1,0 +1,60 @@
+"""'Beyond the 80/20 Rule' (Wang et al. 2025): only the highest-entropy tokens carry the policy loss.
+
+TRL 1.16 has it (``top_entropy_quantile``); verl 0.9.1 lacks it, so the verl plugin's loss multiplies
+:func:`top_entropy_mask` into the policy loss (:mod:`eapo.engines.verl.entropy_control`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from eapo.core.controls.registry import CONTROL_METRICS, EntropyControl, register_entropy_control
+from eapo.core.settings import Setting, between
+
+
+def top_entropy_mask(
+    entropies: torch.Tensor,
+    mask: torch.Tensor,
+    quantile: float,
+    *,
+    gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``(B, T)`` bool: response tokens whose entropy is at or above the ``1 − quantile`` quantile of
+    all response tokens' entropies (``gather`` collects them over processes), as TRL 1.16's
+    ``get_high_entropy_mask``. ``quantile`` 1 keeps every token, 0 only the highest."""
+    if not 0.0 <= quantile <= 1.0:
+        raise ValueError(f"top_entropy_quantile must lie in [0, 1], got {quantile}")
+    valid = mask.bool()
+    values = entropies.detach()[valid].float()
+    if gather is not None:
+        values = gather(values)
+    if values.numel() == 0:
+        return torch.zeros_like(valid)
+    threshold = torch.quantile(values, 1.0 - quantile)
+    return (entropies.detach() * mask.to(entropies.dtype) >= threshold) & valid
+
+
+TOP_ENTROPY = register_entropy_control(
+    EntropyControl(
+        "top_entropy",
+        "'Beyond the 80/20 Rule' (Wang et al. 2025, arXiv 2506.01939): the top 20% highest-entropy tokens",
+        {"top_entropy_quantile": 0.2},
+        "only tokens at or above the (1 − top_entropy_quantile) quantile of the update's token entropies "
+        "carry the policy loss",
+        trl_fields={"top_entropy_quantile": "top_entropy_quantile"},
+        metrics=(CONTROL_METRICS["top_entropy_frac"],),
+        declares=(
+            Setting(
+                "top_entropy_quantile",
+                float,
+                "Only the top share of tokens by entropy carry the policy loss (1: all; the top_entropy preset: "
+                "0.2, the paper's). TRL: top_entropy_quantile; verl: eapo.core.top_entropy_mask.",
+                between(0, 1),
+                default=1.0,
+                citation="Wang et al. 2025, arXiv 2506.01939",
+            ),
+        ),
+    )
+)
