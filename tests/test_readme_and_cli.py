@@ -22,7 +22,7 @@ def test_core_example_runs_and_gives_the_commented_weights():
     assert namespace["w_pos"] == pytest.approx(0.15) and namespace["w_neg"] == 1.0
     assert namespace["A"][4:].abs().sum() == 0  # the equal-reward group
     assert namespace["pos"].tolist() == [True, False, True, False, True, True, True, True]
-    assert namespace["state"]["adaptive"]["anchor_sum"] == pytest.approx(1.20)
+    assert namespace["state"]["anchor_sum"] == pytest.approx(1.20)
 
 
 def test_cli_help_lists_the_subcommands():

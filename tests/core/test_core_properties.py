@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eapo.core import (
-    EntropyAdaptiveWeight,
+    EntropyAdaptiveWeighting,
     group_advantages,
     make_weighting,
     positive_mask,
@@ -55,7 +55,7 @@ def grouped_rewards(draw, max_groups: int = 5, max_group_size: int = 8):
 @FAST
 @given(config=weight_settings(), trajectory=st.lists(entropies, min_size=1, max_size=12))
 def test_w_pos_always_within_bounds(config, trajectory):
-    weight = EntropyAdaptiveWeight(**config)
+    weight = EntropyAdaptiveWeighting(**config)
     for entropy in trajectory:
         assert config["w_min"] <= weight.update(entropy) <= config["w_max"]
 
@@ -63,7 +63,7 @@ def test_w_pos_always_within_bounds(config, trajectory):
 @FAST
 @given(config=weight_settings(), trajectory=st.lists(entropies, min_size=1, max_size=12))
 def test_w_pos_is_the_clipped_entropy_ratio(config, trajectory):
-    weight = EntropyAdaptiveWeight(**config)
+    weight = EntropyAdaptiveWeighting(**config)
     k = config["anchor_steps"]
     for step, entropy in enumerate(trajectory):
         got = weight.update(entropy)
@@ -84,10 +84,10 @@ def test_w_pos_is_the_clipped_entropy_ratio(config, trajectory):
 )
 def test_state_round_trip_gives_the_same_next_weights(config, trajectory, data):
     split = data.draw(st.integers(min_value=0, max_value=len(trajectory) - 1))
-    original = EntropyAdaptiveWeight(**config)
+    original = EntropyAdaptiveWeighting(**config)
     for entropy in trajectory[:split]:
         original.update(entropy)
-    resumed = EntropyAdaptiveWeight(**config)
+    resumed = EntropyAdaptiveWeighting(**config)
     resumed.load_state_dict(original.state_dict())
     for entropy in trajectory[split:]:
         assert resumed.update(entropy) == original.update(entropy)

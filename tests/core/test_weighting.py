@@ -1,4 +1,4 @@
-"""Hand-derived values for EntropyAdaptiveWeight (Eq. dynamic_weight) and the weighting registry."""
+"""Hand-derived values for EntropyAdaptiveWeighting (Eq. dynamic_weight) and the weighting registry."""
 
 from __future__ import annotations
 
@@ -10,19 +10,18 @@ import torch
 
 from eapo.core import (
     WEIGHTING_SCHEMES,
-    EntropyAdaptiveWeight,
     EntropyAdaptiveWeighting,
     FixedWeighting,
     make_weighting,
 )
 
 # ---------------------------------------------------------------------------------------------
-# EntropyAdaptiveWeight
+# EntropyAdaptiveWeighting
 # ---------------------------------------------------------------------------------------------
 
 
 def test_paper_defaults_follow_entropy_ratio_to_first_step():
-    weight = EntropyAdaptiveWeight()
+    weight = EntropyAdaptiveWeighting()
     # H_0 = 2.0; w = 0.2 · H_t / 2.0, clipped to [0, 2].
     got = [weight.update(h) for h in (2.0, 3.0, 1.0, 0.5, 20.0, 40.0)]
     expected = [0.2, 0.3, 0.1, 0.05, 2.0, 2.0]
@@ -31,7 +30,7 @@ def test_paper_defaults_follow_entropy_ratio_to_first_step():
 
 
 def test_h0_is_fixed_by_the_first_step_only():
-    weight = EntropyAdaptiveWeight(w0=0.5, w_max=10.0)
+    weight = EntropyAdaptiveWeighting(w0=0.5, w_max=10.0)
     weight.update(4.0)
     weight.update(1.0)
     weight.update(8.0)
@@ -42,7 +41,7 @@ def test_h0_is_fixed_by_the_first_step_only():
 def test_closed_form_equals_the_paper_recursion_while_unclipped():
     # Appendix "Formula Derivation": w_t = w_{t-1} · H_t / H_{t-1}  <=>  w_t = w0 · H_t / H_0.
     entropies = [1.3, 1.1, 0.9, 1.4, 0.7, 0.8]
-    weight = EntropyAdaptiveWeight(w0=0.2, w_max=100.0)
+    weight = EntropyAdaptiveWeighting(w0=0.2, w_max=100.0)
     recursive = 0.2
     for step, entropy in enumerate(entropies):
         if step > 0:
@@ -51,7 +50,7 @@ def test_closed_form_equals_the_paper_recursion_while_unclipped():
 
 
 def test_clipping_at_w_min_and_w_max():
-    weight = EntropyAdaptiveWeight(w0=0.4, w_min=0.1, w_max=0.6)
+    weight = EntropyAdaptiveWeighting(w0=0.4, w_min=0.1, w_max=0.6)
     assert weight.update(1.0) == 0.4
     assert weight.update(1.4) == pytest.approx(0.56, rel=1e-15)  # inside
     assert weight.update(2.0) == 0.6  # 0.8 clipped to w_max
@@ -62,13 +61,13 @@ def test_clipping_at_w_min_and_w_max():
 
 @pytest.mark.parametrize(("w0", "w_min", "w_max", "expected"), [(0.5, 0.0, 0.3, 0.3), (0.2, 0.5, 2.0, 0.5)])
 def test_w0_is_clipped_during_anchor_steps(w0, w_min, w_max, expected):
-    weight = EntropyAdaptiveWeight(w0=w0, w_min=w_min, w_max=w_max, anchor_steps=2)
+    weight = EntropyAdaptiveWeighting(w0=w0, w_min=w_min, w_max=w_max, anchor_steps=2)
     assert weight.update(1.0) == expected
     assert weight.update(5.0) == expected
 
 
 def test_anchor_steps_average_the_first_entropies():
-    weight = EntropyAdaptiveWeight(w0=0.2, anchor_steps=3)
+    weight = EntropyAdaptiveWeighting(w0=0.2, anchor_steps=3)
     # H_0 = mean(1, 2, 3) = 2; the three anchor steps return w0 whatever the entropy.
     assert [weight.update(h) for h in (1.0, 2.0, 3.0)] == [0.2, 0.2, 0.2]
     assert weight.h0 == 2.0
@@ -78,7 +77,7 @@ def test_anchor_steps_average_the_first_entropies():
 
 
 def test_h0_is_none_until_anchor_steps_are_seen():
-    weight = EntropyAdaptiveWeight(anchor_steps=2)
+    weight = EntropyAdaptiveWeighting(anchor_steps=2)
     assert weight.h0 is None
     weight.update(1.0)
     assert weight.h0 is None
@@ -88,7 +87,7 @@ def test_h0_is_none_until_anchor_steps_are_seen():
 
 @pytest.mark.parametrize("anchor_steps", [1, 2, 4])
 def test_peek_predicts_update_without_changing_state(anchor_steps):
-    weight = EntropyAdaptiveWeight(w0=0.3, w_max=1.0, anchor_steps=anchor_steps)
+    weight = EntropyAdaptiveWeighting(w0=0.3, w_max=1.0, anchor_steps=anchor_steps)
     for entropy in (1.0, 3.0, 0.5, 2.0, 4.0, 0.1, 1.7):
         before = weight.state_dict()
         predicted = weight.peek(entropy)
@@ -98,7 +97,7 @@ def test_peek_predicts_update_without_changing_state(anchor_steps):
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, -0.0, float("nan"), float("inf"), float("-inf")])
 def test_non_finite_or_non_positive_entropy_is_rejected_and_changes_nothing(bad):
-    weight = EntropyAdaptiveWeight(anchor_steps=2)
+    weight = EntropyAdaptiveWeighting(anchor_steps=2)
     weight.update(1.0)
     before = weight.state_dict()
     with pytest.raises(ValueError, match=r"rollout entropy must be finite and > 0, got"):
@@ -111,7 +110,7 @@ def test_non_finite_or_non_positive_entropy_is_rejected_and_changes_nothing(bad)
 
 
 def test_entropy_may_be_a_tensor_scalar():
-    weight = EntropyAdaptiveWeight()
+    weight = EntropyAdaptiveWeighting()
     weight.update(torch.tensor(2.0))
     assert weight.update(torch.tensor(3.0)) == pytest.approx(0.3, rel=1e-7)
 
@@ -129,17 +128,17 @@ def test_entropy_may_be_a_tensor_scalar():
 )
 def test_invalid_settings_are_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        EntropyAdaptiveWeight(**kwargs)
+        EntropyAdaptiveWeighting(**kwargs)
 
 
 @pytest.mark.parametrize(("anchor_steps", "seen"), [(1, 1), (1, 4), (3, 1), (3, 2), (3, 3), (3, 5)])
 def test_state_round_trip_continues_with_the_same_h0(anchor_steps, seen):
     entropies = [1.2, 0.8, 1.9, 1.1, 0.6, 1.4, 2.5, 0.9]
-    original = EntropyAdaptiveWeight(w0=0.2, w_max=2.0, anchor_steps=anchor_steps)
+    original = EntropyAdaptiveWeighting(w0=0.2, w_max=2.0, anchor_steps=anchor_steps)
     for entropy in entropies[:seen]:
         original.update(entropy)
     state = json.loads(json.dumps(original.state_dict()))  # checkpoints store plain data
-    resumed = EntropyAdaptiveWeight(w0=0.2, w_max=2.0, anchor_steps=anchor_steps)
+    resumed = EntropyAdaptiveWeighting(w0=0.2, w_max=2.0, anchor_steps=anchor_steps)
     resumed.load_state_dict(state)
     assert resumed.h0 == original.h0
     for entropy in entropies[seen:]:
@@ -147,13 +146,13 @@ def test_state_round_trip_continues_with_the_same_h0(anchor_steps, seen):
 
 
 def test_load_state_dict_rejects_different_settings_and_missing_keys():
-    state = EntropyAdaptiveWeight(w0=0.2).state_dict()
+    state = EntropyAdaptiveWeighting(w0=0.2).state_dict()
     with pytest.raises(ValueError, match=r"checkpointed w0=0.2 differs from the configured w0=0.3"):
-        EntropyAdaptiveWeight(w0=0.3).load_state_dict(state)
+        EntropyAdaptiveWeighting(w0=0.3).load_state_dict(state)
     with pytest.raises(ValueError, match=r"checkpointed anchor_steps=1 differs"):
-        EntropyAdaptiveWeight(anchor_steps=2).load_state_dict(state)
+        EntropyAdaptiveWeighting(anchor_steps=2).load_state_dict(state)
     with pytest.raises(KeyError, match=r"missing \['anchor_count', 'anchor_sum'\]"):
-        EntropyAdaptiveWeight().load_state_dict({"w0": 0.2})
+        EntropyAdaptiveWeighting().load_state_dict({"w0": 0.2})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,7 +177,7 @@ def test_eapo_scheme_has_the_paper_defaults():
     scheme = make_weighting("eapo")
     assert isinstance(scheme, EntropyAdaptiveWeighting)
     assert scheme.needs_entropy is True
-    a = scheme.adaptive
+    a = scheme
     assert (a.w0, a.w_min, a.w_max, a.anchor_steps, scheme.w_neg) == (0.2, 0.0, 2.0, 1, 1.0)
     assert scheme.weights(2.0) == (0.2, 1.0)
     w_pos, w_neg = scheme.weights(3.0)
@@ -274,7 +273,7 @@ def test_load_state_dict_rejects_a_different_configuration():
         ValueError, match=r"checkpointed weights \(w_pos=1.0, w_neg=1.0\) differ from the configured"
     ):
         make_weighting("psr").load_state_dict(make_weighting("grpo").state_dict())
-    with pytest.raises(ValueError, match=r"checkpointed w_neg=1.0 differs from the configured 0.5"):
+    with pytest.raises(ValueError, match=r"checkpointed w_neg=1.0 differs from the configured w_neg=0.5"):
         make_weighting("eapo", w_neg=0.5).load_state_dict(make_weighting("eapo").state_dict())
     with pytest.raises(ValueError, match=r"checkpointed w0=0.2 differs"):
         make_weighting("eapo", w0=0.4).load_state_dict(make_weighting("eapo").state_dict())
@@ -289,6 +288,28 @@ def test_reprs_name_the_settings():
 
 def test_unclipped_weight_is_linear_in_entropy():
     # A sanity check of Eq. dynamic_weight's shape: doubling H_t doubles w+ while unclipped.
-    weight = EntropyAdaptiveWeight(w0=0.2, w_max=math.inf)
+    weight = EntropyAdaptiveWeighting(w0=0.2, w_max=math.inf)
     weight.update(1.0)
     assert weight.update(2.0) == pytest.approx(2 * weight.peek(1.0), rel=1e-15)
+
+
+def test_the_eapo_state_layout_before_the_scheme_was_one_class_is_still_read():
+    """Files written before EntropyAdaptiveWeight was folded into EntropyAdaptiveWeighting kept the anchor
+    under ``adaptive``."""
+    old = {
+        "name": "eapo",
+        "w_neg": 1.0,
+        "adaptive": {
+            "w0": 0.2,
+            "w_min": 0.0,
+            "w_max": 2.0,
+            "anchor_steps": 1,
+            "anchor_sum": 1.5,
+            "anchor_count": 1,
+        },
+    }
+    scheme = make_weighting("eapo")
+    scheme.load_state_dict(old)
+    assert scheme.h0 == 1.5 and scheme.weights(3.0) == (pytest.approx(0.4), 1.0)
+    with pytest.raises(ValueError, match="checkpointed w0=0.2 differs"):
+        make_weighting("eapo", w0=0.3).load_state_dict(old)

@@ -28,7 +28,7 @@ Departures from the paper, all opt-in and off by default:
 
 * ``positive_mask(by="median")`` splits at the group median (the paper's Limitations section notes
   the mean's sensitivity to outliers);
-* ``EntropyAdaptiveWeight(anchor_steps=k)`` anchors H_0 on the mean of the first k entropies
+* ``EntropyAdaptiveWeighting(anchor_steps=k)`` anchors H_0 on the mean of the first k entropies
   (k = 1 is the paper);
 * ``group_advantages(scale="batch" | "none")`` for batch-std (REINFORCE++-style) and
   mean-centred (Dr. GRPO) advantages.
@@ -68,7 +68,6 @@ from eapo.core.settings import Setting, SettingError, Valid
 from eapo.core.weighting import (
     WEIGHT_SETTINGS,
     WEIGHTING_SCHEMES,
-    EntropyAdaptiveWeight,
     EntropyAdaptiveWeighting,
     FixedWeighting,
     WeightingScheme,
@@ -84,7 +83,6 @@ __all__ = [
     "positive_mask",
     "weight_advantages",
     "polarity_weighted_advantages",
-    "EntropyAdaptiveWeight",
     "WeightingScheme",
     "FixedWeighting",
     "EntropyAdaptiveWeighting",

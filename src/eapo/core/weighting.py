@@ -7,7 +7,6 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from eapo.core.settings import Setting, SettingError, at_least, check_settings, settings_by_name
@@ -57,6 +56,12 @@ WEIGHT_SETTINGS: dict[str, Setting] = settings_by_name(
     ]
 )
 
+#: The eapo scheme's own defaults, from the declarations above.
+_EAPO_DEFAULTS: dict[str, Any] = {
+    key: WEIGHT_SETTINGS[key].default for key in ("w0", "w_min", "w_max", "anchor_steps")
+}
+
+
 # ---------------------------------------------------------------------------------------------
 # Entropy-driven positive weight (Eq. dynamic_weight) and the weighting-scheme registry
 # ---------------------------------------------------------------------------------------------
@@ -70,84 +75,6 @@ def _check_entropy(entropy: float) -> float:
             "not empty and the logits are finite"
         )
     return value
-
-
-@dataclass
-class EntropyAdaptiveWeight:
-    """``w+_t = clip(w0 · H_t / H_0, w_min, w_max)`` (Eq. ``dynamic_weight`` of the EAPO paper).
-
-    ``H_0`` is the mean of the first ``anchor_steps`` rollout entropies (``anchor_steps = 1`` is the
-    paper: "the rollout entropy recorded at the first training step, fixed thereafter"). During the
-    anchor steps the weight is ``clip(w0, w_min, w_max)``. The closed form equals the paper's
-    recursion ``w_t = w_{t-1} · H_t / H_{t-1}`` (appendix "Formula Derivation") without its error
-    accumulation.
-    """
-
-    w0: float = 0.2
-    w_min: float = 0.0
-    w_max: float = 2.0
-    anchor_steps: int = 1
-    _anchor_sum: float = field(default=0.0, repr=False)
-    _anchor_count: int = field(default=0, repr=False)
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.w0) and self.w0 >= 0):
-            raise ValueError(f"w0 must be finite and >= 0, got {self.w0}")
-        if not (self.w_min <= self.w_max):
-            raise ValueError(f"w_min ({self.w_min}) must be <= w_max ({self.w_max})")
-        if self.w_min < 0:
-            raise ValueError(f"w_min must be >= 0 (a negative weight flips the update), got {self.w_min}")
-        if not isinstance(self.anchor_steps, int) or self.anchor_steps < 1:
-            raise ValueError(f"anchor_steps must be an integer >= 1, got {self.anchor_steps!r}")
-
-    @property
-    def h0(self) -> float | None:
-        """The anchor entropy ``H_0``, or None until ``anchor_steps`` entropies have been seen."""
-        if self._anchor_count < self.anchor_steps:
-            return None
-        return self._anchor_sum / self._anchor_count
-
-    def _clip(self, value: float) -> float:
-        return min(max(value, self.w_min), self.w_max)
-
-    def peek(self, entropy: float) -> float:
-        """The weight :meth:`update` would return for ``entropy``, without changing any state."""
-        entropy = _check_entropy(entropy)
-        if self.h0 is None:
-            return self._clip(self.w0)
-        return self._clip(self.w0 * entropy / self.h0)
-
-    def update(self, entropy: float) -> float:
-        """Record this step's rollout entropy ``H_t`` and return ``w+_t``."""
-        entropy = _check_entropy(entropy)
-        if self._anchor_count < self.anchor_steps:  # an anchor step: H_t goes into H_0, w+ = w0
-            self._anchor_sum += entropy
-            self._anchor_count += 1
-            return self._clip(self.w0)
-        return self.peek(entropy)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "w0": self.w0,
-            "w_min": self.w_min,
-            "w_max": self.w_max,
-            "anchor_steps": self.anchor_steps,
-            "anchor_sum": self._anchor_sum,
-            "anchor_count": self._anchor_count,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = {"anchor_sum", "anchor_count"} - set(state)
-        if missing:
-            raise KeyError(f"EntropyAdaptiveWeight state is missing {sorted(missing)}")
-        for key in ("w0", "w_min", "w_max", "anchor_steps"):
-            if key in state and state[key] != getattr(self, key):
-                raise ValueError(
-                    f"checkpointed {key}={state[key]} differs from the configured {key}={getattr(self, key)}; "
-                    "resume with the same algorithm settings"
-                )
-        self._anchor_sum = float(state["anchor_sum"])
-        self._anchor_count = int(state["anchor_count"])
 
 
 class WeightingScheme(Protocol):
@@ -198,48 +125,106 @@ class FixedWeighting:
 
 
 class EntropyAdaptiveWeighting:
-    """EAPO: adaptive ``w+_t`` from :class:`EntropyAdaptiveWeight`, fixed ``w-``."""
+    """EAPO: ``w+_t = clip(w0 · H_t / H_0, w_min, w_max)`` (Eq. ``dynamic_weight`` of the EAPO paper), fixed ``w-``.
+
+    ``H_0`` is the mean of the first ``anchor_steps`` rollout entropies (``anchor_steps = 1`` is the
+    paper: "the rollout entropy recorded at the first training step, fixed thereafter"). During the
+    anchor steps the weight is ``clip(w0, w_min, w_max)``. The closed form equals the paper's
+    recursion ``w_t = w_{t-1} · H_t / H_{t-1}`` (appendix "Formula Derivation") without its error
+    accumulation.
+    """
 
     needs_entropy = True
 
     def __init__(
         self,
         name: str = "eapo",
-        w0: float = 0.2,
-        w_min: float = 0.0,
-        w_max: float = 2.0,
+        w0: float = _EAPO_DEFAULTS["w0"],
+        w_min: float = _EAPO_DEFAULTS["w_min"],
+        w_max: float = _EAPO_DEFAULTS["w_max"],
         w_neg: float = 1.0,
-        anchor_steps: int = 1,
+        anchor_steps: int = _EAPO_DEFAULTS["anchor_steps"],
     ) -> None:
+        if not (math.isfinite(w0) and w0 >= 0):
+            raise ValueError(f"w0 must be finite and >= 0, got {w0}")
+        if not (w_min <= w_max):
+            raise ValueError(f"w_min ({w_min}) must be <= w_max ({w_max})")
+        if w_min < 0:
+            raise ValueError(f"w_min must be >= 0 (a negative weight flips the update), got {w_min}")
+        if not isinstance(anchor_steps, int) or anchor_steps < 1:
+            raise ValueError(f"anchor_steps must be an integer >= 1, got {anchor_steps!r}")
         self.name = name
-        self.adaptive = EntropyAdaptiveWeight(w0=w0, w_min=w_min, w_max=w_max, anchor_steps=anchor_steps)
+        self.w0, self.w_min, self.w_max, self.anchor_steps = w0, w_min, w_max, anchor_steps
         self.w_neg = _check_weight("w_neg", w_neg)
+        self._anchor_sum = 0.0
+        self._anchor_count = 0
 
     @property
     def h0(self) -> float | None:
-        return self.adaptive.h0
+        """The anchor entropy ``H_0``, or None until ``anchor_steps`` entropies have been seen."""
+        if self._anchor_count < self.anchor_steps:
+            return None
+        return self._anchor_sum / self._anchor_count
+
+    def _clip(self, value: float) -> float:
+        return min(max(value, self.w_min), self.w_max)
+
+    def peek(self, entropy: float) -> float:
+        """The ``w+`` :meth:`update` would return for ``entropy``, without changing any state."""
+        entropy = _check_entropy(entropy)
+        if self.h0 is None:
+            return self._clip(self.w0)
+        return self._clip(self.w0 * entropy / self.h0)
+
+    def update(self, entropy: float) -> float:
+        """Record this step's rollout entropy ``H_t`` and return ``w+_t``."""
+        entropy = _check_entropy(entropy)
+        if self._anchor_count < self.anchor_steps:  # an anchor step: H_t goes into H_0, w+ = w0
+            self._anchor_sum += entropy
+            self._anchor_count += 1
+            return self._clip(self.w0)
+        return self.peek(entropy)
 
     def weights(self, entropy: float | None) -> tuple[float, float]:
         if entropy is None:
             raise ValueError("the 'eapo' weighting needs this step's rollout entropy, got None")
-        return self.adaptive.update(entropy), self.w_neg
+        return self.update(entropy), self.w_neg
 
     def state_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "w_neg": self.w_neg, "adaptive": self.adaptive.state_dict()}
+        return {
+            "name": self.name,
+            "w0": self.w0,
+            "w_min": self.w_min,
+            "w_max": self.w_max,
+            "w_neg": self.w_neg,
+            "anchor_steps": self.anchor_steps,
+            "anchor_sum": self._anchor_sum,
+            "anchor_count": self._anchor_count,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("w_neg") != self.w_neg:
-            raise ValueError(
-                f"checkpointed w_neg={state.get('w_neg')} differs from the configured {self.w_neg}; "
-                "resume with the same algorithm settings"
-            )
-        self.adaptive.load_state_dict(state["adaptive"])
+        """Restore from :meth:`state_dict`, or from the layout before it (the anchor under ``adaptive``).
+
+        Raises:
+            KeyError: the anchor is missing. ValueError: a setting differs from the configured one.
+        """
+        merged = {**state.get("adaptive", {}), **{k: v for k, v in state.items() if k != "adaptive"}}
+        missing = {"anchor_sum", "anchor_count"} - set(merged)
+        if missing:
+            raise KeyError(f"the eapo weighting's state is missing {sorted(missing)}")
+        for key in ("w0", "w_min", "w_max", "w_neg", "anchor_steps"):
+            if key in merged and merged[key] != getattr(self, key):
+                raise ValueError(
+                    f"checkpointed {key}={merged[key]} differs from the configured {key}={getattr(self, key)}; "
+                    "resume with the same algorithm settings"
+                )
+        self._anchor_sum = float(merged["anchor_sum"])
+        self._anchor_count = int(merged["anchor_count"])
 
     def __repr__(self) -> str:
-        a = self.adaptive
         return (
-            f"EntropyAdaptiveWeighting(w0={a.w0}, w_min={a.w_min}, w_max={a.w_max}, "
-            f"w_neg={self.w_neg}, anchor_steps={a.anchor_steps})"
+            f"EntropyAdaptiveWeighting(w0={self.w0}, w_min={self.w_min}, w_max={self.w_max}, "
+            f"w_neg={self.w_neg}, anchor_steps={self.anchor_steps})"
         )
 
 
@@ -268,7 +253,6 @@ def register_weighting(
 
 
 _FIXED_KEYS = ("w_pos", "w_neg")
-_EAPO = {key: WEIGHT_SETTINGS[key].default for key in ("w0", "w_min", "w_max", "anchor_steps")}
 
 
 #: The fixed schemes' default (w+, w−), the paper's (Section 5.1); each is overridable per run.
@@ -295,11 +279,11 @@ for _name, (_pos, _neg) in FIXED_WEIGHTS.items():
 def _adaptive(
     name: str,
     *,
-    w0: float = _EAPO["w0"],
-    w_min: float = _EAPO["w_min"],
-    w_max: float = _EAPO["w_max"],
+    w0: float = _EAPO_DEFAULTS["w0"],
+    w_min: float = _EAPO_DEFAULTS["w_min"],
+    w_max: float = _EAPO_DEFAULTS["w_max"],
     w_neg: float = 1.0,
-    anchor_steps: int = _EAPO["anchor_steps"],
+    anchor_steps: int = _EAPO_DEFAULTS["anchor_steps"],
 ) -> EntropyAdaptiveWeighting:
     return EntropyAdaptiveWeighting(
         name, w0=w0, w_min=w_min, w_max=w_max, w_neg=w_neg, anchor_steps=anchor_steps

@@ -46,8 +46,8 @@ def effective_weights(method: str, overrides: Mapping[str, Any] | None = None) -
     scheme = make_weighting(
         method_scheme(method), **{k: v for k, v in (overrides or {}).items() if v is not None}
     )
-    if hasattr(scheme, "adaptive"):
-        a = scheme.adaptive
+    if scheme.needs_entropy:
+        a = scheme
         return {
             "w0": a.w0,
             "w_min": a.w_min,

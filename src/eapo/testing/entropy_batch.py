@@ -105,15 +105,13 @@ def step_expected(step: int, *, eps: float, agg: str = "token-mean") -> dict[str
             "controls": {},
             "weighting": {
                 "name": "eapo",
+                "w0": 0.2,
+                "w_min": 0.0,
+                "w_max": 2.0,
                 "w_neg": 1.0,
-                "adaptive": {
-                    "w0": 0.2,
-                    "w_min": 0.0,
-                    "w_max": 2.0,
-                    "anchor_steps": 1,
-                    "anchor_sum": h0,
-                    "anchor_count": 1,
-                },
+                "anchor_steps": 1,
+                "anchor_sum": h0,
+                "anchor_count": 1,
             },
         },
     }

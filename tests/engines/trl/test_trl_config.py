@@ -43,7 +43,7 @@ def test_eapo_config_defaults_are_paper_rjua_yaml_objective():
     # the weighting the defaults build is the preset's (w0 0.2, w in [0, 2], w- 1, H_0 from step 1)
     ours = args.make_weighting()
     assert repr(ours) == repr(make_weighting(a.method, **a.weighting_overrides()))
-    assert (ours.adaptive.w0, ours.adaptive.w_min, ours.adaptive.w_max, ours.w_neg) == (0.2, 0.0, 2.0, 1.0)
+    assert (ours.w0, ours.w_min, ours.w_max, ours.w_neg) == (0.2, 0.0, 2.0, 1.0)
     # ... and TRL's own defaults are not the paper's objective (why EAPOConfig exists)
     trl = {name: f.default for name, f in GRPOConfig.__dataclass_fields__.items()}
     assert (trl["loss_type"], trl["beta"], trl["use_bias_correction_kl"], trl["num_generations"]) == (
@@ -188,7 +188,7 @@ def test_a_trl_script_with_eapo_config_trains_the_paper_objective(tmp_path):
     assert trainer.epsilon_low == trainer.epsilon_high == 0.2
     assert trainer.num_generations == 4 and trainer.scale_rewards == "group"
     assert isinstance(trainer.weighting, EntropyAdaptiveWeighting)
-    assert (trainer.weighting.adaptive.w0, trainer.weighting.adaptive.w_max) == (0.2, 2.0)
+    assert (trainer.weighting.w0, trainer.weighting.w_max) == (0.2, 2.0)
     assert (trainer.split_by, trainer.entropy_agg) == ("mean", "token-mean")
 
     trainer.train()

@@ -303,8 +303,8 @@ def test_eapo_state_is_checkpointed_every_step(run):
         )
         assert state["method"] == "eapo"
         assert state["first_entropy"] == pytest.approx(h0, rel=1e-9)
-        assert state["weighting"]["adaptive"]["anchor_count"] == 1
-        assert state["weighting"]["adaptive"]["anchor_sum"] == pytest.approx(h0, rel=1e-9)
+        assert state["weighting"]["anchor_count"] == 1
+        assert state["weighting"]["anchor_sum"] == pytest.approx(h0, rel=1e-9)
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ def test_split_by_and_anchor_steps_are_taken_as_on_trl():
     )
     assert (settings.split_by, settings.weights) == ("median", {"anchor_steps": 2, "w0": 0.5})
     weighting = settings.build_weighting()
-    assert weighting.adaptive.anchor_steps == 2 and weighting.adaptive.w0 == 0.5
+    assert weighting.anchor_steps == 2 and weighting.w0 == 0.5
     with pytest.raises(ValueError, match=r"algorithm.eapo.split_by='mode' is invalid; valid: mean, median"):
         EapoSettings.from_algorithm_config({"adv_estimator": "eapo", "eapo": {"split_by": "mode"}})
     with pytest.raises(ValueError, match=r"algorithm.eapo.anchor_steps does not apply to method 'psr'"):
