@@ -19,6 +19,7 @@ __all__ = [
     "cpu_server_flags",
     "start_llm",
     "prepare_vllm_environment",
+    "refresh_tied_lm_heads",
 ]
 
 GIB = 1 << 30
@@ -84,3 +85,26 @@ def prepare_vllm_environment() -> None:
     re-import it), and on a small CPU the engine does not compete with the trainer from another process.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def refresh_tied_lm_heads(model: Any) -> int:
+    """Re-process every LM head that shares its weight with an input embedding (vLLM ``apply_model`` hook).
+
+    vLLM's layerwise reload re-processes only the embedding of a tied pair; on a CPU the head keeps the
+    packed (oneDNN) copy of its weights from before the reload. Re-running the head's
+    ``process_weights_after_loading`` rebuilds it from the reloaded weights (a no-op on CUDA, where the
+    head reads the shared parameter directly). Returns how many heads were refreshed.
+    """
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+    embedding_storage = {
+        module.weight.data_ptr()
+        for module in model.modules()
+        if isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead)
+    }
+    refreshed = 0
+    for module in model.modules():
+        if isinstance(module, ParallelLMHead) and module.weight.data_ptr() in embedding_storage:
+            module.quant_method.process_weights_after_loading(module)
+            refreshed += 1
+    return refreshed

@@ -37,7 +37,7 @@ from typing import Any
 
 from trl.generation.vllm_generation import VLLMGeneration
 
-from eapo.runtime.vllm import GIB, cpu_engine_options, start_llm
+from eapo.runtime.vllm import GIB, cpu_engine_options, refresh_tied_lm_heads, start_llm
 
 logger = logging.getLogger(__name__)
 
@@ -67,29 +67,6 @@ class VLLMSettings:
     device: str = "cpu"
     kv_cache_bytes: int | None = None
     seed: int = 0
-
-
-def refresh_tied_lm_heads(model: Any) -> int:
-    """Re-process every LM head that shares its weight with an input embedding (vLLM ``apply_model`` hook).
-
-    vLLM's layerwise reload re-processes only the embedding of a tied pair; on a CPU the head keeps the
-    packed (oneDNN) copy of its weights from before the reload. Re-running the head's
-    ``process_weights_after_loading`` rebuilds it from the reloaded weights (a no-op on CUDA, where the
-    head reads the shared parameter directly). Returns how many heads were refreshed.
-    """
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
-
-    embedding_storage = {
-        module.weight.data_ptr()
-        for module in model.modules()
-        if isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead)
-    }
-    refreshed = 0
-    for module in model.modules():
-        if isinstance(module, ParallelLMHead) and module.weight.data_ptr() in embedding_storage:
-            module.quant_method.process_weights_after_loading(module)
-            refreshed += 1
-    return refreshed
 
 
 class ColocateVLLMGeneration(VLLMGeneration):

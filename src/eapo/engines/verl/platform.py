@@ -401,27 +401,6 @@ def _patch_vllm_version() -> None:
     importlib.metadata.version = version
 
 
-def refresh_tied_lm_heads(model: Any) -> int:
-    """Re-process every vLLM LM head that shares its weight with an input embedding; returns how many.
-
-    vLLM's layerwise reload re-processes only the embedding of a tied pair, and on a CPU the head keeps
-    the oneDNN-packed copy of the old weights (the same fix as ``eapo.engines.trl.vllm``'s, for verl).
-    """
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
-
-    embedding_storage = {
-        module.weight.data_ptr()
-        for module in model.modules()
-        if isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead)
-    }
-    refreshed = 0
-    for module in model.modules():
-        if isinstance(module, ParallelLMHead) and module.weight.data_ptr() in embedding_storage:
-            module.quant_method.process_weights_after_loading(module)
-            refreshed += 1
-    return refreshed
-
-
 def _cpu_update_weights_from_ipc(
     self: Any, peft_config: dict | None = None, base_sync_done: bool = False, use_shm: bool = False
 ) -> None:
@@ -430,6 +409,8 @@ def _cpu_update_weights_from_ipc(
     import torch
     from verl.utils.vllm.vllm_quant_utils import is_quantized_model
     from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
+
+    from eapo.runtime.vllm import refresh_tied_lm_heads
 
     if peft_config and base_sync_done:
         raise NotImplementedError("LoRA adapter sync is not supported on eapo's CPU platform for verl")
