@@ -46,6 +46,7 @@ from trl import GRPOTrainer
 import eapo.commands.train
 import eapo.engines.trl.args
 import eapo.engines.trl.trainer
+import eapo.run_dir
 import eapo.train
 from eapo.engines.trl.trainer import EAPOTrainer
 from eapo.run_dir import SUMMARY_FILE, read_metrics
@@ -224,7 +225,7 @@ def main(argv: list[str]) -> None:
     _wrap(EAPOTrainer, "_rollout_entropy", _entropy)  # H_t from (per-token entropies, mask)
     _wrap(EAPOTrainer, "_decide", _decide)
     _wrap(eapo.train, "atomic_write_text", _counting)
-    _wrap(eapo.engines.trl.trainer, "atomic_write_text", _counting)
+    _wrap(eapo.run_dir, "atomic_write_text", _counting)  # the step state (eapo.run_dir.write_step_state)
     _wrap(eapo.train, "_save_final", _save_final)
     _wrap(eapo.train, "_inspect_run_dir", _late_on_rank_1)
     if RANK == 1:
