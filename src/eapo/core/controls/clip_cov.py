@@ -18,7 +18,7 @@ import torch
 from eapo.core.controls.registry import CONTROL_METRICS, LOSS_MODES, EntropyControl, register_entropy_control
 from eapo.core.settings import FINITE, Setting, between, one_of
 
-_CUI = "Cui et al. 2025, 'The Entropy Mechanism of RL for Reasoning LMs', arXiv 2505.22617; verl's ActorConfig defaults"
+CUI_2025 = "Cui et al. 2025, 'The Entropy Mechanism of RL for Reasoning LMs', arXiv 2505.22617; verl's ActorConfig defaults"
 
 
 def masked_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -156,7 +156,7 @@ CLIP_COV = register_entropy_control(
                 "eapo.core.clip_cov_policy_loss / kl_cov_policy_loss.",
                 one_of(*LOSS_MODES),
                 default="vanilla",
-                citation=_CUI,
+                citation=CUI_2025,
             ),
             Setting(
                 "clip_cov_ratio",
@@ -164,7 +164,7 @@ CLIP_COV = register_entropy_control(
                 "Clip-Cov: share of tokens whose gradient is cut.",
                 between(0, 1, low_open=True),
                 default=2e-4,
-                citation=_CUI,
+                citation=CUI_2025,
             ),
             Setting(
                 "clip_cov_lb",
@@ -172,7 +172,7 @@ CLIP_COV = register_entropy_control(
                 "Clip-Cov: lower covariance bound of candidates.",
                 FINITE,
                 default=1.0,
-                citation=_CUI,
+                citation=CUI_2025,
             ),
             Setting(
                 "clip_cov_ub",
@@ -180,7 +180,7 @@ CLIP_COV = register_entropy_control(
                 "Clip-Cov: upper covariance bound of candidates.",
                 FINITE,
                 default=5.0,
-                citation=_CUI,
+                citation=CUI_2025,
             ),
         ),
     )

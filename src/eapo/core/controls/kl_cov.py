@@ -12,11 +12,9 @@ from typing import Any
 
 import torch
 
-from eapo.core.controls.clip_cov import per_token
+from eapo.core.controls.clip_cov import CUI_2025, per_token
 from eapo.core.controls.registry import CONTROL_METRICS, EntropyControl, register_entropy_control
 from eapo.core.settings import Setting, at_least, between
-
-_CUI = "Cui et al. 2025, 'The Entropy Mechanism of RL for Reasoning LMs', arXiv 2505.22617; verl's ActorConfig defaults"
 
 
 def kl_cov_mask(
@@ -93,7 +91,7 @@ KL_COV = register_entropy_control(
                 "KL-Cov: share of highest-covariance tokens penalised.",
                 between(0, 1, low_open=True),
                 default=2e-4,
-                citation=_CUI,
+                citation=CUI_2025,
             ),
             Setting(
                 "ppo_kl_coef",
@@ -102,7 +100,7 @@ KL_COV = register_entropy_control(
                 "so it acts only with num_iterations > 1.",
                 at_least(0),
                 default=0.1,
-                citation=_CUI,
+                citation=CUI_2025,
             ),
         ),
     )

@@ -385,8 +385,9 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         advantages, metrics = self.eapo_step.step(
             rewards, index, entropy, scale=self.scale_rewards
         )  # [B_all]
-        if self.adaptive_entropy is not None:  # an H_0-anchored target is fixed at the first step
-            self.args.entropy_target = self.adaptive_entropy.target
+        adaptive = self.adaptive_entropy
+        if adaptive is not None and adaptive.target is not None:  # an H_0 anchor is fixed at the first step
+            self.args.entropy_target = adaptive.target
         local = batch["advantages"]
         batch["advantages"] = advantages[rows.to(advantages.device)].to(
             device=local.device, dtype=local.dtype
