@@ -52,9 +52,9 @@ def run_once(
     else:
         trainer = GRPOTrainer(**common)
     trainer.remove_callback(PrinterCallback)
+    trainer.train()
     if kind == "eapo":
         SOURCES.add(trainer.entropy_source())
-    trainer.train()
     return timer.times[1:]  # drop the warm-up step
 
 

@@ -88,13 +88,14 @@ def _step_gradients(
         weighting=make_weighting(method),
         reuse_loss_pass=reuse_loss_pass,
     )
-    assert trainer.entropy_source() == ("loss_pass" if reuse_loss_pass else "extra_forward")
+    assert trainer.entropy_source() is None  # known once a step has shown which pass TRL made
     trainer.remove_callback(PrinterCallback)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # normally set by Trainer's training loop
     rows = [dataset[i] for i in range(2) for _ in range(config.rollout.num_generations)]
     torch.manual_seed(1234)
     inputs = trainer._generate_and_score_completions(rows)
+    assert trainer.entropy_source() == ("loss_pass" if reuse_loss_pass else "extra_forward")
     trainer.model.zero_grad()
     trainer.compute_loss(trainer.model, inputs).backward()  # the loss pass may apply the weights
     assert "eapo_row" not in inputs
@@ -244,10 +245,12 @@ def test_two_iterations_per_generation_take_entropy_from_trls_old_logp_pass(tmp_
         ([], "loss_pass"),  # one micro-batch holds the step
         (["train.micro_batch_size=4"], "extra_forward"),  # gradient accumulation over 2 micro-batches
         (["algorithm.num_iterations=2"], "old_logps"),  # TRL computes old log-probs itself
+        # LoRA with β > 0: TRL's first policy forward is the reference pass (adapter off), not kept
+        (["model.lora.enabled=true", "algorithm.beta=0.04"], "loss_pass"),
     ],
 )
 def test_entropy_source_follows_the_batch_layout(overrides, source, tmp_path):
-    from eapo.engines.trl.args import grpo_args, reward_function
+    from eapo.engines.trl.args import grpo_args, lora_config, reward_function
     from eapo.engines.trl.trainer import EAPOTrainer
     from eapo.runtime.models import load_tokenizer, resolve_model
     from eapo.train import build_dataset, build_reward
@@ -262,7 +265,13 @@ def test_entropy_source_follows_the_batch_layout(overrides, source, tmp_path):
         train_dataset=build_dataset(config, tokenizer),
         processing_class=tokenizer,
         weighting=make_weighting("eapo"),
+        peft_config=lora_config(config, path),
     )
+    trainer.model.train()
+    rows = [trainer.train_dataset[i] for i in range(2) for _ in range(config.rollout.num_generations)]
+    output = trainer._generate_and_score_completions(rows)
+    # seen, not predicted: "old_logps" exactly when TRL's output carries its old-log-prob pass
+    assert (output.get("old_per_token_logps") is not None) == (source == "old_logps")
     assert trainer.entropy_source() == source
 
 

@@ -165,3 +165,16 @@ def test_controls_state_is_anchored_saved_and_restored_in_one_schema():
     changed = AdaptiveEntropyCoef(target_ratio=0.8)
     with pytest.raises(ValueError, match="target_ratio=0.5 differs from the configured target_ratio=0.8"):
         EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": changed}).load_state_dict(state)
+
+
+def test_combined_rewards_sum_the_functions_that_scored_and_leave_unscored_rows_nan():
+    from eapo.core.step import combined_rewards
+
+    nan = float("nan")
+    per_func = torch.tensor([[1.0, 0.5], [nan, 0.5], [nan, nan], [0.0, 0.0]])  # [B=4, F=2]
+    total = combined_rewards(per_func, torch.tensor([2.0, 0.5]))
+    assert total.dtype == torch.float64
+    assert total[[0, 1, 3]].tolist() == [2.25, 0.25, 0.0]  # 2·1 + 0.5·0.5; only the scoring function
+    assert torch.isnan(total[2])  # no function scored it
+    with pytest.raises(ValueError, match=r"\(B, F\) with \(F,\) weights"):
+        combined_rewards(per_func, torch.tensor([1.0]))

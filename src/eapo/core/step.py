@@ -39,6 +39,7 @@ __all__ = [
     "METRIC_KEYS",
     "group_rows",
     "contiguous_index",
+    "combined_rewards",
     "polarity_split",
     "grouped_advantages",
     "grouped_polarity_advantages",
@@ -103,6 +104,21 @@ def group_rows(index: Sequence[Any]) -> list[list[int]]:
 def contiguous_index(num_rows: int, group_size: int) -> list[int]:
     """The ``index`` of a batch whose groups are ``group_size`` contiguous rows (TRL's layout)."""
     return [row // group_size for row in range(num_rows)]
+
+
+def combined_rewards(per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The scalar reward of each rollout, ``(B,)`` float64, from ``(B, F)`` per-function rewards (NaN: that
+    function could not score it) and ``(F,)`` weights: the weighted sum over the functions that scored it,
+    or NaN when none did (the rollout is unscored: out of its group's statistics, advantage 0). TRL 1.16's
+    ``sum_then_normalize`` reward is this sum; verl hands core one score per rollout (``F`` = 1)."""
+    if per_func.dim() != 2 or weights.shape != (per_func.shape[1],):
+        raise ValueError(
+            f"per-function rewards must be (B, F) with (F,) weights; got {tuple(per_func.shape)} and "
+            f"{tuple(weights.shape)}"
+        )
+    per_func = per_func.to(torch.float64)
+    total = (per_func * weights.to(per_func.device, torch.float64).unsqueeze(0)).nansum(dim=1)  # [B]
+    return torch.where(torch.isnan(per_func).all(dim=1), torch.nan, total)
 
 
 def _check(scores: torch.Tensor, index: Sequence[Any]) -> torch.Tensor:

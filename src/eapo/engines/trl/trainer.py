@@ -57,7 +57,7 @@ from eapo.core import (
     rollout_entropy,
 )
 from eapo.core.controls import control_states
-from eapo.core.step import EAPOStep, contiguous_index
+from eapo.core.step import EAPOStep, combined_rewards, contiguous_index
 from eapo.engines.trl.entropy_control import _COV_AGGREGATION, EntropyControlMixin, EntropyControlSettings
 from eapo.run_dir import (
     FINAL_DIR,
@@ -216,6 +216,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
             self.weighting, split_by=self.split_by, controls=controls
         )  # the step's owner
         self._capture_entropy = False
+        self._entropy_source: str | None = None  # the pass that gave the last step's H_t (entropy_source)
         self._captured_entropies: torch.Tensor | None = None
         self._gathered_rewards: torch.Tensor | None = None
         self._deferred_inputs: dict[str, Any] | None = None
@@ -257,31 +258,27 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
             self.is_fsdp_enabled = True
         check_deepspeed_kept(self.accelerator)
 
-    def entropy_source(self) -> str:
-        """Which forward pass gives ``H_t`` in this configuration (all give the same value):
+    def entropy_source(self) -> str | None:
+        """Which forward pass gave ``H_t`` at the last training step (all give the same value; None before
+        the first step):
 
-        * ``"old_logps"`` — TRL's no-grad old-log-prob pass (vLLM importance correction, μ > 1 or
-          misaligned accumulation): free;
+        * ``"old_logps"`` — TRL's no-grad old-log-prob pass, when TRL made one (vLLM importance
+          correction, μ > 1 or misaligned accumulation; seen in its output, not predicted): free;
         * ``"loss_pass"`` — when one micro-batch per process holds the whole step (no accumulation,
-          μ = 1), the update's own forward: ``H_t`` and the weights are computed from its detached
-          entropies *before* the loss is formed, with the parameters that generated the rollouts,
-          so it is free too;
+          μ = 1, :meth:`_one_micro_batch`), the update's own forward: ``H_t`` and the weights are
+          computed from its detached entropies *before* the loss is formed, with the parameters that
+          generated the rollouts, so it is free too;
         * ``"extra_forward"`` — otherwise, one no-grad forward over the step's completions.
         """
-        if self._trl_computes_old_logps():
-            return "old_logps"
-        one_micro_batch = (
-            self.args.gradient_accumulation_steps == 1
+        return self._entropy_source
+
+    def _one_micro_batch(self) -> bool:
+        """Whether one micro-batch per process holds the whole step, so the loss pass can give ``H_t``."""
+        return (
+            self.reuse_loss_pass
+            and self.args.gradient_accumulation_steps == 1
             and self.args.steps_per_generation == 1
             and self.num_iterations == 1
-        )
-        return "loss_pass" if self.reuse_loss_pass and one_micro_batch else "extra_forward"
-
-    def _trl_computes_old_logps(self) -> bool:
-        # Mirrors the condition in GRPOTrainer._generate_and_score_completions.
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        return self.args.gradient_accumulation_steps % generate_every != 0 or (
-            self.use_vllm and self.vllm_importance_sampling_correction
         )
 
     # --- hooks into TRL's generation step and loss pass ------------------------------------------
@@ -295,7 +292,9 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         self, model, *args: Any, compute_entropy: bool = False, **kwargs: Any
     ):
         if self._capture_entropy and model is self.model:
-            # TRL's old-log-prob pass: the first policy forward of the generation step.
+            # The generation step's first forward of the policy: TRL's old-log-prob pass when TRL makes
+            # one (kept only then, see _generate_and_score_completions), else its reference pass
+            # through the adapter-disabled policy (PEFT), whose entropies are dropped.
             self._capture_entropy = False
             logps, entropies, aux = super()._get_per_token_logps_and_entropies(
                 model, *args, compute_entropy=True, **kwargs
@@ -335,13 +334,18 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         if self.completion_head is not None:
             self.completion_head.reset()  # new rollouts: the shared layers' cache belongs to the last step
         training = self.model.training
-        source = self.entropy_source() if training else None
         self._captured_entropies = None
-        self._capture_entropy = source == "old_logps"
+        self._capture_entropy = training
         output = super()._generate_and_score_completions(inputs)
         self._capture_entropy = False
         if not training:
             return output
+        if output.get("old_per_token_logps") is not None:
+            source = "old_logps"  # TRL made the pass; its entropies were captured
+        else:
+            self._captured_entropies = None  # a reference pass (PEFT) or nothing
+            source = "loss_pass" if self._one_micro_batch() else "extra_forward"
+        self._entropy_source = source
 
         if self.use_vllm and self.vllm_importance_sampling_correction:
             self._log_importance_correction(output)
@@ -458,19 +462,11 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
 
     def _total_rewards(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The scalar reward of every rollout (all processes) and which were scored (``[B_all]`` float64,
-        ``[B_all]`` bool).
-
-        A rollout no reward could score (its composite total is None, e.g. a failed judge call under
-        ``reward.missing=unscorable``) is NaN, as in TRL, which leaves it out of its group's mean and
-        std and gives it advantage 0; :meth:`eapo.core.step.EAPOStep.split` likewise leaves it out of
-        its group's centre and of ``eapo/frac_positive`` and counts it positive.
-        """
-        per_func = self._gathered_rewards  # [B_all, F]
-        weights = self.reward_weights.to(per_func.device)
-        rewards = (per_func * weights.unsqueeze(0)).nansum(dim=1)
-        scored = ~torch.isnan(per_func).all(dim=1)  # [B_all]
-        rewards[~scored] = torch.nan
-        return rewards.to(torch.float64), scored
+        ``[B_all]`` bool): TRL's gathered per-function rewards and weights, combined by core
+        (:func:`eapo.core.step.combined_rewards`: NaN where no function could score the rollout, e.g. a
+        failed judge call under ``reward.missing=unscorable``)."""
+        rewards = combined_rewards(self._gathered_rewards, self.reward_weights)  # [B_all]
+        return rewards, ~torch.isnan(rewards)
 
     # --- checkpoints ----------------------------------------------------------------------------
 
