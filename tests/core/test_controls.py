@@ -278,6 +278,14 @@ def test_a_control_registered_from_one_place_reaches_the_generic_paths():
         step.step(torch.tensor([1.0, 0.0]), [0, 0], 2.5)
         assert state.target == 2.5
         assert policy_loss_of("toy") is loss
+        # both engines have it (TRL field, verl option), so neither runs it through eapo's generic path
+        from eapo.core.controls import applied_by_eapo, is_on
+
+        assert is_on(toy, values) and not is_on(toy, {"toy_gain": 0.0})
+        assert toy not in applied_by_eapo("trl", values) and toy not in applied_by_eapo("verl", values)
+        lacking = dataclasses.replace(toy, name="toy_lacking", trl_fields={}, verl_options={})
+        ENTROPY_CONTROLS["toy_lacking"] = lacking
+        assert lacking in applied_by_eapo("trl", values) and lacking in applied_by_eapo("verl", values)
         with pytest.raises(ValueError, match="registered twice"):
             register_entropy_control(toy)
         with pytest.raises(ValueError, match="maps undeclared settings"):
@@ -286,4 +294,5 @@ def test_a_control_registered_from_one_place_reaches_the_generic_paths():
             )
     finally:
         ENTROPY_CONTROLS.pop("toy", None)
+        ENTROPY_CONTROLS.pop("toy_lacking", None)
         CONTROL_SETTINGS.pop("toy_gain", None)

@@ -9,6 +9,7 @@ import torch
 
 from eapo.core import (
     WEIGHTING_SCHEMES,
+    AdaptiveEntropyCoef,
     EAPOStep,
     group_advantages,
     make_weighting,
@@ -178,3 +179,24 @@ def test_combined_rewards_sum_the_functions_that_scored_and_leave_unscored_rows_
     assert torch.isnan(total[2])  # no function scored it
     with pytest.raises(ValueError, match=r"\(B, F\) with \(F,\) weights"):
         combined_rewards(per_func, torch.tensor([1.0]))
+
+
+def test_control_inputs_give_each_update_its_input_then_move_the_state_with_h_t():
+    """The adaptive coefficient through core's step (where an engine lacks it): target 1.0 × H_0 = 1.2,
+    δ = 0.01. Step 1's update gets 0 (nothing measured yet), then H = 1.2 ≤ 1.2 raises it to 0.01; step 2
+    gets 0.01 and H = 1.5 lowers it to 0; a control the engine moves itself is left alone."""
+    adaptive = AdaptiveEntropyCoef(delta=0.01)
+    step = EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": adaptive})
+    inputs = []
+    for entropy in (1.2, 1.5):
+        step.step(torch.tensor([1.0, 0.0]), [0, 0], entropy)
+        inputs.append(step.control_inputs(entropy))
+    assert inputs == [
+        {"adaptive_entropy": {"entropy_coef": 0.0}},
+        {"adaptive_entropy": {"entropy_coef": 0.01}},
+    ]
+    assert adaptive.coef == 0.0 and adaptive.target == pytest.approx(1.2)
+    assert step.control_inputs(1.0, moved_by_engine={"adaptive_entropy"}) == {}
+    assert adaptive.last_entropy == 1.5
+    with pytest.raises(ValueError, match="adaptive_entropy moves with the rollout entropy H_t"):
+        step.control_inputs(None)

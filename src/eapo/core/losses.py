@@ -122,6 +122,24 @@ def aggregate_loss(loss: torch.Tensor, mask: torch.Tensor, agg: str = "seq-mean-
     return LOSS_AGGREGATIONS[agg](loss, mask)
 
 
+def ppo_clip_per_token(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+) -> torch.Tensor:
+    """The PPO-clip surrogate per token, ``(B, T)``: ``−min(ρ_t Â, clip(ρ_t, 1 − clip_low, 1 + clip_high) Â)``
+    with ``ρ_t = π_θ / π_old`` (no gradient into ``old_logp``); ``advantages`` ``(B,)`` or ``(B, T)``."""
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)  # [B, 1] broadcasts over T
+    ratio = torch.exp(logp - old_logp.detach())  # [B, T]
+    return -torch.minimum(
+        ratio * advantages, torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
+    )
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -153,13 +171,12 @@ def policy_loss(
         raise ValueError(
             f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask {tuple(mask.shape)} must have one shape (B, T)"
         )
+    per_token = ppo_clip_per_token(logp, old_logp, advantages, clip_low=clip_low, clip_high=clip_high)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)  # [B, 1] broadcasts over T
-    log_ratio = logp - old_logp.detach()  # [B, T]
-    ratio = torch.exp(log_ratio)
+    ratio = torch.exp(logp - old_logp.detach())  # [B, T]
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
-    per_token = -torch.minimum(unclipped, clipped)  # [B, T]
     loss = aggregate_loss(per_token, mask, agg)
     with torch.no_grad():
         metrics = {

@@ -24,7 +24,7 @@ dict to disk themselves.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -317,6 +317,26 @@ class EAPOStep:
             eps=eps,  # type: ignore[arg-type]
         )
         return advantages, {**self.weight_metrics(entropy, w_pos, w_neg), **split_metrics(positive, scored)}
+
+    def control_inputs(
+        self, entropy: float | None, *, moved_by_engine: Collection[str] = ()
+    ) -> dict[str, dict[str, float]]:
+        """Each control state's inputs to this step's update (``loss_inputs()``, from the entropies up to
+        step t−1), then the state moved by this step's ``H_t`` (``observe``), by control name: the
+        controls an engine lacks (:func:`eapo.core.controls.applied_by_eapo`). ``moved_by_engine``: those
+        whose state the engine moves itself (TRL's adaptive coefficient), left alone. Call after
+        :meth:`step` (which anchors the states at ``H_0``)."""
+        inputs: dict[str, dict[str, float]] = {}
+        for name, state in self.controls.items():
+            if name in moved_by_engine or not hasattr(state, "loss_inputs"):
+                continue
+            if entropy is None:
+                raise ValueError(
+                    f"the entropy control {name} moves with the rollout entropy H_t, but this step has none"
+                )
+            inputs[name] = dict(state.loss_inputs())
+            state.observe(float(entropy))
+        return inputs
 
     # --- state ------------------------------------------------------------------------------------
 

@@ -137,6 +137,72 @@ def test_top_entropy_keeps_the_policy_loss_on_the_top_quantile(tmp_path):
     assert 0.15 < share <= 0.25  # about the top 20% of the step's tokens (ties aside)
 
 
+class _ToyScale:
+    """A toy run state: each update's ``toy_scale`` is 1 + the last H_t it observed (1 before any)."""
+
+    def __init__(self):
+        self.last = None
+
+    def anchor(self, h0):
+        pass
+
+    def loss_inputs(self):
+        return {"toy_scale": 1.0 if self.last is None else 1.0 + self.last}
+
+    def observe(self, entropy):
+        self.last = entropy
+
+
+def _toy_control():
+    """A control neither engine has: positive-advantage tokens weighted by its state's ``toy_scale``."""
+    from eapo.core.controls import EntropyControl
+
+    def weights(inputs):
+        return torch.where(inputs.advantages > 0, inputs.step["toy_scale"], 1.0) * inputs.mask
+
+    return EntropyControl("toy", "a test", token_weights=weights, weight_metric="entropy_control/toy_weight")
+
+
+def test_a_control_trl_lacks_runs_through_the_generic_path(tmp_path):
+    """eapo forms TRL's loss for a control TRL lacks: with weights 1 it is TRL's own loss and gradient
+    (ratios off 1, so the clip acts); with the toy's weights, the hand-written objective times them. Its
+    run state gives each update's input, then core's step moves it with H_t."""
+    trainer, inputs = _perturbed_trainer(tmp_path)
+    old = _moved_old_logps(inputs)
+    advantages = inputs["advantages"].clone()
+    trls = _gradients(trainer, lambda: trainer.compute_loss(trainer.model, inputs))
+    assert not trainer._eapo_runs_the_loss()
+    toy = _toy_control()
+    trainer.eapo_controls = [toy]
+    assert trainer._eapo_runs_the_loss()
+    trainer._step_inputs = {"toy": {"toy_scale": 1.0}}
+    _assert_same(_gradients(trainer, lambda: trainer.compute_loss(trainer.model, inputs)), trls)
+    assert trainer._metrics["train"]["entropy_control/toy_weight"][-1] == pytest.approx(1.0)
+
+    state = _ToyScale()
+    trainer.eapo_step.controls["toy"] = state
+    trainer._decide(inputs, *_step_rewards(trainer), entropy=2.0)  # step 1: input 1, then H = 2 observed
+    assert trainer._step_inputs == {"toy": {"toy_scale": 1.0}} and state.last == 2.0
+    trainer._decide(inputs, *_step_rewards(trainer), entropy=2.5)
+    assert trainer._step_inputs == {"toy": {"toy_scale": 3.0}} and state.last == 2.5
+    advantages = inputs["advantages"].clone()
+
+    def weighted(logp, entropies, mask):
+        return _ppo(advantages, old)(logp, entropies, mask) * torch.where(advantages[:, None] > 0, 3.0, 1.0)
+
+    ours = _gradients(trainer, lambda: trainer.compute_loss(trainer.model, inputs))
+    _assert_same(ours, _gradients(trainer, lambda: _by_hand(trainer, inputs, weighted)))
+    mask = inputs["completion_mask"].float()
+    expected = (torch.where(advantages[:, None] > 0, 3.0, 1.0) * mask).sum() / mask.sum()
+    assert trainer._metrics["train"]["entropy_control/toy_weight"][-1] == pytest.approx(float(expected))
+
+
+def _step_rewards(trainer):
+    """This step's rewards and this process's rows, as the generation step hands them to ``_decide``."""
+    rewards, _ = trainer._total_rewards()
+    return rewards, torch.arange(rewards.shape[0])
+
+
 def test_clip_cov_cuts_the_gradient_of_the_selected_tokens(tmp_path):
     # ratio 1 selects every candidate (no random draw); bounds chosen so that some tokens are candidates
     trainer, inputs = _perturbed_trainer(

@@ -34,10 +34,10 @@ from eapo.core.controls import (  # noqa: E402
 )
 from eapo.engines.verl import EapoSettings, EAPOVerlTrainer  # noqa: E402
 from eapo.engines.verl.entropy_control import (  # noqa: E402
-    ENTROPY_COEF_KEY,
-    TOP_ENTROPY_LOSS_MODE,
+    CONTROL_INPUTS_KEY,
+    WEIGHTED_LOSS_MODE,
     EntropyControls,
-    compute_policy_loss_top_entropy,
+    compute_policy_loss_token_weights,
     entropy_control_loss,
 )
 
@@ -206,8 +206,10 @@ def test_preset_reaches_verls_actor_config(method, verl_config):
         for part in option.split("."):
             node = getattr(node, part)
         assert node == pytest.approx(value), option
-    expected_quantile = 0.2 if method == "top_entropy" else None
-    assert loss_fn.keywords["top_entropy_quantile"] == expected_quantile
+    # the controls verl lacks, which eapo runs in that loss (generically: their token weights, run state)
+    expected = {"top_entropy": ("top_entropy",), "adaptive_entropy": ("adaptive_entropy",)}.get(method, ())
+    assert loss_fn.keywords["controls"] == expected
+    assert loss_fn.keywords["settings"] == trainer.controls.resolved_values()
 
 
 def test_keys_set_beside_a_preset_win_and_are_mapped(verl_config):
@@ -265,13 +267,14 @@ def test_verls_option_set_to_the_same_value_is_accepted(verl_config):
             "adaptive_entropy",
             {},
             {"entropy_coeff": 0.01},
-            r"adaptive_entropy sets the entropy coefficient each step, but actor_rollout_ref.actor.entropy_coeff=0.01",
+            r"adaptive_entropy sets the entropy_coef each step \(as actor_rollout_ref.actor.entropy_coeff\), but "
+            r"actor_rollout_ref.actor.entropy_coeff=0.01",
         ),
         (
             "top_entropy",
             {},
             {"policy_loss.loss_mode": "gspo"},
-            r"top_entropy_quantile masks the policy loss of vanilla, clip_cov, kl_cov; .*loss_mode=gspo",
+            r"top_entropy weights the per-token policy loss of vanilla, clip_cov, kl_cov; .*loss_mode=gspo",
         ),
         (
             "kl_cov",
@@ -346,7 +349,7 @@ def test_refused_where_verl_cannot_run_them(verl_config):
     bypass = preset_config(verl_config.copy(), "adaptive_entropy")
     bypass.algorithm.rollout_correction.bypass_mode = True
     with pytest.raises(
-        ValueError, match=r"algorithm.eapo.adaptive_entropy needs this step's rollout entropy"
+        ValueError, match=r"the entropy control adaptive_entropy needs this step's rollout entropy"
     ):
         EAPOVerlTrainer(bypass)
     distilled = preset_config(verl_config.copy(), "clip_cov")
@@ -363,13 +366,11 @@ def test_refused_where_verl_cannot_run_them(verl_config):
     assert EapoSettings.for_estimator("eapo_grpo", {}).build_weighting().weights(None) == (1.0, 1.0)
 
 
-def test_eapo_top_entropy_is_not_selected_by_hand():
-    assert POLICY_LOSS_REGISTRY[TOP_ENTROPY_LOSS_MODE] is compute_policy_loss_top_entropy
+def test_eapo_token_weights_is_not_selected_by_hand():
+    assert POLICY_LOSS_REGISTRY[WEIGHTED_LOSS_MODE] is compute_policy_loss_token_weights
     logp, old_logp, advantages, mask = random_batch(0)
-    with pytest.raises(
-        RuntimeError, match=r"set algorithm.eapo.top_entropy_quantile with .*trainer_mode=eapo"
-    ):
-        compute_policy_loss_top_entropy(old_logp, logp, advantages, mask, "token-mean", actor_config())
+    with pytest.raises(RuntimeError, match=r"set a control verl lacks .*trainer_mode=eapo"):
+        compute_policy_loss_token_weights(old_logp, logp, advantages, mask, "token-mean", actor_config())
 
 
 # --- (c) the top-entropy mask and the per-step coefficient reach verl's loss ---------------------
@@ -422,10 +423,13 @@ def test_top_entropy_mask_and_step_coefficient_in_the_loss_by_hand():
         [[-1.0, -2.0, -0.5], [-1.5, -0.3]],
         [[0.1, 0.9, 0.5], [0.7, 0.3]],
         [1.0, -2.0],
-        extra={ENTROPY_COEF_KEY: 0.1},
+        extra={CONTROL_INPUTS_KEY: json.dumps({"adaptive_entropy": {"entropy_coef": 0.1}})},
     )
     config = actor_config(calculate_entropy=True)
-    loss, metrics = entropy_control_loss(config, model_output, data, top_entropy_quantile=0.4)
+    settings = EntropyControls(adaptive_entropy=True, top_entropy_quantile=0.4).resolved_values()
+    loss, metrics = entropy_control_loss(
+        config, model_output, data, controls=("adaptive_entropy", "top_entropy"), settings=settings
+    )
     loss.backward()
     assert loss.item() == pytest.approx(0.15, abs=1e-6)
     assert metric(metrics["actor/pg_loss"]) == pytest.approx(0.2, abs=1e-6)
@@ -441,6 +445,37 @@ def test_top_entropy_mask_and_step_coefficient_in_the_loss_by_hand():
     entropies = torch.tensor([[0.1, 0.9, 0.5], [0.7, 0.3, 0.0]])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     assert top_entropy_mask(entropies, mask, 0.4).tolist() == [[False, True, False], [True, False, False]]
+
+
+def test_a_control_verl_lacks_runs_through_the_generic_path_by_hand():
+    """A toy control registered in core alone (verl has no option for it) weights positive-advantage
+    tokens by its run state's per-step input ``toy_scale`` = 3. At ρ = 1 each token's loss is −A·w:
+    rows A = (1, −2) of 3 and 2 tokens give (3 · 3 · (−1) + 2 · 2) / 5 = −1 (token-mean), the weight's
+    share is (3 · 3 + 2) / 5 = 2.2, and d loss / d log π is −A·w / 5."""
+    from eapo.core.controls import ENTROPY_CONTROLS, EntropyControl, register_entropy_control
+
+    def weights(inputs):
+        return torch.where(inputs.advantages > 0, inputs.step["toy_scale"], 1.0) * inputs.mask
+
+    register_entropy_control(
+        EntropyControl("toy", "a test", token_weights=weights, weight_metric="entropy_control/toy_weight")
+    )
+    try:
+        model_output, data, flat_logp = micro_batch(
+            [[-1.0, -2.0, -0.5], [-1.5, -0.3]],
+            [[0.1, 0.9, 0.5], [0.7, 0.3]],
+            [1.0, -2.0],
+            extra={CONTROL_INPUTS_KEY: json.dumps({"toy": {"toy_scale": 3.0}})},
+        )
+        loss, metrics = entropy_control_loss(
+            actor_config(), model_output, data, controls=("toy",), settings={}
+        )
+        loss.backward()
+    finally:
+        ENTROPY_CONTROLS.pop("toy")
+    assert loss.item() == pytest.approx(-1.0, abs=1e-6)
+    assert metric(metrics["entropy_control/toy_weight"]) == pytest.approx(2.2)
+    torch.testing.assert_close(flat_logp.grad, torch.tensor([-0.6, -0.6, -0.6, 0.0, 0.4, 0.4, 0.0]))
 
 
 def test_clip_shares_by_hand():
@@ -468,13 +503,13 @@ def test_adaptive_coefficient_by_hand(verl_config, in_memory_tq):
         _, metrics = run_step(trainer, in_memory_tq, step, entropy=entropy)
         applied.append(metrics["entropy_control/coef"])
     assert applied == pytest.approx([0.0, 0.01, 0.02, 0.0])
-    assert trainer.adaptive_entropy.target == pytest.approx(1.2)
-    assert trainer.adaptive_entropy.coef == pytest.approx(0.02)
+    assert trainer.eapo_step.controls["adaptive_entropy"].target == pytest.approx(1.2)
+    assert trainer.eapo_step.controls["adaptive_entropy"].coef == pytest.approx(0.02)
     assert metrics["eapo/w_pos"] == metrics["eapo/w_neg"] == 1.0
 
     fixed = EAPOVerlTrainer(preset_config(verl_config.copy(), "adaptive_entropy", entropy_target=0.5))
     run_step(fixed, in_memory_tq, 11, entropy=1.2)
-    assert fixed.adaptive_entropy.target == 0.5  # nats, not anchored
+    assert fixed.eapo_step.controls["adaptive_entropy"].target == 0.5  # nats, not anchored
 
 
 def test_settings_equality_and_defaults(verl_config):
@@ -673,7 +708,8 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None) -> float:
         per_token = per_token * top_entropy_mask(call["entropy"], mask, controls.top_entropy_quantile)
     loss = agg_loss(per_token, mask, actor.loss_agg_mode)
     if call["extra_info"]["calculate_entropy"]:
-        coef = call["extra_info"].get(ENTROPY_COEF_KEY, actor.entropy_coeff)
+        inputs = json.loads(call["extra_info"].get(CONTROL_INPUTS_KEY, "{}"))
+        coef = inputs.get("adaptive_entropy", {}).get("entropy_coef", actor.entropy_coeff)
         loss = loss - coef * agg_loss(call["entropy"], mask, actor.loss_agg_mode)
     return loss.item()
 
@@ -731,12 +767,13 @@ def test_each_preset_trains_with_eapo_cores_loss(method, verl_config, in_memory_
         expected, coef, last, target = [], 0.0, None, history[0][0]["entropy/rollout"]
         for metrics, calls in history:
             expected.append(coef if last is not None and last <= target else 0.0)
-            assert calls[0]["extra_info"][ENTROPY_COEF_KEY] == expected[-1]
+            inputs = json.loads(calls[0]["extra_info"][CONTROL_INPUTS_KEY])
+            assert inputs == {"adaptive_entropy": {"entropy_coef": expected[-1]}}
             h = metrics["entropy/rollout"]
             coef = min(coef + 0.005, 1.0) if h <= target else max(coef - 0.005, 0.0)
             last = h
         assert coefs == pytest.approx(expected)
-        assert trainer.adaptive_entropy.coef == pytest.approx(coef)
+        assert trainer.eapo_step.controls["adaptive_entropy"].coef == pytest.approx(coef)
     else:
         assert coefs == [0.0] * 3
     if method in ("clip_cov", "kl_cov"):
@@ -785,12 +822,19 @@ def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp
 
     resumed = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
     resumed._load_checkpoint()
-    assert resumed.adaptive_entropy.state_dict() == trainer.adaptive_entropy.state_dict()
+    assert (
+        resumed.eapo_step.controls["adaptive_entropy"].state_dict()
+        == trainer.eapo_step.controls["adaptive_entropy"].state_dict()
+    )
     # the uninterrupted run and the resumed one apply the same coefficient next: 0.02
     _, continued = run_step(trainer, in_memory_tq, 3, entropy=1.5)
     _, after_resume = run_step(resumed, in_memory_tq, 4, entropy=1.5)
     assert after_resume["entropy_control/coef"] == continued["entropy_control/coef"] == pytest.approx(0.02)
-    assert resumed.adaptive_entropy.coef == trainer.adaptive_entropy.coef == pytest.approx(0.01)
+    assert (
+        resumed.eapo_step.controls["adaptive_entropy"].coef
+        == trainer.eapo_step.controls["adaptive_entropy"].coef
+        == pytest.approx(0.01)
+    )
 
     other_method = preset_config(verl_config.copy(), "entropy_bonus")
     with pytest.raises(ValueError, match=r"method adaptive_entropy, but this run uses entropy_bonus"):
@@ -817,7 +861,8 @@ def test_init_hands_the_workers_eapos_loss_only_with_a_control(verl_config, monk
     controlled = EAPOVerlTrainer(preset_config(verl_config, "top_entropy"))
     controlled.init()
     installed = controlled.actor_rollout_wg.loss_fn
-    assert installed.func is entropy_control_loss and installed.keywords["top_entropy_quantile"] == 0.2
+    assert installed.func is entropy_control_loss and installed.keywords["controls"] == ("top_entropy",)
+    assert installed.keywords["settings"]["top_entropy_quantile"] == 0.2
     assert installed.keywords["config"].calculate_entropy is True
 
 

@@ -4,8 +4,9 @@ Each module declares the control's settings once, its method preset (GRPO's weig
 control, composable with any weighting), its maths, the engine options it maps onto where an engine
 has the control, its run state and its metrics, and registers them in one
 :class:`~eapo.core.controls.registry.EntropyControl` (:mod:`eapo.core.controls.registry`). The
-engines apply every registered control through the registry's generic readers; a new control is a
-new module here plus its tests.
+engines apply every registered control through the registry's generic readers, and run the maths of a
+control they lack through one path each (its run state through core's step, its per-token weights in
+the policy loss); a new control is a new module here plus its tests.
 
 =====================  ==============================  ==================  ==============================
 control                source                          TRL 1.16            verl 0.9.1
@@ -42,8 +43,12 @@ from eapo.core.controls.registry import (
     ENTROPY_CONTROLS,
     LOSS_MODES,
     EntropyControl,
+    TokenInputs,
+    applied_by_eapo,
     control_defaults,
     control_states,
+    control_token_weights,
+    is_on,
     policy_loss_of,
     register_entropy_control,
     resolve_controls,
@@ -65,6 +70,10 @@ __all__ = [
     "verl_control_options",
     "control_states",
     "policy_loss_of",
+    "TokenInputs",
+    "is_on",
+    "applied_by_eapo",
+    "control_token_weights",
     "AdaptiveEntropyCoef",
     "clip_cov_mask",
     "clip_cov_policy_loss",

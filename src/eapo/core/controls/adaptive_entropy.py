@@ -1,8 +1,9 @@
 """Skywork-OR1's adaptive entropy bonus: the coefficient moves toward keeping entropy at a target.
 
 TRL 1.16 has it (``use_adaptive_entropy`` and its fields: its loss moves the coefficient; eapo anchors the
-target at ``ratio × H_0`` and saves the state); verl 0.9.1 lacks it, so the verl plugin runs
-:class:`AdaptiveEntropyCoef`, this control's run state, and hands the step's coefficient to the actor.
+target at ``ratio × H_0`` and saves the state); verl 0.9.1 lacks it, so core's step moves
+:class:`AdaptiveEntropyCoef`, this control's run state, and its ``loss_inputs`` (the step's
+``entropy_coef``) replace verl's ``entropy_coeff`` for the update (the registry's run-state path).
 """
 
 from __future__ import annotations
@@ -78,6 +79,16 @@ class AdaptiveEntropyCoef:
             self.coef = max(self.coef - self.delta, self.coef_min)
         self.last_entropy = entropy
         return self.coef
+
+    def loss_inputs(self) -> dict[str, float]:
+        """The coming update's input, where the engine lacks the control: its entropy coefficient
+        (``entropy_coef``, replacing the entropy bonus's option for that update)."""
+        return {"entropy_coef": self.applied()}
+
+    def observe(self, entropy: float) -> None:
+        """Move the coefficient with this step's ``H_t`` (after :meth:`loss_inputs`: step t's coefficient
+        depends on the entropies up to step t−1)."""
+        self.update(entropy)
 
     def settings(self) -> dict[str, float]:
         """The configured settings a resume must keep."""
@@ -163,6 +174,8 @@ ADAPTIVE_ENTROPY = register_entropy_control(
             "entropy_coef_max": "entropy_coef_max",
         },
         make_state=_state,
+        needs_entropy=True,  # the step's coefficient multiplies the update's entropy
+        step_settings=("entropy_coef",),  # the coefficient moves each step (loss_inputs)
         metrics=(CONTROL_METRICS["coef"],),
         declares=(
             Setting(

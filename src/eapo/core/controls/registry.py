@@ -2,10 +2,23 @@
 
 A control is one module of :mod:`eapo.core.controls` that registers one :class:`EntropyControl`
 carrying everything about it: its settings (declared once, :class:`eapo.core.settings.Setting`), its
-method preset, its maths (a policy loss, a token mask, a run state), the engine options it maps onto
-where TRL 1.16 or verl 0.9.1 has the control itself, and the metric keys it logs. The engines never
-name a control: they apply every registered one through the generic readers here
-(:func:`trl_control_args`, :func:`verl_control_options`, :func:`control_states`, :func:`policy_loss_of`).
+method preset, its maths (a policy loss, per-token weights of the policy loss, a run state), the engine
+options it maps onto where TRL 1.16 or verl 0.9.1 has the control itself, and the metric keys it logs.
+The engines never name a control: they apply every registered one through the generic readers here
+(:func:`trl_control_args`, :func:`verl_control_options`, :func:`control_states`, :func:`policy_loss_of`,
+:func:`applied_by_eapo`, :func:`control_token_weights`).
+
+Where an engine has a control (it maps settings onto the engine's options), the engine runs it. Where it
+does not, eapo runs the control's maths in that engine's loss, through one path per engine:
+
+* its **run state** (``make_state``) is kept by core's step (:meth:`eapo.core.EAPOStep.control_inputs`):
+  before each update the state gives the update's inputs (``loss_inputs()``, from the entropies up to
+  the previous step), then this step's ``H_t`` moves it (``observe(H_t)``). An input named like a
+  setting that the engine has an option for replaces that option for the update (the adaptive
+  coefficient is verl's ``entropy_coeff`` of that step); the others reach ``token_weights``;
+* its **per-token weights** (``token_weights``) multiply the per-token policy loss (not the KL term),
+  as TRL multiplies its top-entropy mask: a weight of 0 removes a token's policy gradient while it still
+  counts in the aggregation's denominator.
 """
 
 from __future__ import annotations
@@ -13,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from eapo.core.settings import Setting, check_settings, settings_by_name
 
@@ -29,6 +44,10 @@ __all__ = [
     "verl_control_options",
     "control_states",
     "policy_loss_of",
+    "TokenInputs",
+    "is_on",
+    "applied_by_eapo",
+    "control_token_weights",
 ]
 
 #: ``algorithm.loss_mode`` values: the PPO-clip surrogate of the paper, or a covariance-selected variant.
@@ -42,6 +61,31 @@ CONTROL_METRICS = {
     "cov_frac": "entropy_control/cov_frac",  # share of tokens Clip-Cov / KL-Cov selected
     "top_entropy_frac": "entropy_control/top_entropy_frac",  # share of tokens the top-entropy mask kept
 }
+
+
+@dataclass(frozen=True)
+class TokenInputs:
+    """What a control's per-token maths sees in one update (tensors ``(B, T)``, detached).
+
+    Attributes:
+        logp: log-probs of the sampled tokens under the policy being updated.
+        old_logp: the same under the policy that sampled them.
+        advantages: the (polarity-weighted) advantages, per token.
+        mask: 1 on response tokens.
+        entropy: per-token entropies of the update's forward (None unless the control ``needs_entropy``).
+        settings: every control setting, resolved (:func:`resolve_controls`).
+        step: this control's inputs to the update from its run state (``loss_inputs()``; {} without one).
+        gather: concatenates a 1-D tensor over the data-parallel processes (None on one process).
+    """
+
+    logp: torch.Tensor
+    old_logp: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    entropy: torch.Tensor | None
+    settings: Mapping[str, Any]
+    step: Mapping[str, float] = field(default_factory=dict)
+    gather: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +107,17 @@ class EntropyControl:
             replaces the PPO-clip surrogate, ``(logp, old_logp, advantages, mask, values, *, clip_low,
             clip_high) -> (loss (B, T), selected (B, T) bool)``.
         make_state: the control's run state from the resolved settings (None when off): an object with
-            ``anchor(h0)``, ``state_dict()`` and ``load_state_dict()`` that core's step anchors and saves.
+            ``anchor(h0)``, ``state_dict()`` and ``load_state_dict()`` that core's step anchors and saves,
+            and, where an engine lacks the control, ``loss_inputs() -> dict`` and ``observe(H_t)``
+            (:meth:`eapo.core.EAPOStep.control_inputs`).
+        token_weights: where an engine lacks the control, ``(TokenInputs) -> (B, T)`` weights multiplied
+            into the per-token policy loss (a 0/1 mask or any non-negative weights).
+        needs_entropy: the control's loss term reads the update's per-token entropies (its
+            ``token_weights``, or an entropy term its run state sets per step).
+        step_settings: settings whose value the run state gives per update (``loss_inputs()``), where
+            eapo applies the control: an engine option they map onto is set per update, not in the config.
+        weight_metric: the metric key logged as the share of response tokens' weight
+            (the masked mean of ``token_weights``), where eapo applies them.
         metrics: the metric keys (:data:`CONTROL_METRICS`) it logs.
     """
 
@@ -76,6 +130,10 @@ class EntropyControl:
     verl_options: Mapping[str, str] = field(default_factory=dict)
     policy_loss: Callable[..., Any] | None = None
     make_state: Callable[[Mapping[str, Any]], Any] | None = None
+    token_weights: Callable[[TokenInputs], torch.Tensor] | None = None
+    needs_entropy: bool = False
+    step_settings: tuple[str, ...] = ()
+    weight_metric: str | None = None
     metrics: tuple[str, ...] = ()
 
 
@@ -165,3 +223,55 @@ def policy_loss_of(loss_mode: str) -> Callable[..., Any] | None:
     if control is None or control.policy_loss is None:
         raise ValueError(f"loss_mode={loss_mode!r} names no registered control with a policy loss")
     return control.policy_loss
+
+
+def is_on(control: EntropyControl, values: Mapping[str, Any]) -> bool:
+    """Whether the resolved settings turn ``control`` on: one of its declared settings is set to a value
+    other than its declared default (the value that leaves it off)."""
+    return any(
+        values.get(setting.name) is not None and values.get(setting.name) != setting.default
+        for setting in control.declares
+    )
+
+
+def applied_by_eapo(engine: str, values: Mapping[str, Any]) -> list[EntropyControl]:
+    """The controls that are on and that eapo applies itself on ``engine`` (``"trl"`` or ``"verl"``): those
+    the engine has no option for (no ``trl_fields`` / ``verl_options``) and whose maths is per-token
+    weights or a run state (a policy loss is selected by ``loss_mode`` instead, :func:`policy_loss_of`)."""
+    if engine not in ("trl", "verl"):
+        raise ValueError(f"engine must be trl or verl, got {engine!r}")
+    applied = []
+    for control in ENTROPY_CONTROLS.values():
+        native = control.trl_fields if engine == "trl" else control.verl_options
+        has_maths = control.token_weights is not None or control.make_state is not None
+        if has_maths and not native and is_on(control, values):
+            applied.append(control)
+    return applied
+
+
+def control_token_weights(
+    controls: list[EntropyControl], make_inputs: Callable[[EntropyControl], TokenInputs]
+) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """The product of the ``token_weights`` of ``controls`` (``(B, T)``; None when none has any) and each
+    control's ``weight_metric``: the mean weight over response tokens, over every process (``gather``).
+    ``make_inputs(control)`` gives the control its :class:`TokenInputs` (its own ``step`` inputs)."""
+    weights: torch.Tensor | None = None
+    metrics: dict[str, float] = {}
+    for control in controls:
+        if control.token_weights is None:
+            continue
+        inputs = make_inputs(control)
+        own = control.token_weights(inputs).detach()  # [B, T]
+        if own.shape != inputs.mask.shape:
+            raise ValueError(
+                f"entropy control {control.name!r}: token_weights gave {tuple(own.shape)}, "
+                f"expected {tuple(inputs.mask.shape)}"
+            )
+        weights = own if weights is None else weights * own
+        if control.weight_metric is not None:
+            valid = inputs.mask.bool()
+            values = own[valid].float()
+            if inputs.gather is not None:
+                values = inputs.gather(values)
+            metrics[control.weight_metric] = values.mean().item() if values.numel() else 0.0
+    return weights, metrics

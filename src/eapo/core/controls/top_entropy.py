@@ -1,7 +1,7 @@
 """'Beyond the 80/20 Rule' (Wang et al. 2025): only the highest-entropy tokens carry the policy loss.
 
 TRL 1.16 has it (``top_entropy_quantile``); verl 0.9.1 lacks it, so the verl plugin's loss multiplies
-:func:`top_entropy_mask` into the policy loss (:mod:`eapo.engines.verl.entropy_control`).
+:func:`top_entropy_mask` into the policy loss (the registry's ``token_weights`` path).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from eapo.core.controls.registry import CONTROL_METRICS, EntropyControl, register_entropy_control
+from eapo.core.controls.registry import CONTROL_METRICS, EntropyControl, TokenInputs, register_entropy_control
 from eapo.core.settings import Setting, between
 
 
@@ -36,6 +36,16 @@ def top_entropy_mask(
     return (entropies.detach() * mask.to(entropies.dtype) >= threshold) & valid
 
 
+def _token_weights(inputs: TokenInputs) -> torch.Tensor:
+    """The mask as 0/1 weights ``(B, T)`` over every process's tokens."""
+    if inputs.entropy is None:
+        raise ValueError("top_entropy_quantile needs the update's per-token entropies")
+    keep = top_entropy_mask(
+        inputs.entropy, inputs.mask, float(inputs.settings["top_entropy_quantile"]), gather=inputs.gather
+    )
+    return keep.to(inputs.logp.dtype)
+
+
 TOP_ENTROPY = register_entropy_control(
     EntropyControl(
         "top_entropy",
@@ -44,6 +54,9 @@ TOP_ENTROPY = register_entropy_control(
         "only tokens at or above the (1 − top_entropy_quantile) quantile of the update's token entropies "
         "carry the policy loss",
         trl_fields={"top_entropy_quantile": "top_entropy_quantile"},
+        token_weights=_token_weights,
+        needs_entropy=True,
+        weight_metric=CONTROL_METRICS["top_entropy_frac"],
         metrics=(CONTROL_METRICS["top_entropy_frac"],),
         declares=(
             Setting(

@@ -3,9 +3,12 @@ adds to TRL's GRPO loss for them (:mod:`eapo.core.controls` holds the maths).
 
 TRL 1.16 has the entropy bonus, Skywork-OR1's adaptive coefficient, DAPO's clip-higher and the
 top-entropy mask (set through ``args``); :class:`EntropyControlMixin` anchors the adaptive target at
-``ratio × H_0``, replaces TRL's PPO-clip surrogate by Clip-Cov / KL-Cov (which TRL lacks) and logs what
-every control acted through under :data:`eapo.core.CONTROL_METRICS` (``entropy_control/*``), the keys
-the verl engine logs too.
+``ratio × H_0``, replaces TRL's PPO-clip surrogate by the policy loss ``loss_mode`` names (Clip-Cov /
+KL-Cov, which TRL lacks), runs every control TRL lacks through one generic path
+(:func:`eapo.core.controls.applied_by_eapo`: its run state moved by core's step, its per-token
+weights multiplied into the policy loss, :meth:`EntropyControlMixin._eapo_loss`), and logs what every
+control acted through under :data:`eapo.core.CONTROL_METRICS` (``entropy_control/*``), the keys the
+verl engine logs too.
 """
 
 from __future__ import annotations
@@ -16,7 +19,14 @@ from typing import Any
 import torch
 
 from eapo.core import CONTROL_METRICS, LOSS_AGGREGATIONS, kl_penalty
-from eapo.core.controls import CONTROL_SETTINGS, policy_loss_of
+from eapo.core.controls import (
+    CONTROL_SETTINGS,
+    EntropyControl,
+    TokenInputs,
+    control_token_weights,
+    policy_loss_of,
+)
+from eapo.core.losses import ppo_clip_per_token
 from eapo.core.settings import derive_fields
 
 __all__ = ["EntropyControlSettings", "EntropyControlMixin"]
@@ -47,6 +57,17 @@ class EntropyControlMixin:
     TRL's trainer state: ``args``, ``entropy_coef``, ``use_adaptive_entropy``, ``_metrics``, ...)."""
 
     entropy_control: EntropyControlSettings
+    #: the controls TRL lacks that are on, which eapo runs (set by the trainer)
+    eapo_controls: list[EntropyControl]
+    #: their run states' inputs to the coming update (core's EAPOStep.control_inputs), by name
+    _step_inputs: dict[str, dict[str, float]]
+
+    def _eapo_runs_the_loss(self) -> bool:
+        """Whether eapo forms the policy loss (:meth:`_eapo_loss`) in place of TRL's: ``loss_mode`` names a
+        control's policy loss, or a control TRL lacks weights the per-token loss."""
+        return self.entropy_control.loss_mode != "vanilla" or any(
+            control.token_weights is not None for control in self.eapo_controls
+        )
 
     def _applied_entropy_coef(self) -> float:
         """The entropy coefficient TRL applies to the coming update (0 with no bonus; adaptive: gated)."""
@@ -56,10 +77,12 @@ class EntropyControlMixin:
             return self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
         return self.entropy_coef
 
-    def _covariance_loss(self, model, inputs):
-        """Clip-Cov / KL-Cov (Cui et al. 2025) in place of TRL's PPO-clip surrogate: the per-token loss
-        from :mod:`eapo.core`, then what TRL's loss adds — the top-entropy mask, the vLLM importance
-        weights, β·k3 to the reference — aggregated as ``loss_type`` (grpo: 1/|y_i|; bnpo: token-mean)."""
+    def _eapo_loss(self, model, inputs):
+        """TRL's GRPO loss formed by eapo, for what TRL lacks: the per-token policy loss of the control
+        ``loss_mode`` names (Clip-Cov / KL-Cov, from :mod:`eapo.core`) or the PPO-clip surrogate
+        (``vanilla``), times the per-token weights of the controls TRL lacks, then what TRL's loss adds —
+        the top-entropy mask, the vLLM importance weights, β·k3 to the reference — aggregated as
+        ``loss_type``: 1/|y_i| (``grpo``, the paper) or token-mean (``bnpo``)."""
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + T]
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
@@ -71,21 +94,58 @@ class EntropyControlMixin:
         old_logps = inputs.get("old_per_token_logps")
         old_logps = logps.detach() if old_logps is None else old_logps
         c = self.entropy_control
-        # the policy loss of the control loss_mode names (eapo.core.controls), in place of TRL's PPO-clip
-        per_token, selected = policy_loss_of(c.loss_mode)(
-            logps,
-            old_logps,
-            advantages,
-            mask,
-            c.values(),
-            clip_low=self.epsilon_low,
-            clip_high=self.epsilon_high,
+        mode = "train" if self.model.training else "eval"
+        loss_of_mode = policy_loss_of(c.loss_mode)
+        if loss_of_mode is None:  # vanilla: the paper's PPO-clip surrogate
+            per_token = ppo_clip_per_token(
+                logps, old_logps, advantages, clip_low=self.epsilon_low, clip_high=self.epsilon_high
+            )
+            with torch.no_grad():  # what TRL logs as clip_ratio/low_mean and high_mean
+                ratio = torch.exp(logps - old_logps)
+                signed = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+                low = (ratio < 1 - self.epsilon_low) & (signed < 0)
+                high = (ratio > 1 + self.epsilon_high) & (signed > 0)
+            if mode == "train":
+                self._metrics[mode][CONTROL_METRICS["clip_low_frac"]].append(
+                    self._global_masked_mean(low.to(per_token.dtype), mask)
+                )
+                self._metrics[mode][CONTROL_METRICS["clip_high_frac"]].append(
+                    self._global_masked_mean(high.to(per_token.dtype), mask)
+                )
+        else:
+            per_token, selected = loss_of_mode(
+                logps,
+                old_logps,
+                advantages,
+                mask,
+                c.values(),
+                clip_low=self.epsilon_low,
+                clip_high=self.epsilon_high,
+            )
+            self._metrics[mode][CONTROL_METRICS["cov_frac"]].append(
+                self._global_masked_mean(selected.to(per_token.dtype), mask)
+            )
+        weights, shares = control_token_weights(
+            self.eapo_controls,
+            lambda control: TokenInputs(
+                logp=logps.detach(),
+                old_logp=old_logps.detach(),
+                advantages=advantages.unsqueeze(-1).expand_as(logps) if advantages.dim() == 1 else advantages,
+                mask=mask,
+                entropy=entropies.detach(),
+                settings=c.values(),
+                step=self._step_inputs.get(control.name, {}),
+                gather=self._gather_any,
+            ),
         )
+        if weights is not None:
+            per_token = per_token * weights
+        for key, value in shares.items():
+            self._metrics[mode][key].append(value)
         if self.top_entropy_quantile < 1.0:
             per_token = per_token * self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token = per_token * inputs["importance_sampling_ratio"]
-        mode = "train" if self.model.training else "eval"
         if self.beta != 0.0:
             kl = kl_penalty(logps, inputs["ref_per_token_logps"], kind="k3")  # [B, T]
             if self.args.use_bias_correction_kl:
@@ -94,11 +154,17 @@ class EntropyControlMixin:
             self._metrics[mode]["kl"].append(self._global_masked_mean(kl.detach(), mask))
         loss = LOSS_AGGREGATIONS[_COV_AGGREGATION[self.loss_type]](per_token, mask)
         self._metrics[mode]["entropy"].append(self._global_masked_mean(entropies.detach(), mask))
-        self._metrics[mode][CONTROL_METRICS["cov_frac"]].append(
-            self._global_masked_mean(selected.to(per_token.dtype), mask)
-        )
         normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         return loss / normalizer
+
+    def _gather_any(self, values: torch.Tensor) -> torch.Tensor:
+        """Every process's 1-D ``values`` (any length), concatenated."""
+        if self.accelerator.num_processes == 1:
+            return values
+        sizes = self.accelerator.gather(torch.tensor([values.numel()], device=values.device))  # [world]
+        padded = self.accelerator.gather(self.accelerator.pad_across_processes(values, dim=0))
+        chunks = padded.view(sizes.numel(), -1)
+        return torch.cat([chunk[: int(n)] for chunk, n in zip(chunks, sizes.tolist(), strict=True)])
 
     def _global_masked_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
         totals = torch.stack([(values * mask).sum(), mask.sum().to(values.dtype)])
@@ -110,7 +176,7 @@ class EntropyControlMixin:
         metrics = self._metrics["train"]
         if self._entropy_bonus_enabled:
             metrics[CONTROL_METRICS["coef"]].append(applied_coef)
-        if self.entropy_control.loss_mode == "vanilla" and metrics.get("clip_ratio/low_mean"):
+        if not self._eapo_runs_the_loss() and metrics.get("clip_ratio/low_mean"):  # TRL's loss measured them
             metrics[CONTROL_METRICS["clip_low_frac"]].append(metrics["clip_ratio/low_mean"][-1])
             metrics[CONTROL_METRICS["clip_high_frac"]].append(metrics["clip_ratio/high_mean"][-1])
         entropies = self._loss_entropies

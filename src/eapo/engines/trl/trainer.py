@@ -25,7 +25,9 @@ The field's entropy controls (:mod:`eapo.core.controls`) ride on the same step: 
 entropy bonus, Skywork-OR1 adaptive bonus (its target anchored at ``ratio × H_0`` here when asked),
 DAPO's clip-higher and the top-entropy mask come from ``args``; Clip-Cov and KL-Cov, which TRL lacks,
 replace its PPO-clip surrogate with :func:`eapo.core.clip_cov_policy_loss` /
-:func:`eapo.core.kl_cov_policy_loss` (:meth:`EAPOTrainer._covariance_loss`). What they act through is
+:func:`eapo.core.kl_cov_policy_loss` (:meth:`EAPOTrainer._eapo_loss`), and any control TRL lacks runs
+through one generic path (its run state moved by core's step, its token weights in that loss). What
+they act through is
 logged under :data:`CONTROL_METRICS` (``entropy_control/*``).
 
 Off CUDA/XPU the update's log-probs come from :mod:`eapo.engines.trl.policy_forward` (completion positions
@@ -56,7 +58,7 @@ from eapo.core import (
     make_weighting,
     rollout_entropy,
 )
-from eapo.core.controls import control_states
+from eapo.core.controls import applied_by_eapo, control_states
 from eapo.core.step import EAPOStep, combined_rewards, contiguous_index
 from eapo.engines.trl.entropy_control import _COV_AGGREGATION, EntropyControlMixin, EntropyControlSettings
 from eapo.run_dir import (
@@ -222,10 +224,13 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         self._deferred_inputs: dict[str, Any] | None = None
         self._pending_rewards: torch.Tensor | None = None  # [B_all] of a step decided in its loss pass
         self.completion_head = self._install_completion_head(lm_head, share_frozen_layers)
-        if self.entropy_control.loss_mode != "vanilla" and self.loss_type not in _COV_AGGREGATION:
+        self.eapo_controls = applied_by_eapo("trl", values)  # the controls TRL lacks: eapo runs them
+        self._step_inputs = {}
+        if self._eapo_runs_the_loss() and self.loss_type not in _COV_AGGREGATION:
             raise ValueError(
-                f"loss_mode={self.entropy_control.loss_mode} aggregates like loss_type grpo or bnpo, got "
-                f"{self.loss_type!r}"
+                f"eapo forms the loss for loss_mode={self.entropy_control.loss_mode} and the controls "
+                f"{[control.name for control in self.eapo_controls]}; it aggregates like loss_type grpo or "
+                f"bnpo, got {self.loss_type!r}"
             )
         self._loss_entropies: torch.Tensor | None = None  # the loss pass's per-token entropies, for metrics
 
@@ -319,10 +324,10 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         self._deferred_inputs = inputs if "eapo_row" in inputs else None
         applied_coef = self._applied_entropy_coef()  # before TRL's adaptive update moves it
         try:
-            if self.entropy_control.loss_mode == "vanilla":
-                loss = super()._compute_loss(model, inputs)
+            if self._eapo_runs_the_loss():
+                loss = self._eapo_loss(model, inputs)
             else:
-                loss = self._covariance_loss(model, inputs)
+                loss = super()._compute_loss(model, inputs)
         finally:
             self._deferred_inputs = None
         if self.model.training:
@@ -398,6 +403,9 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         )
         for key, value in metrics.items():
             self._metrics["train"][key].append(value)
+        # the run states of the controls TRL lacks: their inputs to this update, then moved by H_t
+        trl_moves = set(self.eapo_step.controls) - {control.name for control in self.eapo_controls}
+        self._step_inputs = self.eapo_step.control_inputs(entropy, moved_by_engine=trl_moves)
 
     @property
     def first_entropy(self) -> float | None:

@@ -13,7 +13,8 @@ entry-point group ``verl.plugins`` (``verl/__init__.py`` imports every plugin it
 * entropy controls beside EAPO (``algorithm.eapo.method=clip_cov`` and the other presets, or
   ``algorithm.eapo.epsilon_high=0.28`` and the other keys on any scheme), mapped onto verl's own
   actor options where verl has the control, and run through :mod:`eapo.core.controls` where it
-  does not (the adaptive coefficient; the top-entropy mask, as the policy loss ``eapo_top_entropy``)
+  does not (a control's run state through core's step, its token weights as the policy loss
+  ``eapo_token_weights``: the adaptive coefficient, the top-entropy mask)
   (:mod:`eapo.engines.verl.entropy_control`);
 * ``algorithm.eapo.*`` read once, into :class:`EapoSettings`, by the trainer and by the estimators
   outside it (:mod:`eapo.engines.verl.settings`);

@@ -7,7 +7,7 @@ verl's ``__init__`` (:func:`apply_to_actor_config`) and verl does the rest; noth
 ========================  ==========================================================
 ``algorithm.eapo.…``      verl option (under ``actor_rollout_ref.actor``)
 ========================  ==========================================================
-``entropy_coef``          ``entropy_coeff`` (without ``adaptive_entropy``)
+``entropy_coef``          ``entropy_coeff`` (set per update under ``adaptive_entropy``)
 ``epsilon_high``          ``clip_ratio_high``
 ``loss_mode``             ``policy_loss.loss_mode`` (``vanilla``, ``clip_cov``, ``kl_cov``)
 ``clip_cov_ratio/lb/ub``  ``policy_loss.clip_cov_ratio`` / ``clip_cov_lb`` / ``clip_cov_ub``
@@ -16,30 +16,32 @@ verl's ``__init__`` (:func:`apply_to_actor_config`) and verl does the rest; noth
 ========================  ==========================================================
 
 A verl option that is already set to something other than verl's default and other than eapo's
-value is a conflict and refused (name one of the two). Two controls verl lacks run in the actor's
-loss, through a wrapper of verl's ``ppo_loss`` (:func:`entropy_control_loss`) that the trainer hands
-to the actor workers with verl's own ``set_loss_fn`` after ``init()``:
+value is a conflict and refused (name one of the two). The controls verl lacks
+(:func:`eapo.core.controls.applied_by_eapo`: today ``adaptive_entropy`` and ``top_entropy``) run
+through one generic path, never by name: a wrapper of verl's ``ppo_loss``
+(:func:`entropy_control_loss`) that the trainer hands to the actor workers with verl's own
+``set_loss_fn`` after ``init()``:
 
-* ``adaptive_entropy`` (Skywork-OR1): :class:`eapo.core.controls.AdaptiveEntropyCoef` lives in
-  the trainer. Its target is ``entropy_target`` nats, or ``entropy_target_ratio × H_0`` with ``H_0``
-  the run's first-step rollout entropy (EAPO's anchor). Each step the trainer takes the coefficient
-  to apply (:meth:`~eapo.core.controls.AdaptiveEntropyCoef.applied`), then moves it with this
-  step's ``H_t`` (:func:`eapo.core.rollout_entropy` of the old-log-prob pass's per-token entropies,
-  ``algorithm.eapo.entropy_agg``): ``H_t`` is the entropy of the policy being updated on the tokens it
-  is updated on, the quantity TRL measures inside its update, so step t's coefficient depends on
-  entropies up to step t−1 on both engines. The value reaches the actor as the update batch's
-  non-tensor ``eapo_entropy_coeff`` (verl copies ``KVBatchMeta.extra_info`` into every micro-batch),
-  where the wrapper uses it in place of ``actor.entropy_coeff`` for verl's ``−coef · entropy`` term.
-* ``top_entropy_quantile`` ("Beyond the 80/20 Rule"): the wrapper makes verl's ``ppo_loss`` call the
-  policy loss ``eapo_top_entropy`` (registered with verl's ``register_policy_loss``), which computes
-  :func:`eapo.core.controls.top_entropy_mask` from the micro-batch's per-token entropies
-  (gathered over the data-parallel group, as TRL gathers over processes) and passes it to the
-  configured loss (``vanilla``, ``clip_cov`` or ``kl_cov``) as ``rollout_is_weights`` (multiplied into
-  any rollout-correction weights), which every one of them multiplies into its per-token loss before
-  aggregating: masked tokens carry no policy gradient but still count in the aggregation's
-  denominators, as TRL's ``per_token_loss * entropy_mask``; the KL loss is untouched.
+* a control's **run state** lives in core's step, in the trainer: each step the trainer takes every
+  state's inputs to the coming update (:meth:`eapo.core.EAPOStep.control_inputs`: ``loss_inputs()``
+  from the entropies up to step t−1, then ``observe(H_t)``, with ``H_t`` the rollout entropy of the
+  old-log-prob pass, :func:`eapo.core.rollout_entropy` with ``algorithm.eapo.entropy_agg``). They
+  reach the actor as the update batch's non-tensor ``eapo_control_inputs`` (JSON; verl copies
+  ``KVBatchMeta.extra_info`` into every micro-batch). An input named like a setting verl has an
+  option for replaces that option for the update: the adaptive coefficient (Skywork-OR1, its target
+  ``entropy_target`` nats or ``entropy_target_ratio × H_0``) is that step's ``entropy_coeff`` for
+  verl's ``−coef · entropy`` term, so step t's coefficient depends on entropies up to step t−1, as on TRL;
+* a control's **per-token weights** (the top-entropy mask of "Beyond the 80/20 Rule", computed from
+  the micro-batch's per-token entropies gathered over the data-parallel group, as TRL gathers over
+  processes) reach the configured loss (``vanilla``, ``clip_cov`` or ``kl_cov``) as
+  ``rollout_is_weights`` (multiplied into any rollout-correction weights) through the policy loss
+  ``eapo_token_weights`` (registered with verl's ``register_policy_loss``). Every one of them
+  multiplies it into its per-token loss before aggregating: a token weighted 0 carries no policy
+  gradient but still counts in the aggregation's denominators, as TRL's ``per_token_loss *
+  entropy_mask``; the KL loss is untouched.
 
-Both need the update's per-token entropies, so the trainer sets ``actor.calculate_entropy=True``.
+A control that needs the update's per-token entropies makes the trainer set
+``actor.calculate_entropy=True``.
 
 Metrics (eapo's documented keys, as on TRL): ``entropy_control/coef`` (the coefficient this step's
 update applies), ``entropy_control/clip_low_frac`` and ``entropy_control/clip_high_frac`` (share of
@@ -47,7 +49,8 @@ response tokens whose ratio is below ``1 − clip_ratio_low`` with A < 0 / above
 ``1 + clip_ratio_high`` with A > 0, TRL's ``clip_ratio/low_mean`` and ``high_mean``; verl's own
 ``actor/pg_clipfrac`` counts both sides together, and under ``clip_cov`` it is the Clip-Cov share;
 not logged under ``kl_cov``, which does not clip), ``entropy_control/cov_frac`` (share of tokens
-Clip-Cov or KL-Cov selected) and ``entropy_control/top_entropy_frac`` (share kept by the mask).
+Clip-Cov or KL-Cov selected) and each eapo-run control's ``weight_metric`` (the mean of its token weights:
+``entropy_control/top_entropy_frac``, the share kept by the mask).
 
 Presets (``algorithm.eapo.method=<name>``, :data:`eapo.core.controls.ENTROPY_CONTROLS`) are
 GRPO's weights (1, 1) plus the control's settings; they run with ``algorithm.adv_estimator=eapo_grpo``
@@ -60,6 +63,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -70,32 +74,35 @@ from eapo.core.controls import (
     CONTROL_SETTINGS,
     ENTROPY_CONTROLS,
     LOSS_MODES,
-    AdaptiveEntropyCoef,
+    EntropyControl,
+    TokenInputs,
+    applied_by_eapo,
     control_states,
+    control_token_weights,
     kl_cov_mask,
     resolve_controls,
-    top_entropy_mask,
     verl_control_options,
 )
 from eapo.core.settings import check_settings, derive_fields
 
 __all__ = [
-    "ENTROPY_COEF_KEY",
-    "TOP_ENTROPY_LOSS_MODE",
+    "CONTROL_INPUTS_KEY",
+    "WEIGHTED_LOSS_MODE",
     "METRIC_PREFIX",
     "VERL_ACTOR_OPTIONS",
     "EntropyControls",
     "apply_to_actor_config",
     "entropy_control_loss",
-    "compute_policy_loss_top_entropy",
+    "compute_policy_loss_token_weights",
     "register_policy_losses",
     "actor_metrics",
 ]
 
-#: Non-tensor field of the actor-update batch that carries the step's entropy coefficient.
-ENTROPY_COEF_KEY = "eapo_entropy_coeff"
+#: Non-tensor field of the actor-update batch that carries the controls' inputs to the update (JSON:
+#: control name -> {input: value}, :meth:`eapo.core.EAPOStep.control_inputs`).
+CONTROL_INPUTS_KEY = "eapo_control_inputs"
 #: The policy loss eapo registers with verl (selected by :func:`entropy_control_loss`, never by hand).
-TOP_ENTROPY_LOSS_MODE = "eapo_top_entropy"
+WEIGHTED_LOSS_MODE = "eapo_token_weights"
 #: Namespace of the controls' metrics.
 METRIC_PREFIX = "entropy_control/"
 
@@ -116,8 +123,8 @@ _KEYS_OF_LOSS_MODE = {
     "clip_cov": ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"),
     "kl_cov": ("kl_cov_ratio", "ppo_kl_coef"),
 }
-#: verl losses that multiply ``rollout_is_weights`` into the per-token loss (the top-entropy mask's way in).
-_MASKABLE_LOSS_MODES = LOSS_MODES
+#: verl losses that multiply ``rollout_is_weights`` into the per-token loss (token weights' way in).
+_WEIGHTABLE_LOSS_MODES = LOSS_MODES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,11 +182,10 @@ class EntropyControls:
                     f"algorithm.eapo.{stray[0]} applies only to the adaptive entropy coefficient: "
                     "set algorithm.eapo.adaptive_entropy=true (or method=adaptive_entropy), or remove it"
                 )
-        else:
-            try:
-                self.build_adaptive()
-            except ValueError as error:
-                raise ValueError(f"algorithm.eapo (adaptive_entropy): {error}") from error
+        try:
+            control_states(self.resolved_values())  # each run state validates its own settings
+        except ValueError as error:
+            raise ValueError(f"algorithm.eapo: {error}") from error
         for mode, keys in _KEYS_OF_LOSS_MODE.items():
             stray = [key for key in keys if getattr(self, key) is not None]
             if stray and self.loss_mode != mode:
@@ -201,23 +207,36 @@ class EntropyControls:
                 f"algorithm.eapo.clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})"
             )
 
-    def build_adaptive(self) -> AdaptiveEntropyCoef | None:
-        """A fresh adaptive coefficient (None without ``adaptive_entropy``): the control's run state
-        (:func:`eapo.core.controls.control_states`)."""
-        return control_states(self.values()).get("adaptive_entropy")
-
     def values(self) -> dict[str, Any]:
         """The settings by name (None: unset)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
+    def resolved_values(self) -> dict[str, Any]:
+        """The settings with each unset one at its declared default (the control off): what the
+        controls' maths reads (:class:`eapo.core.controls.TokenInputs`)."""
+        return {
+            name: CONTROL_SETTINGS[name].default if value is None else value
+            for name, value in self.values().items()
+        }
+
+    def applied_by_eapo(self) -> list[EntropyControl]:
+        """The controls that are on and that verl lacks, which eapo runs (:func:`eapo.core.controls.applied_by_eapo`)."""
+        return applied_by_eapo("verl", self.resolved_values())
+
+    def states(self) -> dict[str, Any]:
+        """A fresh run state of every control that keeps one, by name (kept by core's step)."""
+        return control_states(self.resolved_values())
+
     def verl_actor_values(self) -> dict[str, Any]:
-        """verl option (under ``actor_rollout_ref.actor``) -> the value eapo sets it to."""
+        """verl option (under ``actor_rollout_ref.actor``) -> the value eapo sets it to. A setting an
+        eapo-run control sets per update (its ``step_settings``) is not written: it reaches the loss each step."""
+        applied = self.applied_by_eapo()
+        per_step = {key for control in applied for key in control.step_settings}
         values = {}
         for option, (key, value) in verl_control_options(self.values()).items():
-            if key == "entropy_coef" and self.adaptive_entropy:
-                continue  # the adaptive coefficient reaches the loss per step, not through the config
-            values[option] = value if isinstance(value, str) else float(value)
-        if self.adaptive_entropy or self.top_entropy_quantile is not None:
+            if key not in per_step:
+                values[option] = value if isinstance(value, str) else float(value)
+        if any(control.needs_entropy for control in applied):
             values["calculate_entropy"] = True  # the loss needs the update's per-token entropies
         return values
 
@@ -248,27 +267,29 @@ def _eapo_key_of(option: str) -> str:
     for key, mapped in VERL_ACTOR_OPTIONS.items():
         if mapped == option:
             return f"algorithm.eapo.{key}"
-    return "algorithm.eapo (adaptive_entropy / top_entropy_quantile)"
+    return "algorithm.eapo (a control verl lacks)"
 
 
 def apply_to_actor_config(actor: Any, controls: EntropyControls) -> dict[str, Any]:
     """Write the controls' verl options into ``actor`` (``actor_rollout_ref.actor``, an OmegaConf node).
 
     Returns the options written. Raises ValueError when the user set verl's option to another value
-    than verl's default and eapo's, or set ``actor.entropy_coeff`` beside ``adaptive_entropy``
-    (whose coefficient replaces it each step).
+    than verl's default and eapo's, or set an option that an eapo-run control sets per update (the
+    adaptive coefficient's ``entropy_coeff``).
     """
     from omegaconf import OmegaConf, open_dict
 
     defaults = _verl_actor_defaults()
-    if controls.adaptive_entropy:
-        current = OmegaConf.select(actor, "entropy_coeff", default=0)
-        if current != defaults["entropy_coeff"]:
-            raise ValueError(
-                f"algorithm.eapo.adaptive_entropy sets the entropy coefficient each step, but "
-                f"actor_rollout_ref.actor.entropy_coeff={current}: set the starting value as "
-                "algorithm.eapo.entropy_coef and leave entropy_coeff at 0"
-            )
+    for control in controls.applied_by_eapo():
+        for key in control.step_settings:
+            option = VERL_ACTOR_OPTIONS.get(key)
+            current = OmegaConf.select(actor, option, default=defaults.get(option)) if option else None
+            if option is not None and current != defaults.get(option):
+                raise ValueError(
+                    f"algorithm.eapo.{control.name} sets the {key} each step (as "
+                    f"actor_rollout_ref.actor.{option}), but actor_rollout_ref.actor.{option}={current}: "
+                    f"set the starting value as algorithm.eapo.{key} and leave {option} at {defaults.get(option)}"
+                )
     values = controls.verl_actor_values()
     for option, value in values.items():
         current = OmegaConf.select(actor, option, default=defaults.get(option))
@@ -281,10 +302,12 @@ def apply_to_actor_config(actor: Any, controls: EntropyControls) -> dict[str, An
         for option, value in values.items():
             OmegaConf.update(actor, option, value, merge=False)
     loss_mode = OmegaConf.select(actor, "policy_loss.loss_mode", default="vanilla")
-    if controls.top_entropy_quantile is not None and loss_mode not in _MASKABLE_LOSS_MODES:
+    weighted = [control.name for control in controls.applied_by_eapo() if control.token_weights is not None]
+    if weighted and loss_mode not in _WEIGHTABLE_LOSS_MODES:
         raise ValueError(
-            f"algorithm.eapo.top_entropy_quantile masks the policy loss of {', '.join(_MASKABLE_LOSS_MODES)}; "
-            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} is not one of them"
+            f"algorithm.eapo's {weighted[0]} weights the per-token policy loss of "
+            f"{', '.join(_WEIGHTABLE_LOSS_MODES)}; actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} "
+            "is not one of them"
         )
     return values
 
@@ -295,17 +318,15 @@ def apply_to_actor_config(actor: Any, controls: EntropyControls) -> dict[str, An
 
 
 @dataclass
-class _TopEntropyCall:
-    """What :func:`compute_policy_loss_top_entropy` needs from the enclosing loss call."""
+class _WeightsCall:
+    """What :func:`compute_policy_loss_token_weights` needs from the enclosing loss call."""
 
     base_loss_mode: str
-    quantile: float
-    entropy: torch.Tensor  # [B, T] padded, detached
-    gather: Callable[[torch.Tensor], torch.Tensor] | None
+    weights: torch.Tensor  # [B, T] padded, detached: the product of the eapo-run controls' token weights
 
 
-_TOP_ENTROPY_CALL: contextvars.ContextVar[_TopEntropyCall | None] = contextvars.ContextVar(
-    "eapo_top_entropy_call", default=None
+_WEIGHTS_CALL: contextvars.ContextVar[_WeightsCall | None] = contextvars.ContextVar(
+    "eapo_token_weights_call", default=None
 )
 
 
@@ -331,7 +352,7 @@ def _dp_gather(dp_group: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
     return gather
 
 
-def compute_policy_loss_top_entropy(
+def compute_policy_loss_token_weights(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
@@ -340,24 +361,20 @@ def compute_policy_loss_top_entropy(
     config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """verl policy loss ``eapo_top_entropy``: the configured loss on the top-entropy tokens only.
-
-    All tensors ``(bs, response_length)``. The mask is :func:`eapo.core.controls.top_entropy_mask`
-    of the entropies :func:`entropy_control_loss` put in context; it reaches the configured loss as
-    ``rollout_is_weights``.
-    """
+    """verl policy loss ``eapo_token_weights``: the configured loss with the eapo-run controls' per-token
+    weights (:func:`entropy_control_loss` puts them in context) multiplied in as ``rollout_is_weights``.
+    All tensors ``(bs, response_length)``."""
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-    call = _TOP_ENTROPY_CALL.get()
+    call = _WEIGHTS_CALL.get()
     if call is None:
         raise RuntimeError(
-            f"policy_loss.loss_mode={TOP_ENTROPY_LOSS_MODE} is selected by eapo's trainer, not by hand: set "
-            "algorithm.eapo.top_entropy_quantile with trainer.use_v1=True trainer.v1.trainer_mode=eapo"
+            f"policy_loss.loss_mode={WEIGHTED_LOSS_MODE} is selected by eapo's trainer, not by hand: set a control "
+            "verl lacks (e.g. algorithm.eapo.top_entropy_quantile) with trainer.use_v1=True trainer.v1.trainer_mode=eapo"
         )
-    keep = top_entropy_mask(call.entropy, response_mask, call.quantile, gather=call.gather)  # [B, T] bool
-    weights = keep.to(log_prob.dtype) if rollout_is_weights is None else rollout_is_weights * keep
-    base = get_policy_loss_fn(call.base_loss_mode)
-    loss, metrics = base(
+    weights = call.weights.to(log_prob.dtype)
+    weights = weights if rollout_is_weights is None else rollout_is_weights * weights
+    return get_policy_loss_fn(call.base_loss_mode)(
         old_log_prob=old_log_prob,
         log_prob=log_prob,
         advantages=advantages,
@@ -366,16 +383,26 @@ def compute_policy_loss_top_entropy(
         config=config,
         rollout_is_weights=weights,
     )
-    valid = response_mask.bool()
-    kept = (keep & valid).sum().item() / max(int(valid.sum().item()), 1)
-    return loss, {**metrics, f"{METRIC_PREFIX}top_entropy_frac": kept}
 
 
 def register_policy_losses() -> None:
-    """Register :func:`compute_policy_loss_top_entropy` with verl as ``eapo_top_entropy``."""
+    """Register :func:`compute_policy_loss_token_weights` with verl as ``eapo_token_weights``."""
     from verl.trainer.ppo.core_algos import register_policy_loss
 
-    register_policy_loss(TOP_ENTROPY_LOSS_MODE)(compute_policy_loss_top_entropy)
+    register_policy_loss(WEIGHTED_LOSS_MODE)(compute_policy_loss_token_weights)
+
+
+def _with_options(config: Any, options: Mapping[str, float]) -> Any:
+    """``config`` (verl's ActorConfig) with dotted options replaced (``policy_loss.x`` too)."""
+    for option, value in options.items():
+        head, _, rest = option.partition(".")
+        if rest:
+            config = dataclasses.replace(
+                config, **{head: _with_options(getattr(config, head), {rest: value})}
+            )
+        else:
+            config = dataclasses.replace(config, **{head: value})
+    return config
 
 
 def _clip_shares(
@@ -404,50 +431,78 @@ def entropy_control_loss(
     data: Any,
     dp_group: Any = None,
     *,
-    top_entropy_quantile: float | None = None,
+    controls: tuple[str, ...] = (),
+    settings: Mapping[str, Any] | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """verl's ``ppo_loss`` with eapo's entropy controls; same signature (bound with ``functools.partial``).
+    """verl's ``ppo_loss`` with the controls eapo runs on verl; same signature (bound with
+    ``functools.partial``: ``controls``, the names of :meth:`EntropyControls.applied_by_eapo`, and
+    ``settings``, every control setting resolved).
 
-    * the micro-batch's non-tensor ``eapo_entropy_coeff`` (the trainer's per-step coefficient), when
-      present, replaces ``config.entropy_coeff``;
-    * ``top_entropy_quantile`` routes the policy loss through ``eapo_top_entropy``;
-    * adds the ``entropy_control/*`` share metrics.
+    * the micro-batch's non-tensor ``eapo_control_inputs`` (the trainer's per-step inputs of each
+      control's run state): an input named like a setting verl has an option for replaces that option
+      for this update (the adaptive coefficient: ``entropy_coeff``), the others reach the control's
+      token weights;
+    * the controls' token weights route the policy loss through ``eapo_token_weights``;
+    * adds the ``entropy_control/*`` share metrics and each control's ``weight_metric``.
     """
     from verl.utils import tensordict_utils as tu
     from verl.utils.metric import AggregationType, Metric
     from verl.workers.utils.losses import ppo_loss
     from verl.workers.utils.padding import no_padding_2_padding
 
-    coef = tu.get_non_tensor_data(data=data, key=ENTROPY_COEF_KEY, default=None)
-    if coef is not None:
-        config = dataclasses.replace(config, entropy_coeff=float(coef))
+    applied = [ENTROPY_CONTROLS[name] for name in controls]
+    settings = dict(settings or {})
+    raw = tu.get_non_tensor_data(data=data, key=CONTROL_INPUTS_KEY, default=None)
+    step_inputs: dict[str, dict[str, float]] = json.loads(raw) if raw else {}
+    options = {
+        VERL_ACTOR_OPTIONS[key]: float(value)
+        for inputs in step_inputs.values()
+        for key, value in inputs.items()
+        if key in VERL_ACTOR_OPTIONS
+    }
+    config = _with_options(config, options)
     base_loss_mode = config.policy_loss.get("loss_mode", "vanilla")
-    token = None
-    if top_entropy_quantile is not None:
-        entropy = model_output.get("entropy", None)
-        if entropy is None:
-            raise RuntimeError(
-                "algorithm.eapo.top_entropy_quantile needs the update's per-token entropies, but the actor "
-                "computed none: actor_rollout_ref.actor.calculate_entropy must be True (the eapo trainer sets it)"
-            )
-        call = _TopEntropyCall(
-            base_loss_mode=base_loss_mode,
-            quantile=float(top_entropy_quantile),
-            entropy=no_padding_2_padding(entropy, data).detach(),
-            gather=_dp_gather(dp_group),
-        )
-        policy_loss = dataclasses.replace(config.policy_loss, loss_mode=TOP_ENTROPY_LOSS_MODE)
-        config = dataclasses.replace(config, policy_loss=policy_loss)
-        token = _TOP_ENTROPY_CALL.set(call)
-    try:
-        loss, metrics = ppo_loss(config, model_output, data, dp_group)
-    finally:
-        if token is not None:
-            _TOP_ENTROPY_CALL.reset(token)
 
     log_prob = no_padding_2_padding(model_output["log_probs"], data).detach()
     padded = data.select("response_mask", "old_log_probs", "advantages").to_padded_tensor()
     mask, advantages = padded["response_mask"].bool(), padded["advantages"]
+    weighted = [control for control in applied if control.token_weights is not None]
+    entropy = None
+    if any(control.needs_entropy for control in weighted):
+        entropy = model_output.get("entropy", None)
+        if entropy is None:
+            raise RuntimeError(
+                f"algorithm.eapo's {weighted[0].name} needs the update's per-token entropies, but the actor "
+                "computed none: actor_rollout_ref.actor.calculate_entropy must be True (the eapo trainer sets it)"
+            )
+        entropy = no_padding_2_padding(entropy, data).detach()
+    gather = _dp_gather(dp_group)
+    weights, weight_shares = control_token_weights(
+        weighted,
+        lambda control: TokenInputs(
+            logp=log_prob,
+            old_logp=padded["old_log_probs"],
+            advantages=advantages,
+            mask=mask,
+            entropy=entropy,
+            settings=settings,
+            step=step_inputs.get(control.name, {}),
+            gather=gather,
+        ),
+    )
+    token = None
+    if weights is not None:
+        policy_loss = dataclasses.replace(config.policy_loss, loss_mode=WEIGHTED_LOSS_MODE)
+        token = _WEIGHTS_CALL.set(_WeightsCall(base_loss_mode=base_loss_mode, weights=weights))
+        try:
+            loss, metrics = ppo_loss(
+                dataclasses.replace(config, policy_loss=policy_loss), model_output, data, dp_group
+            )
+        finally:
+            _WEIGHTS_CALL.reset(token)
+    else:
+        loss, metrics = ppo_loss(config, model_output, data, dp_group)
+
     shares: dict[str, float] = {}
     if base_loss_mode != "kl_cov":  # KL-Cov does not clip the ratio
         shares["clip_low_frac"], shares["clip_high_frac"] = _clip_shares(
@@ -462,6 +517,8 @@ def entropy_control_loss(
         shares["cov_frac"] = selected.sum().item() / max(int(mask.sum().item()), 1)
     for name, value in shares.items():
         metrics[f"{METRIC_PREFIX}{name}"] = Metric(value=value, aggregation=AggregationType.MEAN)
+    for key, value in weight_shares.items():
+        metrics[key] = Metric(value=value, aggregation=AggregationType.MEAN)
     return loss, metrics
 
 

@@ -28,11 +28,13 @@ Entropy controls (:mod:`eapo.engines.verl.entropy_control`): ``algorithm.eapo.me
 beside any scheme (``algorithm.eapo.epsilon_high=0.28`` with ``method=eapo``). ``__init__`` writes
 their verl options into ``actor_rollout_ref.actor`` before verl's own ``__init__``; with a control
 set, ``init()`` hands the actor workers eapo's wrapper of verl's ``ppo_loss`` (``set_loss_fn``),
-``_compute_advantage`` also takes the step's entropy coefficient (moving the adaptive one with
-``H_t``), ``_update_actor`` passes it to the update in the batch's ``extra_info``, and the metrics
+``_compute_advantage`` also takes each control state's inputs to the update from core's step
+(:meth:`eapo.core.EAPOStep.control_inputs`, which then moves the state with ``H_t``: the adaptive
+coefficient), ``_update_actor`` passes them to the update in the batch's ``extra_info``, and the metrics
 add ``entropy_control/coef``, ``entropy_control/clip_low_frac``, ``entropy_control/clip_high_frac``,
-``entropy_control/cov_frac`` and ``entropy_control/top_entropy_frac``. The adaptive coefficient (its
-value, anchored target and last entropy) is saved in ``eapo_state.json`` with the scheme's state.
+``entropy_control/cov_frac`` and each eapo-run control's weight share (``entropy_control/top_entropy_frac``).
+Each control's state (the adaptive coefficient: its value, anchored target and last entropy) is saved in
+``eapo_state.json`` with the scheme's state.
 
 verl's own ``actor/entropy`` is aggregated with the actor's ``loss_agg_mode`` (``seq-mean-token-mean``
 in the paper's setting); ``entropy/rollout`` (``H_t``) follows ``entropy_agg`` instead (default
@@ -43,6 +45,7 @@ in the paper's setting); ``entropy/rollout`` (``H_t``) follows ``entropy_agg`` i
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import os
@@ -52,10 +55,9 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer, trainer_base
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
 from eapo.core import WeightingScheme, rollout_entropy
-from eapo.core.controls import AdaptiveEntropyCoef
 from eapo.core.step import STATE_FILE, EAPOStep
 from eapo.engines.verl.entropy_control import (
-    ENTROPY_COEF_KEY,
+    CONTROL_INPUTS_KEY,
     METRIC_PREFIX,
     EntropyControls,
     actor_metrics,
@@ -97,12 +99,8 @@ def batch_entropy(data: Any, agg: str) -> float | None:
     return value
 
 
-def _missing_entropy_message(method: str) -> str:
-    setting = (
-        "algorithm.eapo.adaptive_entropy"
-        if method == "adaptive_entropy"
-        else f"algorithm.eapo.method={method}"
-    )
+def _missing_entropy_message(name: str, *, control: bool = False) -> str:
+    setting = f"the entropy control {name}" if control else f"algorithm.eapo.method={name}"
     return (
         f"{setting} needs this step's rollout entropy H_t from the per-token "
         f"{ENTROPY_FIELD!r} that verl's old-log-prob pass writes, but the batch has none. Bypass mode "
@@ -133,18 +131,20 @@ class EAPOVerlTrainer(PPOTrainerSync):
         self.settings = EapoSettings.from_algorithm_config(config.algorithm)
         self.weighting: WeightingScheme = self.settings.build_weighting()
         self.controls: EntropyControls = self.settings.controls
-        self.adaptive_entropy: AdaptiveEntropyCoef | None = self.controls.build_adaptive()
-        controls = {"adaptive_entropy": self.adaptive_entropy} if self.adaptive_entropy is not None else {}
         self.eapo_step = EAPOStep(
-            self.weighting, method=self.settings.method, split_by=self.settings.split_by, controls=controls
+            self.weighting,
+            method=self.settings.method,
+            split_by=self.settings.split_by,
+            controls=self.controls.states(),
         )  # the step's decision, H_0, the controls' state, metrics
-        self.step_entropy_coef: float | None = None  # the coefficient this step's update applies
+        #: the controls' inputs to this step's update (EAPOStep.control_inputs), None before the step
+        self.step_inputs: dict[str, dict[str, float]] | None = None
         rollout_correction = config.algorithm.get("rollout_correction", None) or {}
         if rollout_correction.get("bypass_mode", False):
             if self.weighting.needs_entropy:
                 raise ValueError(_missing_entropy_message(self.settings.method))
-            if self.adaptive_entropy is not None:
-                raise ValueError(_missing_entropy_message("adaptive_entropy"))
+            for name in self.eapo_step.controls:
+                raise ValueError(_missing_entropy_message(name, control=True))
         distillation = config.get("distillation", None)
         if (
             self.controls.needs_loss_wrapper
@@ -173,7 +173,10 @@ class EAPOVerlTrainer(PPOTrainerSync):
 
         actor = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
         return functools.partial(
-            entropy_control_loss, config=actor, top_entropy_quantile=self.controls.top_entropy_quantile
+            entropy_control_loss,
+            config=actor,
+            controls=tuple(control.name for control in self.controls.applied_by_eapo()),
+            settings=self.controls.resolved_values(),
         )
 
     # verl's PPOTrainer keeps the registry name it was created under in ``self.trainer_mode`` and also
@@ -206,27 +209,29 @@ class EAPOVerlTrainer(PPOTrainerSync):
             )
         metrics.update(call.metrics)
         if self.controls.active:
-            self.step_entropy_coef = self._step_entropy_coef(entropy)
-            metrics[f"{METRIC_PREFIX}coef"] = self.step_entropy_coef
+            try:  # each run state's inputs to this update, then moved by H_t
+                self.step_inputs = self.eapo_step.control_inputs(entropy)
+            except ValueError as error:
+                name = next(iter(self.eapo_step.controls))
+                raise RuntimeError(_missing_entropy_message(name, control=True)) from error
+            metrics[f"{METRIC_PREFIX}coef"] = self._step_entropy_coef()
         return batch
 
-    def _step_entropy_coef(self, entropy: float | None) -> float:
-        """The entropy coefficient this step's update applies; moves the adaptive one with ``H_t``."""
-        if self.adaptive_entropy is None:
-            return float(self.config.actor_rollout_ref.actor.entropy_coeff)
-        if entropy is None:
-            raise RuntimeError(_missing_entropy_message("adaptive_entropy"))
-        applied = self.adaptive_entropy.applied()  # from the entropies up to the previous step
-        self.adaptive_entropy.update(entropy)
-        return applied
+    def _step_entropy_coef(self) -> float:
+        """The entropy coefficient this step's update applies: a run state's per-step ``entropy_coef``
+        (the adaptive one), else verl's ``actor.entropy_coeff``."""
+        for inputs in (self.step_inputs or {}).values():
+            if "entropy_coef" in inputs:
+                return float(inputs["entropy_coef"])
+        return float(self.config.actor_rollout_ref.actor.entropy_coeff)
 
     def _update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
-        if self.adaptive_entropy is not None:
-            if self.step_entropy_coef is None:
-                raise RuntimeError(
-                    "the adaptive entropy coefficient was not computed before the actor update"
-                )
-            batch.extra_info[ENTROPY_COEF_KEY] = self.step_entropy_coef  # read by entropy_control_loss
+        if self.eapo_step.controls:
+            if self.step_inputs is None:
+                raise RuntimeError("the entropy controls' inputs were not computed before the actor update")
+            batch.extra_info[CONTROL_INPUTS_KEY] = json.dumps(
+                self.step_inputs
+            )  # read by entropy_control_loss
         update_metrics: dict[str, Any] = {}
         batch = super()._update_actor(batch, update_metrics)
         metrics.update(actor_metrics(update_metrics))
