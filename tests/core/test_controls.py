@@ -168,9 +168,22 @@ def test_every_preset_is_a_method_whose_settings_are_config_fields():
             r"top_entropy_quantile=1.5 is invalid; valid: a number in \[0, 1\]",
         ),
         (["algorithm.clip_cov_ratio=0"], r"clip_cov_ratio=0(\.0)? is invalid; valid: a number in \(0, 1\]"),
-        (["algorithm.clip_cov_lb=6"], "clip_cov_lb .* must be < clip_cov_ub"),
+        (["algorithm.method=clip_cov", "algorithm.clip_cov_lb=6"], "clip_cov_lb .* must be < clip_cov_ub"),
         (["algorithm.entropy_coef=-0.1"], "entropy_coef=-0.1 is invalid"),
-        (["algorithm.entropy_coef_min=2"], "entropy_coef_min .* must be <= entropy_coef_max"),
+        (
+            ["algorithm.method=adaptive_entropy", "algorithm.entropy_coef_min=2"],
+            "entropy_coef_min .* must be <=",
+        ),
+        # each control's "applies only with" rule, declared in its module (verl reads the same rules)
+        (
+            ["algorithm.clip_cov_lb=6"],
+            r"algorithm.clip_cov_lb applies only with algorithm.loss_mode=clip_cov",
+        ),
+        (["algorithm.entropy_coef_min=2"], "algorithm.entropy_coef_min applies only to the adaptive entropy"),
+        (
+            ["algorithm.method=kl_cov", "algorithm.epsilon_high=0.28"],
+            "cannot be combined with loss_mode=kl_cov",
+        ),
         (["algorithm.loss_mode=foo"], "loss_mode='foo' is invalid"),
         (["algorithm.method=clip_cov", "algorithm.entropy_coef=0.01"], "cannot run on TRL"),
         (["algorithm.method=kl_cov", "algorithm.loss_type=dapo"], "loss_type grpo"),

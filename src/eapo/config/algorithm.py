@@ -21,6 +21,7 @@ from eapo.core import (
     AdvantageScale,
     check_weights,
     control_defaults,
+    control_problems,
     method_scheme,
     resolve_controls,
 )
@@ -102,17 +103,9 @@ class AlgorithmConfig:
 
     def control_problems(self) -> list[str]:
         """What is wrong between the (resolved) entropy-control settings, one message per problem (each
-        setting alone is checked by its field's ``valid``)."""
-        problems = []
-        if self.entropy_coef_min > self.entropy_coef_max:
-            problems.append(
-                f"algorithm.entropy_coef_min ({self.entropy_coef_min}) must be <= entropy_coef_max "
-                f"({self.entropy_coef_max})"
-            )
-        if not self.clip_cov_lb < self.clip_cov_ub:
-            problems.append(
-                f"algorithm.clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})"
-            )
+        setting alone is checked by its field's ``valid``): the controls' own rules
+        (:func:`eapo.core.controls.control_problems`, verl's too), then what TRL cannot run."""
+        problems = control_problems(self.control_values(), "algorithm.")  # each control's own rules (core)
         if self.loss_mode != "vanilla":
             if self.entropy_coef > 0 or self.adaptive_entropy:
                 problems.append(

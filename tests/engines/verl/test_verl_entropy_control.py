@@ -310,7 +310,7 @@ def test_verls_option_set_to_the_same_value_is_accepted(verl_config):
             "adaptive_entropy",
             {"entropy_coef_min": 0.5, "entropy_coef_max": 0.1},
             {},
-            r"coef_min \(0.5\) must be <= coef_max",
+            r"algorithm.eapo.entropy_coef_min \(0.5\) must be <= entropy_coef_max \(0.1\)",
         ),
         (
             "clip_higher",

@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eapo.core.controls.registry import CONTROL_METRICS, EntropyControl, register_entropy_control
+from eapo.core.controls.registry import (
+    CONTROL_METRICS,
+    EntropyControl,
+    register_entropy_control,
+    stray_settings,
+)
 from eapo.core.settings import ANY_OF_TYPE, Setting, above, at_least
 
 _SKYWORK = "Skywork-OR1 (He et al. 2025, arXiv 2505.22312); TRL 1.16's defaults"
@@ -149,6 +154,31 @@ def _state(values: Mapping[str, Any]) -> AdaptiveEntropyCoef | None:
     )
 
 
+_ADAPTIVE_KEYS = (
+    "entropy_target",
+    "entropy_target_ratio",
+    "entropy_coef_delta",
+    "entropy_coef_min",
+    "entropy_coef_max",
+)
+
+
+def _problems(values: Mapping[str, Any]) -> list[str]:
+    problems = []
+    stray = stray_settings(values, _ADAPTIVE_KEYS)
+    if not values["adaptive_entropy"] and stray:
+        problems.append(
+            f"{{p}}{stray[0]} applies only to the adaptive entropy coefficient: set {{p}}adaptive_entropy=true "
+            "(or method=adaptive_entropy), or remove it"
+        )
+    if values["entropy_coef_min"] > values["entropy_coef_max"]:
+        problems.append(
+            f"{{p}}entropy_coef_min ({values['entropy_coef_min']}) must be <= entropy_coef_max "
+            f"({values['entropy_coef_max']})"
+        )
+    return problems
+
+
 ADAPTIVE_ENTROPY = register_entropy_control(
     EntropyControl(
         "adaptive_entropy",
@@ -174,6 +204,7 @@ ADAPTIVE_ENTROPY = register_entropy_control(
             "entropy_coef_max": "entropy_coef_max",
         },
         make_state=_state,
+        problems=_problems,
         needs_entropy=True,  # the step's coefficient multiplies the update's entropy
         step_settings=("entropy_coef",),  # the coefficient moves each step (loss_inputs)
         metrics=(CONTROL_METRICS["coef"],),

@@ -15,7 +15,13 @@ from typing import Any
 
 import torch
 
-from eapo.core.controls.registry import CONTROL_METRICS, LOSS_MODES, EntropyControl, register_entropy_control
+from eapo.core.controls.registry import (
+    CONTROL_METRICS,
+    LOSS_MODES,
+    EntropyControl,
+    register_entropy_control,
+    stray_settings,
+)
 from eapo.core.settings import FINITE, Setting, between, one_of
 
 CUI_2025 = "Cui et al. 2025, 'The Entropy Mechanism of RL for Reasoning LMs', arXiv 2505.22617; verl's ActorConfig defaults"
@@ -127,6 +133,26 @@ def _policy_loss(logp, old_logp, advantages, mask, values: Mapping[str, Any], *,
     )
 
 
+def mode_problems(values: Mapping[str, Any], mode: str, keys: tuple[str, ...]) -> list[str]:
+    """``keys`` set while ``loss_mode`` is not ``mode``: "applies only with" (Clip-Cov's and KL-Cov's rule)."""
+    stray = stray_settings(values, keys)
+    if stray and values["loss_mode"] != mode:
+        return [
+            f"{{p}}{stray[0]} applies only with {{p}}loss_mode={mode} (method={mode}); loss_mode is "
+            f"{values['loss_mode']}"
+        ]
+    return []
+
+
+def _problems(values: Mapping[str, Any]) -> list[str]:
+    problems = mode_problems(values, "clip_cov", ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"))
+    if not values["clip_cov_lb"] < values["clip_cov_ub"]:
+        problems.append(
+            f"{{p}}clip_cov_lb ({values['clip_cov_lb']}) must be < clip_cov_ub ({values['clip_cov_ub']})"
+        )
+    return problems
+
+
 CLIP_COV = register_entropy_control(
     EntropyControl(
         "clip_cov",
@@ -142,6 +168,7 @@ CLIP_COV = register_entropy_control(
             "clip_cov_ub": "policy_loss.clip_cov_ub",
         },
         policy_loss=_policy_loss,
+        problems=_problems,
         metrics=(
             CONTROL_METRICS["cov_frac"],
             CONTROL_METRICS["clip_low_frac"],

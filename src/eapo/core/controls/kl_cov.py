@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from eapo.core.controls.clip_cov import CUI_2025, per_token
+from eapo.core.controls.clip_cov import CUI_2025, mode_problems, per_token
 from eapo.core.controls.registry import CONTROL_METRICS, EntropyControl, register_entropy_control
 from eapo.core.settings import Setting, at_least, between
 
@@ -74,6 +74,16 @@ def _policy_loss(logp, old_logp, advantages, mask, values: Mapping[str, Any], *,
     )
 
 
+def _problems(values: Mapping[str, Any]) -> list[str]:
+    problems = mode_problems(values, "kl_cov", ("kl_cov_ratio", "ppo_kl_coef"))
+    if values["loss_mode"] == "kl_cov" and values["epsilon_high"] is not None:
+        problems.append(
+            "{p}epsilon_high cannot be combined with loss_mode=kl_cov: KL-Cov does not clip the ratio "
+            "(kl_cov_policy_loss, as verl's compute_policy_loss_kl_cov), so epsilon_high would have no effect"
+        )
+    return problems
+
+
 KL_COV = register_entropy_control(
     EntropyControl(
         "kl_cov",
@@ -83,6 +93,7 @@ KL_COV = register_entropy_control(
         "added; no ratio clipping (as verl)",
         verl_options={"kl_cov_ratio": "policy_loss.kl_cov_ratio", "ppo_kl_coef": "policy_loss.ppo_kl_coef"},
         policy_loss=_policy_loss,
+        problems=_problems,
         metrics=(CONTROL_METRICS["cov_frac"],),
         declares=(
             Setting(

@@ -48,6 +48,8 @@ __all__ = [
     "is_on",
     "applied_by_eapo",
     "control_token_weights",
+    "control_problems",
+    "stray_settings",
 ]
 
 #: ``algorithm.loss_mode`` values: the PPO-clip surrogate of the paper, or a covariance-selected variant.
@@ -118,6 +120,9 @@ class EntropyControl:
             eapo applies the control: an engine option they map onto is set per update, not in the config.
         weight_metric: the metric key logged as the share of response tokens' weight
             (the masked mean of ``token_weights``), where eapo applies them.
+        problems: the rules between settings the control needs, ``(resolved settings) -> messages``: each
+            message names settings as ``{p}name`` (``{p}``: the engine's prefix, ``algorithm.`` or
+            ``algorithm.eapo.``); one declaration of the rule for every engine (:func:`control_problems`).
         metrics: the metric keys (:data:`CONTROL_METRICS`) it logs.
     """
 
@@ -134,6 +139,7 @@ class EntropyControl:
     needs_entropy: bool = False
     step_settings: tuple[str, ...] = ()
     weight_metric: str | None = None
+    problems: Callable[[Mapping[str, Any]], list[str]] | None = None
     metrics: tuple[str, ...] = ()
 
 
@@ -275,3 +281,27 @@ def control_token_weights(
                 values = inputs.gather(values)
             metrics[control.weight_metric] = values.mean().item() if values.numel() else 0.0
     return weights, metrics
+
+
+def stray_settings(values: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` set to other than their declared default (for a control's "applies only with"
+    rule)."""
+    return [
+        name
+        for name in names
+        if values.get(name) is not None and values[name] != CONTROL_SETTINGS[name].default
+    ]
+
+
+def control_problems(values: Mapping[str, Any], prefix: str) -> list[str]:
+    """Every registered control's rule broken by ``values`` (unset: the declared default), one message
+    each, settings named with ``prefix`` (``algorithm.`` in the YAML, ``algorithm.eapo.`` on verl)."""
+    resolved = {
+        name: setting.default if values.get(name) is None else values[name]
+        for name, setting in CONTROL_SETTINGS.items()
+    }
+    messages = []
+    for control in ENTROPY_CONTROLS.values():
+        if control.problems is not None:
+            messages += [message.replace("{p}", prefix) for message in control.problems(resolved)]
+    return messages

@@ -77,6 +77,7 @@ from eapo.core.controls import (
     EntropyControl,
     TokenInputs,
     applied_by_eapo,
+    control_problems,
     control_states,
     control_token_weights,
     kl_cov_mask,
@@ -112,17 +113,6 @@ VERL_ACTOR_OPTIONS: dict[str, str] = {
     key: option for control in ENTROPY_CONTROLS.values() for key, option in control.verl_options.items()
 }
 
-_ADAPTIVE_KEYS = (
-    "entropy_target",
-    "entropy_target_ratio",
-    "entropy_coef_delta",
-    "entropy_coef_min",
-    "entropy_coef_max",
-)
-_KEYS_OF_LOSS_MODE = {
-    "clip_cov": ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"),
-    "kl_cov": ("kl_cov_ratio", "ppo_kl_coef"),
-}
 #: verl losses that multiply ``rollout_is_weights`` into the per-token loss (token weights' way in).
 _WEIGHTABLE_LOSS_MODES = LOSS_MODES
 
@@ -168,44 +158,20 @@ class EntropyControls:
         return self.active
 
     def validate(self) -> None:
-        """Each set value against its declaration (:data:`eapo.core.CONTROL_SETTINGS`), then the relations
-        between them that verl needs."""
+        """Each set value against its declaration (:data:`eapo.core.CONTROL_SETTINGS`), then each control's
+        rules between settings (:func:`eapo.core.controls.control_problems`, the YAML's too)."""
         check_settings(
             CONTROL_SETTINGS,
             {f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
             "algorithm.eapo.",
         )
-        if not self.adaptive_entropy:
-            stray = [key for key in _ADAPTIVE_KEYS if getattr(self, key) is not None]
-            if stray:
-                raise ValueError(
-                    f"algorithm.eapo.{stray[0]} applies only to the adaptive entropy coefficient: "
-                    "set algorithm.eapo.adaptive_entropy=true (or method=adaptive_entropy), or remove it"
-                )
+        problems = control_problems(self.values(), "algorithm.eapo.")  # each control's own rules
+        if problems:
+            raise ValueError(problems[0])
         try:
             control_states(self.resolved_values())  # each run state validates its own settings
         except ValueError as error:
             raise ValueError(f"algorithm.eapo: {error}") from error
-        for mode, keys in _KEYS_OF_LOSS_MODE.items():
-            stray = [key for key in keys if getattr(self, key) is not None]
-            if stray and self.loss_mode != mode:
-                raise ValueError(
-                    f"algorithm.eapo.{stray[0]} applies only with algorithm.eapo.loss_mode={mode} "
-                    f"(method={mode}); loss_mode is {self.loss_mode or 'unset (vanilla)'}"
-                )
-        if self.loss_mode == "kl_cov" and self.epsilon_high is not None:
-            raise ValueError(
-                "algorithm.eapo.epsilon_high cannot be combined with loss_mode=kl_cov: KL-Cov does not clip "
-                "the ratio (verl's compute_policy_loss_kl_cov), so epsilon_high would have no effect"
-            )
-        if (
-            self.clip_cov_lb is not None
-            and self.clip_cov_ub is not None
-            and not self.clip_cov_lb < self.clip_cov_ub
-        ):
-            raise ValueError(
-                f"algorithm.eapo.clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})"
-            )
 
     def values(self) -> dict[str, Any]:
         """The settings by name (None: unset)."""
