@@ -196,6 +196,25 @@ def test_control_inputs_give_each_update_its_input_then_move_the_state_with_h_t(
         {"adaptive_entropy": {"entropy_coef": 0.01}},
     ]
     assert adaptive.coef == 0.0 and adaptive.target == pytest.approx(1.2)
+    assert step.control_metrics == {}  # the adaptive state reports none (the engines log its coefficient)
+
+    class Reporting:
+        def anchor(self, h0):
+            pass
+
+        def loss_inputs(self):
+            return {}
+
+        def observe(self, entropy):
+            self.last = entropy
+
+        def metrics(self):
+            return {"toy/last": self.last}
+
+    step.controls["toy"] = Reporting()
+    step.control_inputs(0.7)
+    assert step.control_metrics == {"toy/last": 0.7}
+    del step.controls["toy"]
     assert step.control_inputs(1.0, moved_by_engine={"adaptive_entropy"}) == {}
     assert adaptive.last_entropy == 1.5
     with pytest.raises(ValueError, match="adaptive_entropy moves with the rollout entropy H_t"):

@@ -262,6 +262,8 @@ class EAPOStep:
         self.split_by = split_by
         #: ``H`` of the first step with an entropy: ``eapo/H0`` for schemes without their own anchor.
         self.first_entropy: float | None = None
+        #: the metrics the control states reported at the last :meth:`control_inputs` (logged by the engines)
+        self.control_metrics: dict[str, float] = {}
 
     @property
     def h0(self) -> float | None:
@@ -325,8 +327,10 @@ class EAPOStep:
         step t−1), then the state moved by this step's ``H_t`` (``observe``), by control name: the
         controls an engine lacks (:func:`eapo.core.controls.applied_by_eapo`). ``moved_by_engine``: those
         whose state the engine moves itself (TRL's adaptive coefficient), left alone. Call after
-        :meth:`step` (which anchors the states at ``H_0``)."""
+        :meth:`step` (which anchors the states at ``H_0``). A state with ``metrics()`` reports what it
+        logs this step (after ``observe``) into :attr:`control_metrics`, which the engines log."""
         inputs: dict[str, dict[str, float]] = {}
+        self.control_metrics = {}
         for name, state in self.controls.items():
             if name in moved_by_engine or not hasattr(state, "loss_inputs"):
                 continue
@@ -336,6 +340,8 @@ class EAPOStep:
                 )
             inputs[name] = dict(state.loss_inputs())
             state.observe(float(entropy))
+            if hasattr(state, "metrics"):  # what the control logs this step (its documented keys)
+                self.control_metrics.update(state.metrics())
         return inputs
 
     # --- state ------------------------------------------------------------------------------------

@@ -406,6 +406,8 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         # the run states of the controls TRL lacks: their inputs to this update, then moved by H_t
         trl_moves = set(self.eapo_step.controls) - {control.name for control in self.eapo_controls}
         self._step_inputs = self.eapo_step.control_inputs(entropy, moved_by_engine=trl_moves)
+        for key, value in self.eapo_step.control_metrics.items():
+            self._metrics["train"][key].append(value)
 
     @property
     def first_entropy(self) -> float | None:

@@ -215,6 +215,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
                 name = next(iter(self.eapo_step.controls))
                 raise RuntimeError(_missing_entropy_message(name, control=True)) from error
             metrics[f"{METRIC_PREFIX}coef"] = self._step_entropy_coef()
+            metrics.update(self.eapo_step.control_metrics)
         return batch
 
     def _step_entropy_coef(self) -> float:
