@@ -212,7 +212,7 @@ def test_control_inputs_give_each_update_its_input_then_move_the_state_with_h_t(
             return {"toy/last": self.last}
 
     step.controls["toy"] = Reporting()
-    step.control_inputs(0.7)
+    step.control_inputs(0.7, moved_by_engine={"adaptive_entropy"})
     assert step.control_metrics == {"toy/last": 0.7}
     del step.controls["toy"]
     assert step.control_inputs(1.0, moved_by_engine={"adaptive_entropy"}) == {}
