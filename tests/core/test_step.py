@@ -98,7 +98,7 @@ def test_fixed_scheme_anchors_h0_on_the_first_entropy_and_runs_without_one():
 
 
 def test_registry_by_decorator_keeps_the_dict_shape():
-    assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "eapo"]
+    assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "eapo", "eapo_pi"]
     builder, accepted = WEIGHTING_SCHEMES["psr"]
     assert accepted == ("w_pos", "w_neg") and builder("psr").weights(None) == (1.0, 0.0)
     with pytest.raises(ValueError, match="already registered"):

@@ -10,6 +10,7 @@ import torch
 
 from eapo.core import (
     WEIGHTING_SCHEMES,
+    EAPOStep,
     EntropyAdaptiveWeighting,
     FixedWeighting,
     make_weighting,
@@ -187,8 +188,8 @@ def test_eapo_scheme_has_the_paper_defaults():
     assert scheme.h0 == 2.0
 
 
-def test_registry_lists_exactly_the_five_schemes():
-    assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "eapo"]
+def test_registry_lists_exactly_the_six_schemes():
+    assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "eapo", "eapo_pi"]
 
 
 @pytest.mark.parametrize(
@@ -282,7 +283,7 @@ def test_load_state_dict_rejects_a_different_configuration():
 def test_reprs_name_the_settings():
     assert repr(make_weighting("psr")) == "FixedWeighting(name='psr', w_pos=1.0, w_neg=0.0)"
     assert repr(make_weighting("eapo")) == (
-        "EntropyAdaptiveWeighting(w0=0.2, w_min=0.0, w_max=2.0, w_neg=1.0, anchor_steps=1)"
+        "EntropyAdaptiveWeighting(w0=0.2, w_min=0.0, w_max=2.0, w_neg=1.0, anchor_steps=1, integral_gain=0.0)"
     )
 
 
@@ -313,3 +314,76 @@ def test_the_eapo_state_layout_before_the_scheme_was_one_class_is_still_read():
     assert scheme.h0 == 1.5 and scheme.weights(3.0) == (pytest.approx(0.4), 1.0)
     with pytest.raises(ValueError, match="checkpointed w0=0.2 differs"):
         make_weighting("eapo", w0=0.3).load_state_dict(old)
+
+
+# --- EAPO's integral term (algorithm.integral_gain) --------------------------------------------
+
+
+def test_integral_term_by_hand():
+    """w0 = 0.2, k_I = 0.5, H_0 = 2. H = 1: e = −0.5, I would be −0.5 and w+ = 0.2 · 0.5 − 0.25 < 0 = w_min
+    with the error pushing further down, so I stays 0 (conditional integration) and w+ = 0.1. H = 3:
+    e = 0.5, I = 0.5, w+ = 0.2 · 1.5 + 0.25 = 0.55. H = 2: e = 0, I = 0.5, w+ = 0.2 + 0.25 = 0.45."""
+    scheme = make_weighting("eapo", w0=0.2, integral_gain=0.5)
+    assert scheme.weights(2.0) == (0.2, 1.0)  # the anchor step
+    assert scheme.weights(1.0)[0] == pytest.approx(0.1) and scheme.integral == 0.0
+    assert scheme.weights(3.0)[0] == pytest.approx(0.55) and scheme.integral == pytest.approx(0.5)
+    assert scheme.weights(2.0)[0] == pytest.approx(0.45) and scheme.integral == pytest.approx(0.5)
+    assert scheme.metrics() == {"eapo/integral": pytest.approx(0.5)}
+
+
+def test_integral_gain_zero_is_the_papers_eapo_exactly():
+    generator = torch.Generator().manual_seed(0)
+    entropies = (1.0 + 2.0 * torch.rand(50, generator=generator)).tolist()
+    paper, with_term = make_weighting("eapo"), make_weighting("eapo", integral_gain=0.0)
+    for entropy in entropies:
+        assert with_term.weights(entropy) == paper.weights(entropy)  # bit for bit
+    assert with_term.metrics() == {} and "eapo/integral" not in EAPOStep(with_term).weight_metrics(
+        1.0, 0.2, 1.0
+    )
+
+
+def test_integral_state_resumes_identically_and_refuses_another_gain():
+    entropies = [2.0, 1.5, 1.2, 1.8, 2.6, 2.1, 1.9]
+    uninterrupted = make_weighting("eapo_pi")
+    expected = [uninterrupted.weights(h)[0] for h in entropies]
+    first = make_weighting("eapo_pi")
+    got = [first.weights(h)[0] for h in entropies[:4]]
+    resumed = make_weighting("eapo_pi")
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    got += [resumed.weights(h)[0] for h in entropies[4:]]
+    assert got == expected and resumed.integral == uninterrupted.integral != 0.0
+    with pytest.raises(
+        ValueError, match="checkpointed integral_gain=0.2 differs from the configured integral_gain=0.5"
+    ):
+        make_weighting("eapo", integral_gain=0.5).load_state_dict(first.state_dict())
+    older = {
+        k: v for k, v in make_weighting("eapo").state_dict().items() if k not in ("integral_gain", "integral")
+    }
+    make_weighting("eapo").load_state_dict(older)  # a state written before the term: the paper's EAPO
+
+
+def _closed_loop(w0: float, gain: float, start: float, *, steps: int, w_star: float = 0.5, eta: float = 0.5):
+    """A stand-in for training: the rollout entropy responds to the positive weight as
+    H_{t+1} = H_t · exp(η (w* − w+_t)): it rises while w+ is below the weight w* at which the positives'
+    pull on entropy cancels the negatives', and falls above it. H_0 = 2 is anchored at step 1, then the
+    entropy starts at ``start`` × H_0. Returns the last 50 steps' H / H_0."""
+    scheme = make_weighting("eapo", w0=w0, integral_gain=gain)
+    h0 = 2.0
+    scheme.weights(h0)
+    entropy, ratios = start * h0, []
+    for _ in range(steps):
+        w_pos, _ = scheme.weights(entropy)
+        entropy *= math.exp(eta * (w_star - w_pos))
+        ratios.append(entropy / h0)
+    return ratios[-50:]
+
+
+@pytest.mark.parametrize("start", [1.3, 0.7], ids=["from_above", "from_below"])
+@pytest.mark.parametrize("w0", [0.05, 0.2, 0.5, 1.0])
+def test_closed_loop_integral_term_settles_at_h0_and_the_papers_eapo_where_its_algebra_predicts(w0, start):
+    """With the integral term the entropy settles at H_0 for every w0, from above and from below; without
+    it, at H*/H_0 = w*/w0 (w0 · H*/H_0 = w*: the proportional rule's equilibrium, set by w0)."""
+    with_term = _closed_loop(w0, 0.2, start, steps=1500)
+    assert max(abs(ratio - 1.0) for ratio in with_term) < 0.01
+    paper = _closed_loop(w0, 0.0, start, steps=400)
+    assert max(abs(ratio - 0.5 / w0) for ratio in paper) < 0.01 * (0.5 / w0)

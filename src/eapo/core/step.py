@@ -286,7 +286,8 @@ class EAPOStep:
         return positive, split_metrics(positive, scored)
 
     def weight_metrics(self, entropy: float | None, w_pos: float, w_neg: float) -> dict[str, float]:
-        """``entropy/rollout`` (with an entropy), ``eapo/H0`` (once known), ``eapo/w_pos``, ``eapo/w_neg``."""
+        """``entropy/rollout`` (with an entropy), ``eapo/H0`` (once known), ``eapo/w_pos``, ``eapo/w_neg``, and
+        the scheme's own (``eapo/integral`` with EAPO's integral term)."""
         metrics: dict[str, float] = {}
         if entropy is not None:
             metrics["entropy/rollout"] = float(entropy)
@@ -294,6 +295,9 @@ class EAPOStep:
             metrics["eapo/H0"] = self.h0
         metrics["eapo/w_pos"] = w_pos
         metrics["eapo/w_neg"] = w_neg
+        scheme_metrics = getattr(self.weighting, "metrics", None)  # the integral term's eapo/integral
+        if scheme_metrics is not None:
+            metrics.update(scheme_metrics())
         return metrics
 
     def step(

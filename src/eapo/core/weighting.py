@@ -46,6 +46,17 @@ WEIGHT_SETTINGS: dict[str, Setting] = settings_by_name(
         Setting("w_min", float, "EAPO lower clip of w+.", at_least(0), default=0.0, citation=_PAPER),
         Setting("w_max", float, "EAPO upper clip of w+.", at_least(0), default=2.0, citation=_PAPER),
         Setting(
+            "integral_gain",
+            float,
+            "EAPO's integral term k_I: w+_t = clip(w0 · H_t / H_0 + k_I · I_t, w_min, w_max) with "
+            "I_t = Σ_s≤t (H_s / H_0 − 1) (conditional integration while w+ is clipped). 0: the paper's EAPO "
+            "exactly; > 0: w+ keeps moving until H_t returns to H_0, so the equilibrium entropy no longer "
+            "depends on w0 (docs/guide/entropy-controls.md, 'EAPO with an integral term').",
+            at_least(0),
+            default=0.0,
+            citation="eapo's option (a PI form of Eq. dynamic_weight); 0 is the paper's",
+        ),
+        Setting(
             "anchor_steps",
             int,
             "EAPO: steps whose rollout entropies are averaged into H_0 (1: the paper's first-step anchor).",
@@ -58,7 +69,7 @@ WEIGHT_SETTINGS: dict[str, Setting] = settings_by_name(
 
 #: The eapo scheme's own defaults, from the declarations above.
 _EAPO_DEFAULTS: dict[str, Any] = {
-    key: WEIGHT_SETTINGS[key].default for key in ("w0", "w_min", "w_max", "anchor_steps")
+    key: WEIGHT_SETTINGS[key].default for key in ("w0", "w_min", "w_max", "anchor_steps", "integral_gain")
 }
 
 
@@ -132,6 +143,18 @@ class EntropyAdaptiveWeighting:
     anchor steps the weight is ``clip(w0, w_min, w_max)``. The closed form equals the paper's
     recursion ``w_t = w_{t-1} · H_t / H_{t-1}`` (appendix "Formula Derivation") without its error
     accumulation.
+
+    **Integral term** (``integral_gain`` k_I > 0; 0, the default, is the paper's EAPO exactly). The paper's
+    rule is a proportional controller of the relative error ``e_t = H_t / H_0 − 1`` with gain ``w0``
+    (``w0 · H_t / H_0 = w0 + w0 · e_t``), so it settles where ``w+`` reaches the weight ``w*`` at which
+    the positives' pull on entropy cancels the negatives': ``H*/H_0 = w*/w0``, a level set by ``w0``.
+    With ``I_t = I_{t−1} + e_t`` after the anchor steps,
+
+        ``w+_t = clip(w0 · H_t / H_0 + k_I · I_t, w_min, w_max)``
+
+    stops moving only where ``e = 0``: the equilibrium entropy is ``H_0`` whatever ``w0`` (while ``w*``
+    lies in ``[w_min, w_max]``), with ``I* = (w* − w0) / k_I``. Anti-windup: while the unclipped weight is
+    beyond a bound and ``e_t`` pushes it further out, ``I`` is not accumulated (conditional integration).
     """
 
     needs_entropy = True
@@ -144,6 +167,7 @@ class EntropyAdaptiveWeighting:
         w_max: float = _EAPO_DEFAULTS["w_max"],
         w_neg: float = 1.0,
         anchor_steps: int = _EAPO_DEFAULTS["anchor_steps"],
+        integral_gain: float = _EAPO_DEFAULTS["integral_gain"],
     ) -> None:
         if not (math.isfinite(w0) and w0 >= 0):
             raise ValueError(f"w0 must be finite and >= 0, got {w0}")
@@ -153,11 +177,16 @@ class EntropyAdaptiveWeighting:
             raise ValueError(f"w_min must be >= 0 (a negative weight flips the update), got {w_min}")
         if not isinstance(anchor_steps, int) or anchor_steps < 1:
             raise ValueError(f"anchor_steps must be an integer >= 1, got {anchor_steps!r}")
+        if not (math.isfinite(integral_gain) and integral_gain >= 0):
+            raise ValueError(f"integral_gain must be finite and >= 0, got {integral_gain}")
         self.name = name
         self.w0, self.w_min, self.w_max, self.anchor_steps = w0, w_min, w_max, anchor_steps
+        self.integral_gain = float(integral_gain)
         self.w_neg = _check_weight("w_neg", w_neg)
         self._anchor_sum = 0.0
         self._anchor_count = 0
+        #: ``I_t``: the accumulated relative entropy error since the anchor (0 without the integral term).
+        self.integral = 0.0
 
     @property
     def h0(self) -> float | None:
@@ -169,12 +198,26 @@ class EntropyAdaptiveWeighting:
     def _clip(self, value: float) -> float:
         return min(max(value, self.w_min), self.w_max)
 
+    def _step(self, entropy: float) -> tuple[float, float]:
+        """``(w+, the integral after this step)`` for ``H_t = entropy`` past the anchor, state unchanged."""
+        h0 = self.h0
+        proportional = self.w0 * entropy / h0  # the paper's term, computed as the paper's closed form
+        if self.integral_gain == 0.0:
+            return self._clip(proportional), self.integral
+        error = entropy / h0 - 1.0
+        integral = self.integral + error
+        raw = proportional + self.integral_gain * integral
+        if (raw > self.w_max and error > 0) or (raw < self.w_min and error < 0):
+            integral = self.integral  # conditional integration: no windup while clipped
+            raw = proportional + self.integral_gain * integral
+        return self._clip(raw), integral
+
     def peek(self, entropy: float) -> float:
         """The ``w+`` :meth:`update` would return for ``entropy``, without changing any state."""
         entropy = _check_entropy(entropy)
         if self.h0 is None:
             return self._clip(self.w0)
-        return self._clip(self.w0 * entropy / self.h0)
+        return self._step(entropy)[0]
 
     def update(self, entropy: float) -> float:
         """Record this step's rollout entropy ``H_t`` and return ``w+_t``."""
@@ -183,12 +226,17 @@ class EntropyAdaptiveWeighting:
             self._anchor_sum += entropy
             self._anchor_count += 1
             return self._clip(self.w0)
-        return self.peek(entropy)
+        w_pos, self.integral = self._step(entropy)
+        return w_pos
 
     def weights(self, entropy: float | None) -> tuple[float, float]:
         if entropy is None:
             raise ValueError("the 'eapo' weighting needs this step's rollout entropy, got None")
         return self.update(entropy), self.w_neg
+
+    def metrics(self) -> dict[str, float]:
+        """``eapo/integral`` (``I_t``) when the integral term is on; nothing for the paper's EAPO."""
+        return {"eapo/integral": self.integral} if self.integral_gain > 0 else {}
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -198,21 +246,25 @@ class EntropyAdaptiveWeighting:
             "w_max": self.w_max,
             "w_neg": self.w_neg,
             "anchor_steps": self.anchor_steps,
+            "integral_gain": self.integral_gain,
             "anchor_sum": self._anchor_sum,
             "anchor_count": self._anchor_count,
+            "integral": self.integral,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict`, or from the layout before it (the anchor under ``adaptive``).
+        """Restore from :meth:`state_dict`, or from the layouts before it (the anchor under ``adaptive``;
+        no integral: 0, the paper's EAPO).
 
         Raises:
             KeyError: the anchor is missing. ValueError: a setting differs from the configured one.
         """
         merged = {**state.get("adaptive", {}), **{k: v for k, v in state.items() if k != "adaptive"}}
+        merged.setdefault("integral_gain", 0.0)  # written before the integral term existed
         missing = {"anchor_sum", "anchor_count"} - set(merged)
         if missing:
             raise KeyError(f"the eapo weighting's state is missing {sorted(missing)}")
-        for key in ("w0", "w_min", "w_max", "w_neg", "anchor_steps"):
+        for key in ("w0", "w_min", "w_max", "w_neg", "anchor_steps", "integral_gain"):
             if key in merged and merged[key] != getattr(self, key):
                 raise ValueError(
                     f"checkpointed {key}={merged[key]} differs from the configured {key}={getattr(self, key)}; "
@@ -220,11 +272,12 @@ class EntropyAdaptiveWeighting:
                 )
         self._anchor_sum = float(merged["anchor_sum"])
         self._anchor_count = int(merged["anchor_count"])
+        self.integral = float(merged.get("integral", 0.0))
 
     def __repr__(self) -> str:
         return (
             f"EntropyAdaptiveWeighting(w0={self.w0}, w_min={self.w_min}, w_max={self.w_max}, "
-            f"w_neg={self.w_neg}, anchor_steps={self.anchor_steps})"
+            f"w_neg={self.w_neg}, anchor_steps={self.anchor_steps}, integral_gain={self.integral_gain})"
         )
 
 
@@ -275,19 +328,39 @@ for _name, (_pos, _neg) in FIXED_WEIGHTS.items():
     register_weighting(_name, _FIXED_KEYS)(_fixed(_pos, _neg))
 
 
-@register_weighting("eapo", ("w0", "w_min", "w_max", "w_neg", "anchor_steps"))
-def _adaptive(
-    name: str,
-    *,
-    w0: float = _EAPO_DEFAULTS["w0"],
-    w_min: float = _EAPO_DEFAULTS["w_min"],
-    w_max: float = _EAPO_DEFAULTS["w_max"],
-    w_neg: float = 1.0,
-    anchor_steps: int = _EAPO_DEFAULTS["anchor_steps"],
-) -> EntropyAdaptiveWeighting:
-    return EntropyAdaptiveWeighting(
-        name, w0=w0, w_min=w_min, w_max=w_max, w_neg=w_neg, anchor_steps=anchor_steps
-    )
+_EAPO_KEYS = ("w0", "w_min", "w_max", "w_neg", "anchor_steps", "integral_gain")
+
+
+def _entropy_adaptive(default_gain: float) -> Callable[..., EntropyAdaptiveWeighting]:
+    def build(
+        name: str,
+        *,
+        w0: float = _EAPO_DEFAULTS["w0"],
+        w_min: float = _EAPO_DEFAULTS["w_min"],
+        w_max: float = _EAPO_DEFAULTS["w_max"],
+        w_neg: float = 1.0,
+        anchor_steps: int = _EAPO_DEFAULTS["anchor_steps"],
+        integral_gain: float = default_gain,
+    ) -> EntropyAdaptiveWeighting:
+        return EntropyAdaptiveWeighting(
+            name,
+            w0=w0,
+            w_min=w_min,
+            w_max=w_max,
+            w_neg=w_neg,
+            anchor_steps=anchor_steps,
+            integral_gain=integral_gain,
+        )
+
+    return build
+
+
+#: ``eapo_pi``'s default integral gain: a relative entropy error held for one step moves w+ by as much
+#: as w0's paper value (0.2) does; the closed-loop test checks it settles for every w0 tried.
+EAPO_PI_GAIN = 0.2
+
+register_weighting("eapo", _EAPO_KEYS)(_entropy_adaptive(_EAPO_DEFAULTS["integral_gain"]))
+register_weighting("eapo_pi", _EAPO_KEYS)(_entropy_adaptive(EAPO_PI_GAIN))
 
 
 def make_weighting(name: str, **overrides: Any) -> WeightingScheme:

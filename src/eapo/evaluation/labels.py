@@ -22,6 +22,7 @@ METHOD_NAMES = {
     "nsr": "NSR",
     "w_reinforce": "W-REINFORCE",
     "eapo": "EAPO",
+    "eapo_pi": "EAPO-PI",
     "entropy_bonus": "Entropy bonus",
     "adaptive_entropy": "Adaptive entropy",
     "clip_higher": "Clip-higher",
@@ -38,6 +39,7 @@ _SYMBOLS = {
     "w_min": "w_min",
     "w_max": "w_max",
     "anchor_steps": "anchor",
+    "integral_gain": "k_I",
 }
 
 
@@ -54,6 +56,7 @@ def effective_weights(method: str, overrides: Mapping[str, Any] | None = None) -
             "w_max": a.w_max,
             "w_neg": scheme.w_neg,
             "anchor_steps": a.anchor_steps,
+            "integral_gain": a.integral_gain,
         }
     return {"w_pos": scheme.w_pos, "w_neg": scheme.w_neg}
 
@@ -72,9 +75,12 @@ def method_label(method: str, overrides: Mapping[str, Any] | None = None) -> str
         return name
     if method == "w_reinforce":
         shown = ["w_pos", "w_neg"]
-    elif method == "eapo":
-        shown = ["w0"] + [
-            key for key in ("w_min", "w_max", "w_neg", "anchor_steps") if weights[key] != defaults[key]
+    elif method in ("eapo", "eapo_pi"):
+        shown = ["w0"] + (["integral_gain"] if method == "eapo_pi" else [])
+        shown += [
+            key
+            for key in ("w_min", "w_max", "w_neg", "anchor_steps", "integral_gain")
+            if weights[key] != defaults[key] and key not in shown
         ]
     else:
         shown = [key for key in weights if weights[key] != defaults[key]]

@@ -209,6 +209,7 @@ def _make_estimator(name: str):
 
 
 compute_eapo_advantage = _make_estimator("eapo")
+compute_eapo_pi_advantage = _make_estimator("eapo_pi")
 compute_psr_advantage = _make_estimator("psr")
 compute_nsr_advantage = _make_estimator("nsr")
 compute_w_reinforce_advantage = _make_estimator("w_reinforce")
@@ -217,6 +218,7 @@ compute_eapo_grpo_advantage = _make_estimator("eapo_grpo")
 #: name -> estimator function, in registration order.
 ESTIMATORS = {
     "eapo": compute_eapo_advantage,
+    "eapo_pi": compute_eapo_pi_advantage,
     "psr": compute_psr_advantage,
     "nsr": compute_nsr_advantage,
     "w_reinforce": compute_w_reinforce_advantage,

@@ -59,7 +59,7 @@ TRAINER_NAME = "eapo"
 
 #: The estimator names this plugin registers; each applies a weighting scheme of :mod:`eapo.core` (see
 #: :data:`SCHEME_OF_ESTIMATOR`).
-ESTIMATOR_NAMES: tuple[str, ...] = ("eapo", "psr", "nsr", "w_reinforce", "eapo_grpo")
+ESTIMATOR_NAMES: tuple[str, ...] = ("eapo", "eapo_pi", "psr", "nsr", "w_reinforce", "eapo_grpo")
 
 #: Estimator name -> the :mod:`eapo.core` weighting scheme it applies, where the two names differ
 #: (verl already has an estimator called ``grpo``).
@@ -212,9 +212,9 @@ class EapoSettings:
             RuntimeError: ``estimator`` is ``eapo``, whose ``w+_t`` needs the step's rollout entropy.
         """
         values = read_section(algorithm)
-        if estimator == "eapo":
+        if estimator in ESTIMATOR_NAMES and make_weighting(scheme_of(estimator)).needs_entropy:
             raise RuntimeError(
-                "algorithm.adv_estimator=eapo needs this step's rollout entropy, which only the eapo trainer "
+                f"algorithm.adv_estimator={estimator} needs this step's rollout entropy, which only the eapo trainer "
                 "supplies: set trainer.use_v1=True and trainer.v1.trainer_mode=eapo (with eapo[verl] installed "
                 "so that verl loads the plugin)"
             )
