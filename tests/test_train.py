@@ -722,3 +722,34 @@ def test_resume_accepts_a_config_saved_before_new_settings_existed_and_names_rea
     saved.write_text("train: [unclosed\n")
     with pytest.raises(RunError, match=r"unreadable: .*config.yaml: not valid YAML"):
         _inspect_run_dir(tmp_path, config, resume=True)
+
+
+def test_quantile_split_on_trl_gives_cores_qae_advantages(tmp_path):
+    """split_by=quantile (QAE, K = 0.3) on the TRL engine: the advantages TRL trains on are core's, from the
+    step's own rewards, centred on each group's K-quantile."""
+    from eapo.core.step import EAPOStep, contiguous_index
+
+    config = tiny("algorithm.method=grpo", "algorithm.split_by=quantile", "algorithm.quantile_k=0.3")
+    trainer, dataset = _trainer(config, tmp_path)
+    trainer.reuse_loss_pass = False  # decided at generation: inputs["advantages"] are final
+    torch.manual_seed(1234)
+    inputs = trainer._generate_and_score_completions(_rows(dataset))
+    rewards, _ = trainer._total_rewards()
+    expected, _ = EAPOStep(make_weighting("grpo"), split_by="quantile", quantile_k=0.3).step(
+        rewards, contiguous_index(rewards.shape[0], config.rollout.num_generations), None
+    )
+    assert trainer.eapo_step.split_by == "quantile" and trainer.eapo_step.quantile_k == 0.3
+    torch.testing.assert_close(inputs["advantages"].double(), expected.double(), rtol=1e-6, atol=1e-7)
+    assert (inputs["advantages"] == 0).sum() > 0  # some rollouts sit at their group's quantile
+
+
+def test_eapo_pi_on_trl_logs_the_integral_of_its_own_entropies(tmp_path):
+    """method=eapo_pi, 3 steps: w+ and eapo/integral equal the scheme replayed on the logged entropy/rollout."""
+    rows = read_metrics(
+        run(tiny("algorithm.method=eapo_pi", "train.max_steps=3", "train.save_steps=0"), tmp_path)
+    )
+    replay = make_weighting("eapo_pi")
+    for row in rows:
+        assert row["eapo/w_pos"] == pytest.approx(replay.weights(row["entropy/rollout"])[0], rel=1e-9)
+        assert row["eapo/integral"] == pytest.approx(replay.integral, rel=1e-9, abs=1e-12)
+    assert rows[-1]["eapo/integral"] != 0.0

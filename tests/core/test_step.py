@@ -219,3 +219,70 @@ def test_control_inputs_give_each_update_its_input_then_move_the_state_with_h_t(
     assert adaptive.last_entropy == 1.5
     with pytest.raises(ValueError, match="adaptive_entropy moves with the rollout entropy H_t"):
         step.control_inputs(None)
+
+
+# --- QAE: split_by=quantile -------------------------------------------------------------------
+
+
+def test_group_quantile_is_the_inverse_empirical_cdf_by_hand():
+    """G = 5, K = 0.4: position ceil(2) − 1 = 1, the 2nd smallest (F(x) = 2/5 >= 0.4 first there). K = 0.5:
+    ceil(2.5) − 1 = 2. K = 0 is the minimum, K = 1 the maximum; ties share the value."""
+    from eapo.core.advantages import group_quantile
+
+    rows = torch.tensor([[0.9, 0.1, 0.5, 0.3, 0.7], [1.0, 0.0, 0.0, 1.0, 1.0]], dtype=torch.float64)
+    assert group_quantile(rows, 0.4).flatten().tolist() == [0.3, 0.0]
+    assert group_quantile(rows, 0.5).flatten().tolist() == [0.5, 1.0]
+    assert group_quantile(rows, 0.0).flatten().tolist() == [0.1, 0.0]
+    assert group_quantile(rows, 1.0).flatten().tolist() == [0.9, 1.0]
+    with pytest.raises(ValueError, match=r"quantile_k must lie in \[0, 1\]"):
+        group_quantile(rows, 1.5)
+
+
+def test_quantile_split_is_qaes_two_regimes_on_binary_rewards():
+    """K = 0.4, G = 5 (QAE's rule: baseline 0 when the success rate p <= 1 − K = 0.6, else 1). Hard prompt,
+    p = 0.4: baseline 0, failures get advantage 0, successes (1 − 0)/σ. Easy prompt, p = 0.8: baseline 1,
+    successes 0, the failure (0 − 1)/σ. σ: the group's unbiased std, as GRPO."""
+    hard, easy = [1.0, 0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 1.0, 1.0]
+    scores = torch.tensor(hard + easy)
+    step = EAPOStep(make_weighting("grpo"), split_by="quantile")
+    advantages, metrics = step.step(scores, contiguous_index(10, 5), None)
+    sigma_hard, sigma_easy = (torch.tensor(rows).std().item() + 1e-6 for rows in (hard, easy))
+    expected = [1 / sigma_hard if r else 0.0 for r in hard] + [0.0 if r else -1 / sigma_easy for r in easy]
+    assert advantages.tolist() == pytest.approx(expected, rel=1e-5)
+    # every reward at or above the quantile is D+: the hard prompt's all, the easy prompt's successes
+    assert metrics["eapo/frac_positive"] == pytest.approx(9 / 10)
+    assert (advantages == 0).sum().item() == 7  # sparse credit: 7 of 10 rollouts carry no gradient
+
+
+def test_quantile_split_with_continuous_rewards_ties_unscored_rows_and_eapo_weights():
+    """Continuous rewards [0.2, 0.5, 0.5, 0.9, NaN] (one unscored), K = 0.4 over the 4 scored: position
+    ceil(1.6) − 1 = 1, baseline 0.5; both 0.5s (a tie at the quantile) get 0, 0.9 is D+ and 0.2 D−.
+    With EAPO's weights (w0 = 0.2 at the anchor step, w− = 1) the D+ advantage is scaled by 0.2."""
+    scores = torch.tensor([0.2, 0.5, 0.5, 0.9, float("nan")], dtype=torch.float64)
+    step = EAPOStep(make_weighting("eapo"), split_by="quantile")
+    advantages, metrics = step.step(scores, [0] * 5, 1.5)
+    sigma = torch.tensor([0.2, 0.5, 0.5, 0.9], dtype=torch.float64).std().item() + 1e-6  # + ADVANTAGE_EPS
+    assert advantages.tolist() == pytest.approx([-0.3 / sigma, 0.0, 0.0, 0.2 * 0.4 / sigma, 0.0], rel=1e-6)
+    assert metrics["eapo/num_unscored"] == 1.0 and metrics["eapo/frac_positive"] == pytest.approx(3 / 4)
+    assert (
+        EAPOStep(make_weighting("grpo"), split_by="quantile", quantile_k=0.0)
+        .step(scores, [0] * 5, None)[0]
+        .tolist()[0]
+        == 0.0
+    )  # K = 0: the minimum is the baseline, nothing below it
+
+
+def test_quantile_k_applies_only_with_the_quantile_split():
+    with pytest.raises(ValueError, match="quantile_k=0.3 applies only with split_by=quantile"):
+        EAPOStep(make_weighting("grpo"), quantile_k=0.3)
+    EAPOStep(make_weighting("grpo"), quantile_k=0.4)  # the default, written out: fine
+    from eapo.config import ConfigError, load_config
+
+    with pytest.raises(
+        ConfigError, match="algorithm.quantile_k=0.3 applies only with algorithm.split_by=quantile"
+    ):
+        load_config(None, ["algorithm.quantile_k=0.3"])
+    assert (
+        load_config(None, ["algorithm.split_by=quantile", "algorithm.quantile_k=0.3"]).algorithm.quantile_k
+        == 0.3
+    )

@@ -15,6 +15,7 @@ from eapo.config.reward import RewardConfig
 from eapo.config.rollout import DataConfig, ModelConfig, RolloutConfig
 from eapo.config.train import LoggingConfig, TrainConfig
 from eapo.core.settings import SettingError
+from eapo.core.step import step_problems
 
 
 @dataclass
@@ -52,6 +53,9 @@ class RunConfig:
             a.weighting_overrides()  # the one "does not apply" rule and the weights' ranges (eapo.core)
         except SettingError as error:
             raise ConfigError(str(error), key=error.key) from None
+        problems = step_problems({"split_by": a.split_by, "quantile_k": a.quantile_k}, "algorithm.")
+        if problems:
+            raise ConfigError(problems[0], key="algorithm.quantile_k")
         a.resolve_controls()
         problems = a.control_problems()
         if problems:

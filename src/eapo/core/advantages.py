@@ -3,6 +3,7 @@ polarity-weighted advantages  Â_i = w+·A_i on D+, w-·A_i on D-  (Section 4.1)
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -36,7 +37,23 @@ def _check_rewards(rewards: torch.Tensor, group_size: int) -> None:
         )
 
 
-def _centred(rewards: torch.Tensor, group_size: int, by: str = "mean") -> torch.Tensor:
+def group_quantile(grouped: torch.Tensor, k: float) -> torch.Tensor:
+    """QAE's baseline: each row's ``K``-quantile as a sample value, ``(P, 1)`` from ``(P, G)``: the smallest
+    reward ``x`` of the row with ``F(x) = #{r <= x} / G >= K`` (the inverse of the empirical CDF: sorted
+    rewards at position ``ceil(K·G) − 1``, clamped to the row). Continuous rewards get one of their own
+    values; ties share it (every reward equal to the quantile has advantage 0). With binary rewards and
+    success rate ``p`` it is 0 when ``p <= 1 − K`` (hard prompts: only successes move) and 1 otherwise
+    (easy prompts: only failures move), QAE's two regimes (arXiv 2509.22611, K = 0.4)."""
+    if not 0.0 <= k <= 1.0:
+        raise ValueError(f"quantile_k must lie in [0, 1], got {k}")
+    size = grouped.shape[1]
+    position = min(max(math.ceil(k * size - 1e-9) - 1, 0), size - 1)
+    return grouped.sort(dim=1).values[:, position : position + 1]
+
+
+def _centred(
+    rewards: torch.Tensor, group_size: int, by: str = "mean", quantile_k: float = 0.4
+) -> torch.Tensor:
     """``r_i - centre(group)`` of shape ``(num_prompts, G)``, with rounding noise snapped to exactly 0.
 
     The centre is computed in float64. A difference whose magnitude is within a few units of
@@ -49,8 +66,10 @@ def _centred(rewards: torch.Tensor, group_size: int, by: str = "mean") -> torch.
         centre = grouped.mean(dim=1, keepdim=True)
     elif by == "median":
         centre = torch.quantile(grouped, 0.5, dim=1, keepdim=True)
+    elif by == "quantile":
+        centre = group_quantile(grouped, quantile_k)
     else:
-        raise ValueError(f"unknown split {by!r}; known: 'mean' (the paper), 'median'")
+        raise ValueError(f"unknown split {by!r}; known: 'mean' (the paper), 'median', 'quantile'")
     centred = grouped - centre  # [P, G]
     dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float64
     scale = grouped.abs().amax(dim=1, keepdim=True)
@@ -64,8 +83,11 @@ def group_advantages(
     *,
     scale: AdvantageScale = "group",
     eps: float = 1e-6,
+    centre: Literal["mean", "quantile"] = "mean",
+    quantile_k: float = 0.4,
 ) -> torch.Tensor:
-    """Group-relative advantages (GRPO; Section 2.2 of the EAPO paper, ``A_i = (r_i - r̄_x)/(σ_x + ε)``).
+    """Group-relative advantages (GRPO; Section 2.2 of the EAPO paper, ``A_i = (r_i - r̄_x)/(σ_x + ε)``);
+    ``centre="quantile"``: QAE's ``A_i = (r_i − Q_K(x))/(σ_x + ε)`` with :func:`group_quantile`.
 
     Args:
         rewards: ``(B,)`` with ``B = num_prompts * group_size``; each prompt's rollouts contiguous.
@@ -83,7 +105,9 @@ def group_advantages(
             message names the index).
     """
     _check_rewards(rewards, group_size)
-    centred = _centred(rewards, group_size)  # [P, G] float64
+    if centre not in ("mean", "quantile"):
+        raise ValueError(f"unknown advantage centre {centre!r}; known: 'mean' (GRPO), 'quantile' (QAE)")
+    centred = _centred(rewards, group_size, by=centre, quantile_k=quantile_k)  # [P, G] float64
     grouped = rewards.detach().to(torch.float64).view(-1, group_size)
     if scale == "group":
         advantages = centred / (grouped.std(dim=1, keepdim=True) + eps)
@@ -105,21 +129,26 @@ def group_advantages(
 
 
 def positive_mask(
-    rewards: torch.Tensor, group_size: int, *, by: Literal["mean", "median"] = "mean"
+    rewards: torch.Tensor,
+    group_size: int,
+    *,
+    by: Literal["mean", "median", "quantile"] = "mean",
+    quantile_k: float = 0.4,
 ) -> torch.Tensor:
     """The paper's polarity split: True for D+ = {i : r_i >= r̄_x}, False for D- (Section 2.2).
 
     Args:
         rewards: ``(B,)``, groups contiguous.
         group_size: ``G`` (>= 2).
-        by: ``"mean"`` (the paper) or ``"median"`` (robust to outliers; beyond the paper).
+        by: ``"mean"`` (the paper), ``"median"`` (robust to outliers; beyond the paper) or ``"quantile"``
+            (QAE's ``K``-quantile, ``quantile_k``: :func:`group_quantile`).
 
     Returns:
         ``(B,)`` bool. A reward equal to the group centre is positive even when float rounding puts
         the computed centre a hair above it; a group of equal rewards is all positive.
     """
     _check_rewards(rewards, group_size)
-    return (_centred(rewards, group_size, by=by) >= 0).reshape(-1)
+    return (_centred(rewards, group_size, by=by, quantile_k=quantile_k) >= 0).reshape(-1)
 
 
 def weight_advantages(

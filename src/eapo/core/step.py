@@ -30,7 +30,7 @@ from typing import Any, Literal
 import torch
 
 from eapo.core.entropy import ENTROPY_AGGREGATIONS
-from eapo.core.settings import Setting, one_of, settings_by_name
+from eapo.core.settings import Setting, between, check_settings, one_of, settings_by_name
 
 __all__ = [
     "STEP_SETTINGS",
@@ -45,6 +45,7 @@ __all__ = [
     "grouped_polarity_advantages",
     "polarity_metrics",
     "split_metrics",
+    "step_problems",
     "EAPOStep",
 ]
 
@@ -54,10 +55,22 @@ STEP_SETTINGS: dict[str, Setting] = settings_by_name(
         Setting(
             "split_by",
             str,
-            "Polarity split: rollouts at or above the group 'mean' (the paper) or 'median' are D+.",
-            one_of("mean", "median"),
+            "Polarity split: rollouts at or above the group 'mean' (the paper) or 'median' are D+; 'quantile' "
+            "(QAE): the group's quantile_k-quantile is both the advantage baseline (A = (r − Q_K)/(σ + ε)) and "
+            "the split, so every reward at the quantile gets advantage 0.",
+            one_of("mean", "median", "quantile"),
             default="mean",
-            citation="EAPO paper, Section 2.2; median: its Limitations section",
+            citation="EAPO paper, Section 2.2; median and quantile: its Limitations section; QAE (arXiv 2509.22611)",
+        ),
+        Setting(
+            "quantile_k",
+            float,
+            "split_by=quantile: K of the group's K-quantile baseline (the inverse empirical CDF: a reward of the "
+            "group). With binary rewards and success rate p, prompts with p <= 1 − K move only their successes, "
+            "the others only their failures.",
+            between(0, 1),
+            default=0.4,
+            citation="QAE, Wu et al. 2025 (arXiv 2509.22611): K = 0.4",
         ),
         Setting(
             "entropy_agg",
@@ -86,6 +99,17 @@ METRIC_KEYS: tuple[str, ...] = (
     "eapo/frac_positive",
     "eapo/num_unscored",
 )
+
+
+def step_problems(values: Mapping[str, Any], prefix: str) -> list[str]:
+    """The step's settings' rule between them (one declaration for every view): ``quantile_k`` set to
+    other than its default applies only with ``split_by=quantile``."""
+    k, split = values.get("quantile_k"), values.get("split_by") or "mean"
+    if k is not None and k != STEP_SETTINGS["quantile_k"].default and split != "quantile":
+        return [
+            f"{prefix}quantile_k={k} applies only with {prefix}split_by=quantile (QAE); split_by is {split}"
+        ]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +168,11 @@ def _scored_groups(scores: torch.Tensor, index: Sequence[Any]) -> Iterator[tuple
 
 
 def polarity_split(
-    scores: torch.Tensor, index: Sequence[Any], *, by: Literal["mean", "median"] = "mean"
+    scores: torch.Tensor,
+    index: Sequence[Any],
+    *,
+    by: Literal["mean", "median", "quantile"] = "mean",
+    quantile_k: float = 0.4,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(positive, scored)``, both ``(B,)`` bool: ``r_i >= centre`` of the scored rows of its group.
 
@@ -155,7 +183,7 @@ def polarity_split(
     scored = _check(scores, index)
     positive = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
     for size, order in _scored_groups(scores, index):
-        positive[order] = positive_mask(scores[order], size, by=by).to(positive.device)
+        positive[order] = positive_mask(scores[order], size, by=by, quantile_k=quantile_k).to(positive.device)
     return positive, scored
 
 
@@ -165,9 +193,12 @@ def grouped_advantages(
     *,
     scale: Literal["group", "batch", "none"] = "group",
     eps: float = 1e-6,
+    centre: Literal["mean", "quantile"] = "mean",
+    quantile_k: float = 0.4,
 ) -> torch.Tensor:
     """Group-relative advantages ``(B,)`` over the scored rows of each group (0 for unscored rows and
-    for groups with fewer than two scored rows): centred on the group mean and divided by the group's
+    for groups with fewer than two scored rows): centred on the group mean (or QAE's ``quantile_k``-quantile,
+    ``centre="quantile"``: :func:`eapo.core.advantages.group_quantile`) and divided by the group's
     std + ``eps`` (``group``), by the std of every scored reward of the batch + ``eps`` (``batch``,
     TRL's ``scale_rewards="batch"``) or not at all (``none``)."""
     from eapo.core.advantages import group_advantages
@@ -177,7 +208,9 @@ def grouped_advantages(
     advantages = torch.zeros(scores.shape[0], dtype=dtype, device=scores.device)
     by_group = "none" if scale == "batch" else scale
     for size, order in _scored_groups(scores, index):
-        advantages[order] = group_advantages(scores[order], size, scale=by_group, eps=eps).to(dtype)
+        advantages[order] = group_advantages(
+            scores[order], size, scale=by_group, eps=eps, centre=centre, quantile_k=quantile_k
+        ).to(dtype)
     if scale == "batch":  # centred in the group, scaled by the std of every scored reward of the batch
         values = scores[scored].detach().to(torch.float64)
         batch_std = values.std() if values.numel() > 1 else torch.zeros((), dtype=torch.float64)
@@ -194,15 +227,19 @@ def grouped_polarity_advantages(
     w_neg: float,
     *,
     scale: Literal["group", "batch", "none"] = "group",
-    by: Literal["mean", "median"] = "mean",
+    by: Literal["mean", "median", "quantile"] = "mean",
     eps: float = 1e-6,
+    quantile_k: float = 0.4,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(weighted advantages, positive, scored)``, each ``(B,)``: :func:`grouped_advantages` weighted
-    ``w_pos`` on D+ and ``w_neg`` on D- (:func:`polarity_split`)."""
+    ``w_pos`` on D+ and ``w_neg`` on D- (:func:`polarity_split`). ``by="quantile"`` (QAE) centres the
+    advantages on the group's ``quantile_k``-quantile too; ``mean`` and ``median`` centre them on the mean
+    (the median moves only the split)."""
     from eapo.core.advantages import weight_advantages
 
-    advantages = grouped_advantages(scores, index, scale=scale, eps=eps)
-    positive, scored = polarity_split(scores, index, by=by)
+    centre = "quantile" if by == "quantile" else "mean"
+    advantages = grouped_advantages(scores, index, scale=scale, eps=eps, centre=centre, quantile_k=quantile_k)
+    positive, scored = polarity_split(scores, index, by=by, quantile_k=quantile_k)
     return weight_advantages(advantages, positive, w_pos, w_neg), positive, scored
 
 
@@ -240,7 +277,9 @@ class EAPOStep:
         method: the name recorded in (and checked against) the checkpointed state; default the
             scheme's name (the verl plugin passes ``algorithm.eapo.method``, e.g. an entropy-control
             preset that runs the ``grpo`` scheme).
-        split_by: ``"mean"`` (the paper) or ``"median"``.
+        split_by: ``"mean"`` (the paper), ``"median"`` or ``"quantile"`` (QAE).
+        quantile_k: with ``split_by="quantile"``, K (None: QAE's 0.4); refused with another split unless
+            it is the default.
         controls: the run's entropy controls that keep state, by name (see :attr:`controls`).
     """
 
@@ -250,10 +289,18 @@ class EAPOStep:
         *,
         method: str | None = None,
         split_by: str = "mean",
+        quantile_k: float | None = None,
         controls: Mapping[str, Any] | None = None,
     ) -> None:
-        if split_by not in ("mean", "median"):
-            raise ValueError(f"unknown split {split_by!r}; known: 'mean' (the paper), 'median'")
+        if split_by not in ("mean", "median", "quantile"):
+            raise ValueError(f"unknown split {split_by!r}; known: 'mean' (the paper), 'median', 'quantile'")
+        default_k = STEP_SETTINGS["quantile_k"].default
+        problems = step_problems({"quantile_k": quantile_k, "split_by": split_by}, "")
+        if problems:
+            raise ValueError(problems[0])
+        check_settings(STEP_SETTINGS, {"quantile_k": quantile_k}, "")
+        #: K of the quantile split (QAE), used with ``split_by="quantile"``.
+        self.quantile_k = default_k if quantile_k is None else float(quantile_k)
         #: name -> the control's run state (``anchor(h0)``, ``state_dict()``, ``load_state_dict()``, e.g.
         #: :class:`eapo.core.AdaptiveEntropyCoef`): anchored on the first step's entropy, saved with the step.
         self.controls: dict[str, Any] = dict(controls or {})
@@ -282,7 +329,7 @@ class EAPOStep:
 
     def split(self, scores: torch.Tensor, index: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
         """``(positive (B,), split metrics)`` of this step's rewards (:func:`polarity_split`)."""
-        positive, scored = polarity_split(scores, index, by=self.split_by)  # type: ignore[arg-type]
+        positive, scored = polarity_split(scores, index, by=self.split_by, quantile_k=self.quantile_k)  # type: ignore[arg-type]
         return positive, split_metrics(positive, scored)
 
     def weight_metrics(self, entropy: float | None, w_pos: float, w_neg: float) -> dict[str, float]:
@@ -321,6 +368,7 @@ class EAPOStep:
             scale=scale,
             by=self.split_by,
             eps=eps,  # type: ignore[arg-type]
+            quantile_k=self.quantile_k,
         )
         return advantages, {**self.weight_metrics(entropy, w_pos, w_neg), **split_metrics(positive, scored)}
 

@@ -135,6 +135,7 @@ def grpo_args(
         method=a.weighting_method(),  # an entropy-control preset trains GRPO's weights (its controls: above)
         **a.weighting_overrides(),
         split_by=a.split_by,
+        quantile_k=a.quantile_k,
         entropy_agg=a.entropy_agg,
         **vllm_importance_args(r),
         use_vllm=rollout.backend == "vllm",

@@ -149,7 +149,8 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
     Args (beyond ``GRPOTrainer``'s):
         weighting: the scheme giving ``(w+, w-)`` each step (``make_weighting("eapo")`` etc.); ``None``:
             built from ``args`` (``EAPOConfig.make_weighting()``), or EAPO's defaults for a ``GRPOConfig``.
-        split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}) or ``"median"``; ``None``: ``args.split_by``
+        split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}), ``"median"`` or ``"quantile"`` (QAE, with
+            ``args.quantile_k``); ``None``: ``args.split_by``
             (``"mean"`` for a ``GRPOConfig``).
         entropy_agg: how ``H_t`` averages per-token entropies (``eapo.core.ENTROPY_AGGREGATIONS``);
             ``None``: ``args.entropy_agg`` (``"token-mean"`` for a ``GRPOConfig``).
@@ -189,6 +190,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         self.weighting, self.split_by, self.entropy_agg = _weighting_from_args(
             self.args, weighting, split_by, entropy_agg
         )
+        quantile_k = getattr(self.args, "quantile_k", None)  # an EAPOConfig's (split_by=quantile, QAE)
         self.validation = validation
         self._warned_importance_mismatch = False
         self.reuse_loss_pass = reuse_loss_pass
@@ -215,7 +217,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         controls = control_states(values)
         self.adaptive_entropy: AdaptiveEntropyCoef | None = controls.get("adaptive_entropy")
         self.eapo_step = EAPOStep(
-            self.weighting, split_by=self.split_by, controls=controls
+            self.weighting, split_by=self.split_by, quantile_k=quantile_k, controls=controls
         )  # the step's owner
         self._capture_entropy = False
         self._entropy_source: str | None = None  # the pass that gave the last step's H_t (entropy_source)

@@ -168,7 +168,10 @@ def _estimate(
         step, entropy = call.step, call.entropy
     else:  # another verl trainer: the fixed scheme's weights, with algorithm.eapo's overrides
         settings = EapoSettings.for_estimator(name, config)
-        step, entropy = EAPOStep(settings.build_weighting(), split_by=settings.split_by), None
+        step = EAPOStep(
+            settings.build_weighting(), split_by=settings.split_by, quantile_k=settings.quantile_k
+        )
+        entropy = None
     norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
     scores = token_level_rewards.sum(dim=-1)  # [B]
     # the whole decision, core's: group statistics, the split, (w+, w-), H_0, the eapo/* metrics

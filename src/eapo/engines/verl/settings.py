@@ -38,6 +38,7 @@ from eapo.core import (
     method_scheme,
 )
 from eapo.core.controls import ENTROPY_CONTROLS
+from eapo.core.step import step_problems
 from eapo.engines.verl.entropy_control import EntropyControls
 
 __all__ = [
@@ -149,7 +150,9 @@ class EapoSettings:
     """The weights that were set (:data:`eapo.core.WEIGHT_SETTINGS`, checked against the scheme); the
     others are the scheme's defaults."""
     split_by: str = STEP_SETTINGS["split_by"].default
-    """:data:`eapo.core.STEP_SETTINGS`: the polarity split (group mean, the paper, or median)."""
+    """:data:`eapo.core.STEP_SETTINGS`: the polarity split (group mean, the paper, median, or QAE's quantile)."""
+    quantile_k: float = STEP_SETTINGS["quantile_k"].default
+    """:data:`eapo.core.STEP_SETTINGS`: K of ``split_by=quantile`` (QAE)."""
     entropy_agg: str = STEP_SETTINGS["entropy_agg"].default
     """:data:`eapo.core.STEP_SETTINGS`: how H_t averages per-token entropies (eapo.core.rollout_entropy)."""
     controls: EntropyControls = field(default_factory=EntropyControls)
@@ -255,7 +258,11 @@ class EapoSettings:
 
 
 def _step_settings(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``split_by`` and ``entropy_agg`` of ``algorithm.eapo``, held to their declarations (defaults where unset)."""
+    """``split_by``, ``quantile_k`` and ``entropy_agg`` of ``algorithm.eapo``, held to their declarations
+    (defaults where unset); ``quantile_k`` set to other than its default applies only with ``split_by=quantile``."""
+    problems = step_problems(values, "algorithm.eapo.")
+    if problems:
+        raise ValueError(problems[0])
     return {
         key: spec.default if values.get(key) is None else spec.check(values[key], "algorithm.eapo.")
         for key, spec in STEP_SETTINGS.items()

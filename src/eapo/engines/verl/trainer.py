@@ -135,6 +135,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
             self.weighting,
             method=self.settings.method,
             split_by=self.settings.split_by,
+            quantile_k=self.settings.quantile_k,
             controls=self.controls.states(),
         )  # the step's decision, H_0, the controls' state, metrics
         #: the controls' inputs to this step's update (EAPOStep.control_inputs), None before the step
