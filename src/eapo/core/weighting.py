@@ -239,18 +239,21 @@ class EntropyAdaptiveWeighting:
         return {"eapo/integral": self.integral} if self.integral_gain > 0 else {}
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        """The settings and the anchor; ``integral_gain`` and ``integral`` only with the integral term (the
+        paper's EAPO keeps the layout it always had)."""
+        state = {
             "name": self.name,
             "w0": self.w0,
             "w_min": self.w_min,
             "w_max": self.w_max,
             "w_neg": self.w_neg,
             "anchor_steps": self.anchor_steps,
-            "integral_gain": self.integral_gain,
             "anchor_sum": self._anchor_sum,
             "anchor_count": self._anchor_count,
-            "integral": self.integral,
         }
+        if self.integral_gain > 0:
+            state.update(integral_gain=self.integral_gain, integral=self.integral)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`, or from the layouts before it (the anchor under ``adaptive``;

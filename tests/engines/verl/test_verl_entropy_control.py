@@ -154,8 +154,10 @@ ACCEPTED_KEYS = (
     "w0",
     "w_min",
     "w_max",
+    "integral_gain",
     "anchor_steps",
     "split_by",
+    "quantile_k",
     "entropy_agg",
     "entropy_coef",
     "adaptive_entropy",
@@ -185,7 +187,7 @@ def test_every_preset_is_covered():
     # the controls are defined once (EntropyControls); EapoSettings holds them, resolved
     assert CONTROL_KEYS == tuple(f.name for f in dataclasses.fields(EntropyControls))
     fields = tuple(f.name for f in dataclasses.fields(EapoSettings))
-    assert fields == ("method", "weights", "split_by", "entropy_agg", "controls")
+    assert fields == ("method", "weights", "split_by", "quantile_k", "entropy_agg", "controls")
     assert sum(len(row) for row in TOKENS) == N_TOKENS
 
 

@@ -25,7 +25,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
 from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
 
-from eapo.core import polarity_weighted_advantages  # noqa: E402
+from eapo.core import make_weighting, polarity_weighted_advantages  # noqa: E402
 from eapo.engines.verl import WEIGHTING_STATE_FILE, EAPOVerlTrainer  # noqa: E402
 from eapo.testing import entropy_batch  # noqa: E402
 
@@ -371,3 +371,38 @@ def test_verl_path_gives_the_shared_step_its_hand_derived_decision(verl_config, 
     trainer._save_checkpoint()
     state = json.loads((tmp_path / "global_step_2" / WEIGHTING_STATE_FILE).read_text())
     assert state == _approx_state(expected["state"])
+
+
+# --- EAPO's integral term and QAE's quantile split on verl ------------------------------------
+
+
+def test_eapo_pi_with_the_quantile_split_runs_cores_step_and_resumes_its_integral(
+    verl_config, in_memory_tq, tmp_path
+):
+    """adv_estimator=eapo_pi with split_by=quantile (K = 0.5): each step's advantages are core's EAPOStep
+    on the same rewards and H_t, eapo/integral follows the scheme replayed on the entropies, and a resume
+    from the step-2 checkpoint continues with the same integral and w+ as the uninterrupted run."""
+    from eapo.core import EAPOStep
+
+    verl_config.algorithm.adv_estimator = "eapo_pi"
+    verl_config.algorithm.eapo = {"split_by": "quantile", "quantile_k": 0.5}
+    trainer = attach_checkpoint_io(EAPOVerlTrainer(verl_config.copy()), tmp_path)
+    replay = EAPOStep(make_weighting("eapo_pi"), split_by="quantile", quantile_k=0.5)
+    order = [0, 2, 4, 6, 1, 3, 5, 7]  # group a, then group b
+    scores = torch.tensor([SCORES[i] for i in order])
+    entropies = [2.0, 1.4, 1.1, 2.6]
+    for step, entropy in enumerate(entropies[:2], start=1):
+        advantages, metrics = run_step(trainer, in_memory_tq, step, entropy=entropy)
+        expected, _ = replay.step(scores, [0] * 4 + [1] * 4, entropy)
+        torch.testing.assert_close(advantages[torch.tensor(order)], expected.float(), rtol=1e-5, atol=1e-6)
+        assert metrics["eapo/integral"] == pytest.approx(replay.weighting.integral)
+    trainer.global_steps = 2
+    trainer._save_checkpoint()
+    resumed = attach_checkpoint_io(EAPOVerlTrainer(verl_config.copy()), tmp_path)
+    resumed._load_checkpoint()
+    assert resumed.weighting.integral == trainer.weighting.integral != 0.0
+    for step, entropy in enumerate(entropies[2:], start=3):
+        _, continued = run_step(trainer, in_memory_tq, step, entropy=entropy)
+        _, after_resume = run_step(resumed, in_memory_tq, step + 10, entropy=entropy)
+        for key in ("eapo/w_pos", "eapo/integral", "eapo/H0"):
+            assert after_resume[key] == continued[key], key
