@@ -26,6 +26,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from eapo.core.controls import control_panels
 from eapo.evaluation.labels import run_label
 from eapo.run_dir import atomic_write_bytes, read_metrics
 
@@ -49,14 +50,11 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("val/reward", "Validation reward (dev subset)"),
     ("completion/mean_length", "Response length (tokens)"),
     ("eapo/w_pos", "w+ (positive weight)"),
+    ("eapo/integral", "EAPO integral I_t (integral_gain > 0)"),
     ("kl", "KL to reference"),
     ("clip_frac", "Clip fraction"),
-    # the entropy controls' own metrics (eapo.core.CONTROL_METRICS), drawn when a run logged them
-    ("entropy_control/coef", "Entropy coefficient (applied)"),
-    ("entropy_control/clip_low_frac", "Lower-clip fraction (tokens)"),
-    ("entropy_control/clip_high_frac", "Upper-clip fraction (tokens)"),
-    ("entropy_control/cov_frac", "Clip-Cov / KL-Cov selected (share of tokens)"),
-    ("entropy_control/top_entropy_frac", "Top-entropy tokens kept (share)"),
+    # the entropy controls' metrics, from their registrations (eapo.core.controls), drawn when a run logged them
+    *control_panels(),
 )
 #: Label prefix of the faint raw-value lines (hidden from legends).
 RAW_PREFIX = "_raw "

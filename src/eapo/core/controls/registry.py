@@ -50,10 +50,20 @@ __all__ = [
     "control_token_weights",
     "control_problems",
     "stray_settings",
+    "control_panels",
 ]
 
 #: ``algorithm.loss_mode`` values: the PPO-clip surrogate of the paper, or a covariance-selected variant.
 LOSS_MODES: tuple[str, ...] = ("vanilla", "clip_cov", "kl_cov")
+
+#: The titles ``eapo plot`` gives the shared control metrics (:data:`CONTROL_METRICS`).
+CONTROL_METRIC_TITLES = {
+    "entropy_control/coef": "Entropy coefficient (applied)",
+    "entropy_control/clip_low_frac": "Lower-clip fraction (tokens)",
+    "entropy_control/clip_high_frac": "Upper-clip fraction (tokens)",
+    "entropy_control/cov_frac": "Clip-Cov / KL-Cov selected (share of tokens)",
+    "entropy_control/top_entropy_frac": "Top-entropy tokens kept (share)",
+}
 
 #: The metric keys the entropy controls act through, the same on both engines (``eapo plot`` draws them).
 CONTROL_METRICS = {
@@ -124,6 +134,7 @@ class EntropyControl:
             message names settings as ``{p}name`` (``{p}``: the engine's prefix, ``algorithm.`` or
             ``algorithm.eapo.``); one declaration of the rule for every engine (:func:`control_problems`).
         metrics: the metric keys (:data:`CONTROL_METRICS`) it logs.
+        panels: its own logged metrics ``eapo plot`` draws, ``(key, title)`` (e.g. a controller's state).
     """
 
     name: str
@@ -141,6 +152,7 @@ class EntropyControl:
     weight_metric: str | None = None
     problems: Callable[[Mapping[str, Any]], list[str]] | None = None
     metrics: tuple[str, ...] = ()
+    panels: tuple[tuple[str, str], ...] = ()
 
 
 #: name -> :class:`EntropyControl`, in registration order. Filled by :func:`register_entropy_control`.
@@ -305,3 +317,12 @@ def control_problems(values: Mapping[str, Any], prefix: str) -> list[str]:
         if control.problems is not None:
             messages += [message.replace("{p}", prefix) for message in control.problems(resolved)]
     return messages
+
+
+def control_panels() -> tuple[tuple[str, str], ...]:
+    """``(metric key, title)`` of every control metric ``eapo plot`` draws: the shared ones
+    (:data:`CONTROL_METRIC_TITLES`), then each registered control's own ``panels``."""
+    panels = list(CONTROL_METRIC_TITLES.items())
+    for control in ENTROPY_CONTROLS.values():
+        panels += [panel for panel in control.panels if panel not in panels]
+    return tuple(panels)
