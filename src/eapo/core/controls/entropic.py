@@ -7,11 +7,13 @@ moves the controller with the step's entropy; its per-token weights (:func:`entr
 multiply the per-token policy loss (not the KL term).
 
 The reference (``yk7333/EntroPIC``: ``dp_actor.py`` ``update_policy`` and ``core_algos.py``
-``compute_policy_loss_entropic``; defaults from its launch script ``run_entropic.sh``) and where eapo departs:
+``compute_policy_loss_entropic``; ``Kp``, ``Ki`` from its actor config and launch script ``run_entropic.sh``,
+``τ = 0.95`` fixed there as ``high_prob_thresh``, a setting here) and where eapo departs:
 
 * **The controller.** With ``e = H − H_tar`` the entropy error and ``I`` the integral of past errors,
-  ``α = clip(Kp · e + Ki · I, −1, 1)``, then ``I ← I + e`` (the reference adds ``e · micro/mini``, i.e. one
-  error per mini-batch summed over its micro-batches). Defaults ``Kp = 1``, ``Ki = 0.01``; the reference's
+  ``α = clip(Kp · e + Ki · I, −1, 1)``, then ``I ← I + e`` (the reference adds ``e_k · n_k / n_mini`` per
+  micro-batch ``k`` of ``n_k`` sequences: per mini-batch and PPO epoch, the sequence-weighted mean of its
+  micro-batches' errors). Defaults ``Kp = 1``, ``Ki = 0.01``; the reference's
   target is a number (0.1 nats in its script), eapo's default anchors it at ``entropic_target_ratio × H_0``
   (the run's first-step rollout entropy, as EAPO's ``H_0`` and the adaptive bonus's target are).
 * **Which entropy.** The reference measures ``H`` per micro-batch on the update's own forward (the
