@@ -29,6 +29,7 @@ METHOD_NAMES = {
     "clip_cov": "Clip-Cov",
     "kl_cov": "KL-Cov",
     "top_entropy": "Top-entropy",
+    "entropic": "EntroPIC",
 }
 #: The paper's row order, then the entropy-control presets (eapo.core.ENTROPY_CONTROLS).
 METHOD_ORDER = tuple(METHOD_NAMES)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from eapo.core import ENTROPY_CONTROLS, AdaptiveEntropyCoef
+from eapo.core.controls.entropic import EntroPICController
 from eapo.run_dir import read_metrics
 from eapo.train import run
 from test_train import _rows, _trainer, tiny
@@ -263,6 +264,80 @@ def test_kl_cov_penalises_the_top_covariance_tokens(tmp_path):
     assert share == pytest.approx(0.25, abs=0.05)
 
 
+def test_entropic_weights_the_high_probability_tokens_by_alpha(tmp_path):
+    """EntroPIC through EAPOTrainer's generic path: the step's α comes from its controller (moved by core's
+    step with H_t), and the loss and gradient are the hand-written objective with the policy loss of tokens
+    above the threshold weighted 1 + α (A > 0) or 1 − α (A < 0). The tiny model's tokens all have p < 0.02,
+    so the threshold is set at the batch's median probability to reweight about half of them."""
+    import dataclasses
+
+    trainer, inputs = _perturbed_trainer(tmp_path, "algorithm.method=entropic")
+    controller = trainer.eapo_step.controls["entropic"]
+    h0 = controller.target
+    assert h0 == pytest.approx(trainer.first_entropy) and trainer._step_inputs == {
+        "entropic": {"entropic_alpha": 0.0}
+    }
+    # two more steps of the controller: e = 0.3 gives α = 0.3 for the update after it
+    trainer._decide(inputs, *_step_rewards(trainer), entropy=h0 + 0.3)
+    assert trainer._step_inputs == {"entropic": {"entropic_alpha": 0.0}}
+    trainer._decide(inputs, *_step_rewards(trainer), entropy=h0 - 0.1)
+    assert trainer._step_inputs == {"entropic": {"entropic_alpha": pytest.approx(0.3)}}
+    assert trainer._metrics["train"]["entropic/alpha"][-1] == pytest.approx(0.3)
+    assert trainer._metrics["train"]["entropic/integral"][-1] == pytest.approx(0.2)
+    assert controller.alpha == pytest.approx(-0.1 + 0.01 * 0.3)  # for the update after this one
+    old = _moved_old_logps(inputs)
+    advantages = inputs["advantages"].clone()
+    logp = _forward(trainer, inputs)[0].detach()
+    mask = inputs["completion_mask"].bool()
+    threshold = float(torch.quantile(logp.exp()[mask], 0.5))
+    trainer.entropy_control = dataclasses.replace(trainer.entropy_control, entropic_threshold=threshold)
+    high = logp > math.log(threshold)
+    assert 0 < (high & mask).sum() < mask.sum() and (advantages > 0).any() and (advantages < 0).any()
+
+    def weighted(logp, entropies, mask):
+        sign = torch.sign(advantages)[:, None]
+        return _ppo(advantages, old)(logp, entropies, mask) * (1.0 + 0.3 * sign * high)
+
+    ours = _gradients(trainer, lambda: trainer.compute_loss(trainer.model, inputs))
+    _assert_same(ours, _gradients(trainer, lambda: _by_hand(trainer, inputs, weighted)))
+    unweighted = _gradients(trainer, lambda: _by_hand(trainer, inputs, _ppo(advantages, old)))
+    assert abs(unweighted[0] - ours[0]) > 1e-6, "the weights must change the loss"
+
+
+def _replayed_entropic(rows, **settings):
+    """What eapo.core's EntroPIC controller logs at each step, replayed from the logged entropies."""
+    controller = EntroPICController(**settings)
+    controller.anchor(rows[0]["entropy/rollout"])
+    logged = []
+    for row in rows:
+        controller.loss_inputs()
+        controller.observe(row["entropy/rollout"])
+        logged.append(controller.metrics())
+    return logged
+
+
+def test_entropic_run_logs_the_controller_replayed_from_the_rollout_entropies(tmp_path):
+    """Three steps with Kp = 0.1 and the target 0.9 × H_0 (so α leaves 0 from step 2 without clipping) and
+    a threshold the tiny model's tokens reach: the logged entropic/* are the controller's, replayed."""
+    config = tiny(
+        "algorithm.method=entropic",
+        "algorithm.entropic_kp=0.1",
+        "algorithm.entropic_target_ratio=0.9",
+        "algorithm.entropic_threshold=0.005",
+        "train.save_steps=0",
+    )
+    rows = read_metrics(run(config, tmp_path / "run"))
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    replayed = _replayed_entropic(rows, kp=0.1, ki=0.01, threshold=0.005, target_ratio=0.9)
+    for row, expected in zip(rows, replayed, strict=True):
+        for key, value in expected.items():
+            assert row[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+    h0 = rows[0]["entropy/rollout"]
+    assert rows[0]["entropic/alpha"] == 0.0
+    assert rows[1]["entropic/alpha"] == pytest.approx(0.1 * 0.1 * h0, rel=1e-6)  # e_1 = H_0 − 0.9 H_0
+    assert rows[2]["entropic/error"] == pytest.approx(rows[2]["entropy/rollout"] - 0.9 * h0, rel=1e-6)
+
+
 def _replayed_coefficients(rows, *, ratio, delta=0.005):
     """What eapo.core.AdaptiveEntropyCoef applies at each logged step, from the logged entropies."""
     controller = AdaptiveEntropyCoef(coef=0.0, delta=delta, coef_min=0.0, coef_max=1.0, target_ratio=ratio)
@@ -316,6 +391,42 @@ def test_resume_keeps_the_adaptive_coefficient_and_its_anchored_target(tmp_path)
     assert kept["target"] == pytest.approx(saved["target"]) and kept["settings"] == saved["settings"]
 
 
+def test_resume_keeps_the_entropic_integral(tmp_path):
+    """A run stopped after step 2 resumes with EntroPIC's integral, α and anchored target from its
+    checkpoint: step 3 applies the uninterrupted run's α, and its integral continues from the saved one."""
+    import shutil
+
+    config = tiny(
+        "algorithm.method=entropic",
+        "algorithm.entropic_kp=0.1",
+        "algorithm.entropic_target_ratio=0.9",
+        "train.save_steps=1",
+    )
+    run_dir = run(config, tmp_path / "run")
+    straight = read_metrics(run_dir)
+    saved = json.loads((run_dir / "checkpoint-2" / "eapo_state.json").read_text())["controls"]["entropic"]
+    straight_final = json.loads((run_dir / "checkpoint-3" / "eapo_state.json").read_text())["controls"][
+        "entropic"
+    ]
+    assert saved["target"] == pytest.approx(0.9 * straight[0]["entropy/rollout"], rel=1e-6)
+    assert saved["integral"] == pytest.approx(straight[1]["entropic/integral"], rel=1e-9)
+    assert saved["settings"] == {"kp": 0.1, "ki": 0.01, "threshold": 0.95, "target_ratio": 0.9}
+    for name in ("checkpoint-3", "final"):
+        shutil.rmtree(run_dir / name)
+    (run_dir / "summary.json").unlink()
+    resumed = read_metrics(run(config, run_dir, resume=True))
+    assert [row["step"] for row in resumed] == [1, 2, 3]
+    assert resumed[2]["entropic/alpha"] == pytest.approx(straight[2]["entropic/alpha"], rel=1e-9)
+    assert resumed[2]["entropic/alpha"] == pytest.approx(saved["alpha"], rel=1e-9) != 0.0
+    error = resumed[2]["entropy/rollout"] - saved["target"]
+    assert resumed[2]["entropic/integral"] == pytest.approx(saved["integral"] + error, rel=1e-6)
+    final = json.loads((run_dir / "checkpoint-3" / "eapo_state.json").read_text())["controls"]["entropic"]
+    assert final["target"] == saved["target"] and final["settings"] == saved["settings"]
+    # the resumed step 3 saw the same rollouts as the uninterrupted one: the same integral
+    assert resumed[2]["entropy/rollout"] == pytest.approx(straight[2]["entropy/rollout"], rel=1e-6)
+    assert final["integral"] == pytest.approx(straight_final["integral"], rel=1e-6)
+
+
 @pytest.mark.parametrize("method", sorted(ENTROPY_CONTROLS))
 def test_three_steps_of_each_control_preset(method, tmp_path):
     overrides = [f"algorithm.method={method}", "train.save_steps=0"]
@@ -333,6 +444,7 @@ def test_three_steps_of_each_control_preset(method, tmp_path):
         "clip_cov": "entropy_control/cov_frac",
         "kl_cov": "entropy_control/cov_frac",
         "top_entropy": "entropy_control/top_entropy_frac",
+        "entropic": "entropic/alpha",
     }
     assert all(keys[method] in row for row in rows), keys[method]
 

@@ -136,6 +136,7 @@ PRESET_OPTIONS = {
         "policy_loss.ppo_kl_coef": 0.1,
     },
     "top_entropy": {"calculate_entropy": True, "policy_loss.loss_mode": "vanilla"},
+    "entropic": {"calculate_entropy": False, "policy_loss.loss_mode": "vanilla"},
 }
 
 
@@ -174,6 +175,12 @@ ACCEPTED_KEYS = (
     "kl_cov_ratio",
     "ppo_kl_coef",
     "top_entropy_quantile",
+    "entropic",
+    "entropic_kp",
+    "entropic_ki",
+    "entropic_threshold",
+    "entropic_target",
+    "entropic_target_ratio",
 )
 
 
@@ -209,7 +216,11 @@ def test_preset_reaches_verls_actor_config(method, verl_config):
             node = getattr(node, part)
         assert node == pytest.approx(value), option
     # the controls verl lacks, which eapo runs in that loss (generically: their token weights, run state)
-    expected = {"top_entropy": ("top_entropy",), "adaptive_entropy": ("adaptive_entropy",)}.get(method, ())
+    expected = {
+        "top_entropy": ("top_entropy",),
+        "adaptive_entropy": ("adaptive_entropy",),
+        "entropic": ("entropic",),
+    }.get(method, ())
     assert loss_fn.keywords["controls"] == expected
     assert loss_fn.keywords["settings"] == trainer.controls.resolved_values()
 
@@ -319,6 +330,24 @@ def test_verls_option_set_to_the_same_value_is_accepted(verl_config):
             {"epsilon_high": -0.1},
             {},
             r"algorithm.eapo.epsilon_high=-0.1 is invalid; valid: a number > 0",
+        ),
+        (
+            "entropic",
+            {},
+            {"policy_loss.loss_mode": "gspo"},
+            r"entropic weights the per-token policy loss of vanilla, clip_cov, kl_cov; .*loss_mode=gspo",
+        ),
+        (
+            "grpo",
+            {"entropic_ki": 0.1},
+            {},
+            r"algorithm.eapo.entropic_ki applies only to EntroPIC: set algorithm.eapo.entropic=true",
+        ),
+        (
+            "entropic",
+            {"entropic_threshold": 1.0},
+            {},
+            r"algorithm.eapo.entropic_threshold=1.0 is invalid; valid: a number in \[0, 1\)",
         ),
     ],
 )
@@ -478,6 +507,34 @@ def test_a_control_verl_lacks_runs_through_the_generic_path_by_hand():
     assert loss.item() == pytest.approx(-1.0, abs=1e-6)
     assert metric(metrics["entropy_control/toy_weight"]) == pytest.approx(2.2)
     torch.testing.assert_close(flat_logp.grad, torch.tensor([-0.6, -0.6, -0.6, 0.0, 0.4, 0.4, 0.0]))
+
+
+def test_entropic_weights_in_the_loss_by_hand():
+    """EntroPIC through verl's loss: α = 0.5 from the step's controller input, threshold 0.5. π of the tokens
+    is e^(−1, −2, −0.5) = (0.37, 0.14, 0.61) and e^(−1.5, −0.3) = (0.22, 0.74): 0.61 (A = 1) is weighted
+    1 + α = 1.5 and 0.74 (A = −2) 1 − α = 0.5. At ρ = 1 each token's loss is −A·w: (−1 − 1 − 1.5 + 2 + 1) / 5
+    = −0.1 (token-mean); d loss / d log π is −A·w / 5; the KL-free loss leaves entropies unread."""
+    model_output, data, flat_logp = micro_batch(
+        [[-1.0, -2.0, -0.5], [-1.5, -0.3]],
+        [[0.1, 0.9, 0.5], [0.7, 0.3]],
+        [1.0, -2.0],
+        extra={CONTROL_INPUTS_KEY: json.dumps({"entropic": {"entropic_alpha": 0.5}})},
+    )
+    del model_output["entropy"]  # EntroPIC needs none (calculate_entropy stays False)
+    settings = EntropyControls(entropic=True, entropic_threshold=0.5).resolved_values()
+    config = actor_config()
+    loss, metrics = entropy_control_loss(
+        config, model_output, data, controls=("entropic",), settings=settings
+    )
+    loss.backward()
+    assert loss.item() == pytest.approx(-0.1, abs=1e-6)
+    assert metric(metrics["actor/pg_loss"]) == pytest.approx(-0.1, abs=1e-6)
+    torch.testing.assert_close(flat_logp.grad, torch.tensor([-0.2, -0.2, -0.3, 0.0, 0.4, 0.2, 0.0]))
+    assert config.policy_loss.loss_mode == "vanilla"  # the weights went through eapo_token_weights
+    # without the step's α the weights cannot be formed
+    model_output, data, _ = micro_batch([[-1.0]], [[0.1]], [1.0])
+    with pytest.raises(ValueError, match="need the controller's α"):
+        entropy_control_loss(config, model_output, data, controls=("entropic",), settings=settings)
 
 
 def test_clip_shares_by_hand():
@@ -708,6 +765,10 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None) -> float:
         per_token = torch.where(advantages < 0, torch.minimum(-advantages * 3.0, clipped), clipped)
     if controls.top_entropy_quantile is not None:
         per_token = per_token * top_entropy_mask(call["entropy"], mask, controls.top_entropy_quantile)
+    if controls.entropic:  # EntroPIC: 1 ± α on tokens with π > threshold, α from the step's controller input
+        alpha = json.loads(call["extra_info"][CONTROL_INPUTS_KEY])["entropic"]["entropic_alpha"]
+        high = logp.exp() > controls.entropic_threshold
+        per_token = per_token * torch.where(high, 1.0 + alpha * torch.sign(advantages), 1.0)
     loss = agg_loss(per_token, mask, actor.loss_agg_mode)
     if call["extra_info"]["calculate_entropy"]:
         inputs = json.loads(call["extra_info"].get(CONTROL_INPUTS_KEY, "{}"))
@@ -778,6 +839,8 @@ def test_each_preset_trains_with_eapo_cores_loss(method, verl_config, in_memory_
         assert trainer.eapo_step.controls["adaptive_entropy"].coef == pytest.approx(coef)
     else:
         assert coefs == [0.0] * 3
+    if method == "entropic":
+        assert replayed_entropic(history, kp=1.0, ki=0.01) == [m["entropic/alpha"] for m, _ in history]
     if method in ("clip_cov", "kl_cov"):
         # 2e-4 of 21 tokens rounds to the minimum of one token per call
         assert [m["entropy_control/cov_frac"] for m, _ in history] == pytest.approx([1 / N_TOKENS] * 3)
@@ -788,6 +851,54 @@ def test_each_preset_trains_with_eapo_cores_loss(method, verl_config, in_memory_
             kept = [top_entropy_mask(c["entropy"], mask, 0.2).sum().item() / N_TOKENS for c in calls]
             assert metrics["entropy_control/top_entropy_frac"] == pytest.approx(sum(kept) / 2)
             assert 0 < metrics["entropy_control/top_entropy_frac"] < 1
+
+
+def replayed_entropic(history, *, kp, ki, target_ratio=1.0):
+    """EntroPIC's α at each step, replayed by hand from the logged rollout entropies, checked against the
+    input each update received; returns the α each step applied."""
+    applied, alpha, integral = [], 0.0, 0.0
+    target = target_ratio * history[0][0]["entropy/rollout"]
+    for metrics, calls in history:
+        applied.append(pytest.approx(alpha, abs=1e-12))
+        for call in calls:
+            assert json.loads(call["extra_info"][CONTROL_INPUTS_KEY]) == {
+                "entropic": {"entropic_alpha": applied[-1]}
+            }
+        error = metrics["entropy/rollout"] - target
+        alpha = min(max(kp * error + ki * integral, -1.0), 1.0)
+        integral += error
+        assert metrics["entropic/integral"] == pytest.approx(integral)
+        assert metrics["entropic/error"] == pytest.approx(error)
+    return applied
+
+
+def test_entropic_trains_with_its_weights_on_the_high_probability_tokens(verl_config, in_memory_tq):
+    """EntroPIC with a threshold the tiny policy's tokens cross (0.4) and the target at 0.5 × H_0, so α
+    leaves 0 from step 2: each call's loss is expected_loss's, whose weights 1 ± α act on some tokens."""
+    trainer = EAPOVerlTrainer(
+        preset_config(
+            verl_config, "entropic", entropic_threshold=0.4, entropic_target_ratio=0.5, entropic_kp=0.5
+        )
+    )
+    assert trainer.config.actor_rollout_ref.actor.calculate_entropy is False  # EntroPIC reads no entropies
+    history = train(trainer, in_memory_tq, 3, TinyPolicy(seed=2))
+    applied = replayed_entropic(history, kp=0.5, ki=0.01, target_ratio=0.5)
+    assert [m["entropic/alpha"] for m, _ in history] == applied
+    assert history[0][0]["entropic/alpha"] == 0.0 and history[1][0]["entropic/alpha"] != 0.0
+    mask = padded([[1.0] * len(row) for row in TOKENS]).bool()
+    reweighted = 0
+    for _, calls in history:
+        for call in calls:
+            assert call["loss"] == pytest.approx(expected_loss(call, trainer, 1.0, 1.0), abs=1e-6)
+            reweighted += int(((call["logp"].exp() > 0.4) & mask).sum())
+    assert reweighted > 0, "the test needs tokens above the threshold"
+    # the same calls without EntroPIC's weights give another loss where α ≠ 0
+    plain = EAPOVerlTrainer(preset_config(verl_config.copy(), "grpo"))
+    assert any(
+        abs(call["loss"] - expected_loss(call, plain, 1.0, 1.0)) > 1e-4
+        for _, calls in history[1:]
+        for call in calls
+    )
 
 
 def test_controls_compose_with_eapo_weighting(verl_config, in_memory_tq):
@@ -845,6 +956,48 @@ def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp
     changed = preset_config(verl_config.copy(), "adaptive_entropy", entropy_coef_delta=0.02)
     with pytest.raises(
         ValueError, match=r"checkpointed adaptive entropy delta=0.01 differs from the configured delta=0.02"
+    ):
+        attach_checkpoint_io(EAPOVerlTrainer(changed), tmp_path)._load_checkpoint()
+
+
+def test_resume_restores_the_entropic_integral(verl_config, in_memory_tq, tmp_path):
+    """target = H_0 = 1.2. Step 1: e = 0, α → 0, I = 0; step 2: e = −0.2, α → −0.2, I = −0.2 (saved). Both the
+    uninterrupted and the resumed run apply α = −0.2 at the next step; H = 1.5 then gives e = 0.3,
+    α → 0.3 + 0.01 · (−0.2) = 0.298 and I = 0.1 in both."""
+    from test_verl_trainer import attach_checkpoint_io, run_step
+
+    config = preset_config(verl_config, "entropic")
+    trainer = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
+    for step, entropy in enumerate([1.2, 1.0], start=1):
+        run_step(trainer, in_memory_tq, step, entropy=entropy)
+    trainer.global_steps = 2
+    trainer._save_checkpoint()
+    state = json.loads((tmp_path / "global_step_2" / "eapo_state.json").read_text())
+    assert state["method"] == "entropic"
+    assert state["controls"]["entropic"] == {
+        "integral": pytest.approx(-0.2),
+        "error": pytest.approx(-0.2),
+        "alpha": pytest.approx(-0.2),
+        "target": pytest.approx(1.2),
+        "settings": {"kp": 1.0, "ki": 0.01, "threshold": 0.95, "target_ratio": 1.0},
+    }
+
+    resumed = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
+    resumed._load_checkpoint()
+    assert (
+        resumed.eapo_step.controls["entropic"].state_dict()
+        == trainer.eapo_step.controls["entropic"].state_dict()
+    )
+    _, continued = run_step(trainer, in_memory_tq, 3, entropy=1.5)
+    _, after_resume = run_step(resumed, in_memory_tq, 4, entropy=1.5)
+    assert after_resume["entropic/alpha"] == continued["entropic/alpha"] == pytest.approx(-0.2)
+    assert after_resume["entropic/integral"] == continued["entropic/integral"] == pytest.approx(0.1)
+    assert resumed.step_inputs == trainer.step_inputs == {"entropic": {"entropic_alpha": pytest.approx(-0.2)}}
+    assert resumed.eapo_step.controls["entropic"].alpha == pytest.approx(0.298)
+
+    changed = preset_config(verl_config.copy(), "entropic", entropic_ki=0.02)
+    with pytest.raises(
+        ValueError, match=r"checkpointed EntroPIC ki=0.01 differs from the configured ki=0.02"
     ):
         attach_checkpoint_io(EAPOVerlTrainer(changed), tmp_path)._load_checkpoint()
 

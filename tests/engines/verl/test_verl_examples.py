@@ -116,6 +116,7 @@ def script_args_with(script: str, *script_args_: str) -> list[str]:
         ("clip_cov", {"policy_loss.loss_mode": "clip_cov", "policy_loss.clip_cov_ratio": 1e-3}),
         ("kl_cov", {"policy_loss.loss_mode": "kl_cov", "policy_loss.kl_cov_ratio": 2e-4}),
         ("top_entropy", {"calculate_entropy": True}),
+        ("entropic", {"calculate_entropy": False, "policy_loss.loss_mode": "vanilla"}),
     ],
 )
 def test_entropy_control_example_composes(preset, options):

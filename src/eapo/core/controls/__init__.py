@@ -17,6 +17,7 @@ control                source                          TRL 1.16            verl 
 ``clip_cov``           Cui et al. 2025 (2505.22617)    :func:`clip_cov_…`  ``policy_loss.loss_mode``
 ``kl_cov``             Cui et al. 2025 (2505.22617)    :func:`kl_cov_…`    ``policy_loss.loss_mode``
 ``top_entropy``        Wang et al. 2025 (2506.01939)   ``top_entropy_…``   :func:`top_entropy_mask`
+``entropic``           EntroPIC (arXiv 2511.15248)     eapo's (generic)    eapo's (generic)
 =====================  ==============================  ==================  ==============================
 
 Registration order is import order below (the docs' tables and ``algorithm.*`` follow it).
@@ -32,6 +33,7 @@ from eapo.core.controls import clip_higher  # noqa: F401
 from eapo.core.controls import clip_cov  # noqa: F401
 from eapo.core.controls import kl_cov  # noqa: F401
 from eapo.core.controls import top_entropy  # noqa: F401
+from eapo.core.controls import entropic  # noqa: F401
 
 # isort: on
 from eapo.core.controls.adaptive_entropy import AdaptiveEntropyCoef
