@@ -187,6 +187,12 @@ def test_every_preset_is_a_method_whose_settings_are_config_fields():
         ),
         (["algorithm.loss_mode=foo"], "loss_mode='foo' is invalid"),
         (["algorithm.method=clip_cov", "algorithm.entropy_coef=0.01"], "cannot run on TRL"),
+        # eapo forms TRL's loss for a control TRL lacks that weights it: no bonus beside it, grpo/bnpo only
+        (
+            ["algorithm.method=entropic", "algorithm.entropy_coef=0.01"],
+            r"method or keys of entropic with an entropy",
+        ),
+        (["algorithm.method=entropic", "algorithm.loss_type=dapo"], r"entropic: eapo's loss aggregates as"),
         (["algorithm.method=kl_cov", "algorithm.loss_type=dapo"], "loss_type grpo"),
     ],
 )

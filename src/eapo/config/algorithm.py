@@ -15,9 +15,11 @@ from typing import Any, get_args
 from eapo.config.fields import ANY_OF_TYPE, at_least, between, one_of, setting, with_settings
 from eapo.core import (
     CONTROL_SETTINGS,
+    ENTROPY_CONTROLS,
     METHODS,
     STEP_SETTINGS,
     WEIGHT_SETTINGS,
+    WEIGHTING_SCHEMES,
     AdvantageScale,
     check_weights,
     control_defaults,
@@ -25,6 +27,7 @@ from eapo.core import (
     method_scheme,
     resolve_controls,
 )
+from eapo.core.controls import applied_by_eapo
 
 #: The entropy controls' settings when neither the user nor the method preset sets them: every control off
 #: (their declared defaults, :data:`eapo.core.CONTROL_SETTINGS`).
@@ -48,10 +51,10 @@ class AlgorithmConfig:
     weight or control left null takes the scheme's or the preset's value."""
 
     method: str = setting(
-        "Method: a polarity weighting scheme (grpo, psr, nsr, w_reinforce, eapo) or an entropy-control "
+        f"Method: a polarity weighting scheme ({', '.join(WEIGHTING_SCHEMES)}) or an entropy-control "
         "preset, which is GRPO's weights (1, 1) plus that control's settings from its source "
-        "(entropy_bonus, adaptive_entropy, clip_higher, clip_cov, kl_cov, top_entropy; see "
-        "eapo.core.ENTROPY_CONTROLS). Any control's settings below also compose with any scheme.",
+        f"({', '.join(ENTROPY_CONTROLS)}; see eapo.core.ENTROPY_CONTROLS). Any control's settings below also "
+        "compose with any scheme.",
         "eapo",
         valid=one_of(*METHODS),
     )
@@ -106,18 +109,23 @@ class AlgorithmConfig:
         setting alone is checked by its field's ``valid``): the controls' own rules
         (:func:`eapo.core.controls.control_problems`, verl's too), then what TRL cannot run."""
         problems = control_problems(self.control_values(), "algorithm.")  # each control's own rules (core)
-        if self.loss_mode != "vanilla":
+        # where eapo forms TRL's loss: a loss_mode's policy loss, or a control TRL lacks weighting it
+        weighted = [
+            c.name for c in applied_by_eapo("trl", self.control_values()) if c.token_weights is not None
+        ]
+        formed_by_eapo = [f"loss_mode={self.loss_mode}"] if self.loss_mode != "vanilla" else []
+        formed_by_eapo += [f"method or keys of {name}" for name in weighted]
+        if formed_by_eapo:
             if self.entropy_coef > 0 or self.adaptive_entropy:
                 problems.append(
-                    f"algorithm.loss_mode={self.loss_mode} with an entropy bonus (entropy_coef="
-                    f"{self.entropy_coef}, adaptive_entropy={self.adaptive_entropy}) cannot run on TRL: eapo's "
-                    "Clip-Cov / KL-Cov loss replaces TRL's, whose entropy bonus it does not re-implement; drop "
-                    "one of the two, or run the pair on verl (actor.entropy_coeff composes with "
-                    "policy_loss.loss_mode there)"
+                    f"algorithm.{formed_by_eapo[0]} with an entropy bonus (entropy_coef={self.entropy_coef}, "
+                    f"adaptive_entropy={self.adaptive_entropy}) cannot run on TRL: eapo forms the loss there in "
+                    "place of TRL's, whose entropy bonus it does not re-implement; drop one of the two, or run "
+                    "the pair on verl (actor.entropy_coeff composes with eapo's loss there)"
                 )
             if self.loss_type not in COV_LOSS_TYPES:
                 problems.append(
-                    f"algorithm.loss_mode={self.loss_mode} aggregates as algorithm.loss_type grpo (1/|y_i|, "
+                    f"algorithm.{formed_by_eapo[0]}: eapo's loss aggregates as algorithm.loss_type grpo (1/|y_i|, "
                     f"seq-mean-token-mean) or bnpo (token-mean); got loss_type={self.loss_type!r}"
                 )
         return problems

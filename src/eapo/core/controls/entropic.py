@@ -281,6 +281,10 @@ ENTROPIC = register_entropy_control(
         token_weights=_token_weights,
         problems=_problems,
         metrics=tuple(ENTROPIC_METRICS.values()),
+        panels=(
+            (ENTROPIC_METRICS["alpha"], "EntroPIC α (applied)"),
+            (ENTROPIC_METRICS["integral"], "EntroPIC integral I"),
+        ),
         declares=(
             Setting(
                 "entropic",

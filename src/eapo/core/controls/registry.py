@@ -133,7 +133,8 @@ class EntropyControl:
         problems: the rules between settings the control needs, ``(resolved settings) -> messages``: each
             message names settings as ``{p}name`` (``{p}``: the engine's prefix, ``algorithm.`` or
             ``algorithm.eapo.``); one declaration of the rule for every engine (:func:`control_problems`).
-        metrics: the metric keys (:data:`CONTROL_METRICS`) it logs.
+        metrics: the metric keys it logs: the shared :data:`CONTROL_METRICS` (``entropy_control/*``) it acts
+            through, or keys under its own name (``entropic/alpha``) for its own state.
         panels: its own logged metrics ``eapo plot`` draws, ``(key, title)`` (e.g. a controller's state).
     """
 

@@ -143,8 +143,8 @@ class EapoSettings:
     """
 
     method: str
-    """A weighting scheme (eapo, psr, nsr, w_reinforce, grpo) or an entropy-control preset on GRPO's
-    weights (entropy_bonus, adaptive_entropy, clip_higher, clip_cov, kl_cov, top_entropy). Defaults to
+    """A weighting scheme (:data:`eapo.core.WEIGHTING_SCHEMES`: eapo, eapo_pi, psr, nsr, w_reinforce, grpo) or
+    an entropy-control preset on GRPO's weights (:data:`eapo.core.ENTROPY_CONTROLS`). Defaults to
     ``algorithm.adv_estimator``'s scheme; presets and grpo run with ``adv_estimator=eapo_grpo``."""
     weights: Mapping[str, Any] = field(default_factory=dict)
     """The weights that were set (:data:`eapo.core.WEIGHT_SETTINGS`, checked against the scheme); the
