@@ -335,3 +335,34 @@ def test_the_preset_and_composition_load():
         None, ["algorithm.method=eapo", "algorithm.entropic=true", "algorithm.entropic_ki=0.05"]
     )
     assert (composed.algorithm.weighting_method(), composed.algorithm.entropic_ki) == ("eapo", 0.05)
+
+
+def _closed_loop_with_eapo(w0: float, start: float, *, ki: float = 0.01, steps: int = 1500) -> list[float]:
+    """A stand-in for training: the rollout entropy responds to EAPO's positive weight and to EntroPIC's α
+    as H_{t+1} = H_t · exp(η (w* − w+_t) − κ α_t), η = 0.05, κ = 0.3, w* = 0.5 (it rises while w+ is below
+    the balancing weight w*, and α > 0 sharpens it). EntroPIC (target H_0) runs through core's step on
+    EAPO's weights: each update gets the α of the entropies before it. H_0 = 2 is anchored at step 1, then
+    the entropy starts at ``start`` × H_0. Returns every step's H / H_0."""
+    controller = EntroPICController(ki=ki)
+    step = EAPOStep(make_weighting("eapo", w0=w0), controls={"entropic": controller})
+    h0, entropy, ratios = 2.0, 2.0, []
+    for t in range(steps):
+        _, metrics = step.step(torch.tensor([1.0, 0.0]), [0, 0], entropy)
+        alpha = step.control_inputs(entropy)["entropic"]["entropic_alpha"]
+        entropy *= math.exp(0.05 * (0.5 - metrics["eapo/w_pos"]) - 0.3 * alpha)
+        if t == 0:
+            entropy = start * h0
+        ratios.append(entropy / h0)
+    return ratios
+
+
+@pytest.mark.parametrize("start", [1.3, 0.7], ids=["from_above", "from_below"])
+@pytest.mark.parametrize("w0", [0.05, 0.2, 0.5, 1.0])
+def test_closed_loop_entropic_settles_at_its_target_whatever_eapos_w0(w0, start):
+    """EntroPIC holds H_0 on EAPO's weights for every w0, from above and from below (EAPO alone would rest at
+    w*/w0 · H_0); its integral is what removes the offset: with Ki = 0 a w0 ≠ w* leaves one."""
+    ratios = _closed_loop_with_eapo(w0, start)
+    assert max(abs(ratio - 1.0) for ratio in ratios[-50:]) < 0.01
+    if w0 != 0.5:
+        proportional_only = _closed_loop_with_eapo(w0, start, ki=0.0)
+        assert abs(proportional_only[-1] - 1.0) > 0.02
