@@ -724,12 +724,15 @@ def test_resume_accepts_a_config_saved_before_new_settings_existed_and_names_rea
         _inspect_run_dir(tmp_path, config, resume=True)
 
 
-def test_quantile_split_on_trl_gives_cores_qae_advantages(tmp_path):
-    """split_by=quantile (QAE, K = 0.3) on the TRL engine: the advantages TRL trains on are core's, from the
-    step's own rewards, centred on each group's K-quantile."""
+@pytest.mark.parametrize(
+    "method", [["algorithm.method=grpo", "algorithm.split_by=quantile"], ["algorithm.method=qae"]]
+)
+def test_quantile_split_on_trl_gives_cores_qae_advantages(method, tmp_path):
+    """split_by=quantile (QAE, K = 0.3), or the qae method, on the TRL engine: the advantages TRL trains on
+    are core's, from the step's own rewards, centred on each group's K-quantile."""
     from eapo.core.step import EAPOStep, contiguous_index
 
-    config = tiny("algorithm.method=grpo", "algorithm.split_by=quantile", "algorithm.quantile_k=0.3")
+    config = tiny(*method, "algorithm.quantile_k=0.3")
     trainer, dataset = _trainer(config, tmp_path)
     trainer.reuse_loss_pass = False  # decided at generation: inputs["advantages"] are final
     torch.manual_seed(1234)
@@ -753,3 +756,15 @@ def test_eapo_pi_on_trl_logs_the_integral_of_its_own_entropies(tmp_path):
         assert row["eapo/w_pos"] == pytest.approx(replay.weights(row["entropy/rollout"])[0], rel=1e-9)
         assert row["eapo/integral"] == pytest.approx(replay.integral, rel=1e-9, abs=1e-12)
     assert rows[-1]["eapo/integral"] != 0.0
+
+
+def test_two_steps_of_qae_on_trl(tmp_path):
+    """method=qae trains: GRPO's weights, and with G = 4, K = 0.4 the quantile is each group's 2nd smallest
+    reward, so at least 3 of every 4 rollouts are at or above it (eapo/frac_positive >= 0.75)."""
+    rows = read_metrics(
+        run(tiny("algorithm.method=qae", "train.max_steps=2", "train.save_steps=0"), tmp_path)
+    )
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        assert (row["eapo/w_pos"], row["eapo/w_neg"]) == (1.0, 1.0)
+        assert row["eapo/frac_positive"] >= 0.75

@@ -83,7 +83,7 @@ def test_overrides_are_typed_and_nested():
     [
         (
             ["algorithm.method=ppo"],
-            "algorithm.method='ppo' is invalid; valid: grpo, psr, nsr, w_reinforce, eapo",
+            "algorithm.method='ppo' is invalid; valid: grpo, psr, nsr, w_reinforce, qae, eapo, eapo_pi",
         ),
         (["algorithm.w_plus=1"], "unknown key 'algorithm.w_plus' in section 'algorithm'; valid keys: method"),
         (["bogus.key=1"], "unknown key 'bogus' in the top level"),

@@ -98,7 +98,7 @@ def test_fixed_scheme_anchors_h0_on_the_first_entropy_and_runs_without_one():
 
 
 def test_registry_by_decorator_keeps_the_dict_shape():
-    assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "eapo", "eapo_pi"]
+    assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "qae", "eapo", "eapo_pi"]
     builder, accepted = WEIGHTING_SCHEMES["psr"]
     assert accepted == ("w_pos", "w_neg") and builder("psr").weights(None) == (1.0, 0.0)
     with pytest.raises(ValueError, match="already registered"):
@@ -286,3 +286,19 @@ def test_quantile_k_applies_only_with_the_quantile_split():
         load_config(None, ["algorithm.split_by=quantile", "algorithm.quantile_k=0.3"]).algorithm.quantile_k
         == 0.3
     )
+
+
+def test_the_qae_method_is_grpos_weights_with_the_quantile_split():
+    """method=qae: the quantile split of GRPO's weights, on both engines through core's step; another split
+    beside it is refused, K is its own setting."""
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.2, 0.7, 0.7, 0.9, 0.1])
+    index = contiguous_index(10, 5)
+    qae = EAPOStep(make_weighting("qae"), split_by="mean")  # the YAML's default split reads as unset
+    assert qae.split_by == "quantile" and qae.quantile_k == 0.4
+    by_setting = EAPOStep(make_weighting("grpo"), split_by="quantile")
+    assert qae.step(scores, index, None)[0].tolist() == by_setting.step(scores, index, None)[0].tolist()
+    with pytest.raises(ValueError, match="method qae splits at the quantile; split_by=median contradicts it"):
+        EAPOStep(make_weighting("qae"), split_by="median")
+    from eapo.config import load_config
+
+    assert load_config(None, ["algorithm.method=qae", "algorithm.quantile_k=0.3"]).algorithm.quantile_k == 0.3

@@ -188,8 +188,8 @@ def test_eapo_scheme_has_the_paper_defaults():
     assert scheme.h0 == 2.0
 
 
-def test_registry_lists_exactly_the_six_schemes():
-    assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "eapo", "eapo_pi"]
+def test_registry_lists_exactly_the_seven_schemes():
+    assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "qae", "eapo", "eapo_pi"]
 
 
 @pytest.mark.parametrize(
@@ -221,7 +221,8 @@ def test_eapo_needs_an_entropy():
 
 def test_unknown_scheme_lists_the_known_ones():
     with pytest.raises(
-        ValueError, match=r"unknown weighting scheme 'ppo'; known: grpo, psr, nsr, w_reinforce, eapo"
+        ValueError,
+        match=r"unknown weighting scheme 'ppo'; known: grpo, psr, nsr, w_reinforce, qae, eapo, eapo_pi",
     ):
         make_weighting("ppo")
 

@@ -53,7 +53,9 @@ class RunConfig:
             a.weighting_overrides()  # the one "does not apply" rule and the weights' ranges (eapo.core)
         except SettingError as error:
             raise ConfigError(str(error), key=error.key) from None
-        problems = step_problems({"split_by": a.split_by, "quantile_k": a.quantile_k}, "algorithm.")
+        problems = step_problems(
+            {"split_by": a.split_by, "quantile_k": a.quantile_k}, "algorithm.", a.weighting_method()
+        )
         if problems:
             raise ConfigError(problems[0], key="algorithm.quantile_k")
         a.resolve_controls()

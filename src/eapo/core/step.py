@@ -101,10 +101,13 @@ METRIC_KEYS: tuple[str, ...] = (
 )
 
 
-def step_problems(values: Mapping[str, Any], prefix: str) -> list[str]:
+def step_problems(values: Mapping[str, Any], prefix: str, scheme: str | None = None) -> list[str]:
     """The step's settings' rule between them (one declaration for every view): ``quantile_k`` set to
-    other than its default applies only with ``split_by=quantile``."""
-    k, split = values.get("quantile_k"), values.get("split_by") or "mean"
+    other than its default applies only with ``split_by=quantile`` (or a ``scheme`` that splits there, qae)."""
+    from eapo.core.weighting import make_weighting
+
+    implied = getattr(make_weighting(scheme), "split_by", None) if scheme is not None else None
+    k, split = values.get("quantile_k"), implied or values.get("split_by") or "mean"
     if k is not None and k != STEP_SETTINGS["quantile_k"].default and split != "quantile":
         return [
             f"{prefix}quantile_k={k} applies only with {prefix}split_by=quantile (QAE); split_by is {split}"
@@ -277,7 +280,8 @@ class EAPOStep:
         method: the name recorded in (and checked against) the checkpointed state; default the
             scheme's name (the verl plugin passes ``algorithm.eapo.method``, e.g. an entropy-control
             preset that runs the ``grpo`` scheme).
-        split_by: ``"mean"`` (the paper), ``"median"`` or ``"quantile"`` (QAE).
+        split_by: ``"mean"`` (the paper), ``"median"`` or ``"quantile"`` (QAE); None: the scheme's own
+            split where it has one (``qae``: the quantile), else the mean.
         quantile_k: with ``split_by="quantile"``, K (None: QAE's 0.4); refused with another split unless
             it is the default.
         controls: the run's entropy controls that keep state, by name (see :attr:`controls`).
@@ -288,10 +292,19 @@ class EAPOStep:
         weighting: Any,
         *,
         method: str | None = None,
-        split_by: str = "mean",
+        split_by: str | None = None,
         quantile_k: float | None = None,
         controls: Mapping[str, Any] | None = None,
     ) -> None:
+        implied = getattr(weighting, "split_by", None)  # a scheme with its own split (qae)
+        if implied is not None:
+            if split_by not in (None, "mean", implied):
+                raise ValueError(
+                    f"method {getattr(weighting, 'name', implied)} splits at the {implied}; split_by={split_by} "
+                    "contradicts it (leave split_by unset)"
+                )
+            split_by = implied
+        split_by = split_by or "mean"
         if split_by not in ("mean", "median", "quantile"):
             raise ValueError(f"unknown split {split_by!r}; known: 'mean' (the paper), 'median', 'quantile'")
         default_k = STEP_SETTINGS["quantile_k"].default

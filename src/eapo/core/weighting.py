@@ -109,14 +109,17 @@ def _check_weight(name: str, value: float) -> float:
 
 
 class FixedWeighting:
-    """Constant ``(w_pos, w_neg)``: GRPO (1, 1), PSR (1, 0), NSR (0, 1), W-REINFORCE (0.1, 1)."""
+    """Constant ``(w_pos, w_neg)``: GRPO (1, 1), PSR (1, 0), NSR (0, 1), W-REINFORCE (0.1, 1), and QAE (GRPO's
+    weights with its own split, ``split_by="quantile"``: core's step splits and centres there)."""
 
     needs_entropy = False
 
-    def __init__(self, name: str, w_pos: float, w_neg: float) -> None:
+    def __init__(self, name: str, w_pos: float, w_neg: float, split_by: str | None = None) -> None:
         self.name = name
         self.w_pos = _check_weight("w_pos", w_pos)
         self.w_neg = _check_weight("w_neg", w_neg)
+        #: the polarity split this scheme implies (None: the run's ``split_by``)
+        self.split_by = split_by
 
     def weights(self, entropy: float | None = None) -> tuple[float, float]:
         return self.w_pos, self.w_neg
@@ -329,6 +332,13 @@ def _fixed(default_pos: float, default_neg: float) -> Callable[..., FixedWeighti
 
 for _name, (_pos, _neg) in FIXED_WEIGHTS.items():
     register_weighting(_name, _FIXED_KEYS)(_fixed(_pos, _neg))
+
+
+@register_weighting("qae", _FIXED_KEYS)
+def _qae(name: str, *, w_pos: float = 1.0, w_neg: float = 1.0) -> FixedWeighting:
+    """QAE (Wu et al. 2025, arXiv 2509.22611): GRPO's weights with the group's K-quantile as baseline and
+    split (``split_by=quantile``, ``quantile_k`` 0.4 by default)."""
+    return FixedWeighting(name, w_pos=w_pos, w_neg=w_neg, split_by="quantile")
 
 
 _EAPO_KEYS = ("w0", "w_min", "w_max", "w_neg", "anchor_steps", "integral_gain")

@@ -21,6 +21,7 @@ METHOD_NAMES = {
     "psr": "PSR",
     "nsr": "NSR",
     "w_reinforce": "W-REINFORCE",
+    "qae": "QAE",
     "eapo": "EAPO",
     "eapo_pi": "EAPO-PI",
     "entropy_bonus": "Entropy bonus",

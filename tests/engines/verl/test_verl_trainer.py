@@ -406,3 +406,20 @@ def test_eapo_pi_with_the_quantile_split_runs_cores_step_and_resumes_its_integra
         _, after_resume = run_step(resumed, in_memory_tq, step + 10, entropy=entropy)
         for key in ("eapo/w_pos", "eapo/integral", "eapo/H0"):
             assert after_resume[key] == continued[key], key
+
+
+def test_the_qae_estimator_gives_cores_quantile_advantages(verl_config, in_memory_tq):
+    """adv_estimator=qae (algorithm.eapo.quantile_k = 0.3): GRPO's weights with the quantile split, core's."""
+    from eapo.core import EAPOStep
+
+    verl_config.algorithm.adv_estimator = "qae"
+    verl_config.algorithm.eapo = {"quantile_k": 0.3}
+    trainer = EAPOVerlTrainer(verl_config)
+    assert (trainer.eapo_step.split_by, trainer.eapo_step.quantile_k) == ("quantile", 0.3)
+    order = [0, 2, 4, 6, 1, 3, 5, 7]  # group a, then group b
+    advantages, metrics = run_step(trainer, in_memory_tq, 1, entropy=1.0)
+    expected, _ = EAPOStep(make_weighting("grpo"), split_by="quantile", quantile_k=0.3).step(
+        torch.tensor([SCORES[i] for i in order]), [0] * 4 + [1] * 4, None
+    )
+    torch.testing.assert_close(advantages[torch.tensor(order)], expected.float(), rtol=1e-5, atol=1e-6)
+    assert (metrics["eapo/w_pos"], metrics["eapo/w_neg"]) == (1.0, 1.0)

@@ -219,6 +219,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         self.eapo_step = EAPOStep(
             self.weighting, split_by=self.split_by, quantile_k=quantile_k, controls=controls
         )  # the step's owner
+        self.split_by = self.eapo_step.split_by  # a scheme's own split (qae) where it has one
         self._capture_entropy = False
         self._entropy_source: str | None = None  # the pass that gave the last step's H_t (entropy_source)
         self._captured_entropies: torch.Tensor | None = None

@@ -216,6 +216,7 @@ compute_eapo_pi_advantage = _make_estimator("eapo_pi")
 compute_psr_advantage = _make_estimator("psr")
 compute_nsr_advantage = _make_estimator("nsr")
 compute_w_reinforce_advantage = _make_estimator("w_reinforce")
+compute_qae_advantage = _make_estimator("qae")
 compute_eapo_grpo_advantage = _make_estimator("eapo_grpo")
 
 #: name -> estimator function, in registration order.
@@ -225,6 +226,7 @@ ESTIMATORS = {
     "psr": compute_psr_advantage,
     "nsr": compute_nsr_advantage,
     "w_reinforce": compute_w_reinforce_advantage,
+    "qae": compute_qae_advantage,
     "eapo_grpo": compute_eapo_grpo_advantage,
 }
 

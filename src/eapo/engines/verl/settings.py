@@ -60,7 +60,7 @@ TRAINER_NAME = "eapo"
 
 #: The estimator names this plugin registers; each applies a weighting scheme of :mod:`eapo.core` (see
 #: :data:`SCHEME_OF_ESTIMATOR`).
-ESTIMATOR_NAMES: tuple[str, ...] = ("eapo", "eapo_pi", "psr", "nsr", "w_reinforce", "eapo_grpo")
+ESTIMATOR_NAMES: tuple[str, ...] = ("eapo", "eapo_pi", "psr", "nsr", "w_reinforce", "qae", "eapo_grpo")
 
 #: Estimator name -> the :mod:`eapo.core` weighting scheme it applies, where the two names differ
 #: (verl already has an estimator called ``grpo``).
@@ -199,7 +199,7 @@ class EapoSettings:
             method, scheme, {key: values.get(key) for key in WEIGHT_KEYS}, "algorithm.eapo."
         )
         controls = EntropyControls.resolve(method, {key: values.get(key) for key in CONTROL_KEYS})
-        return cls(method=method, weights=weights, **_step_settings(values), controls=controls)
+        return cls(method=method, weights=weights, **_step_settings(values, scheme), controls=controls)
 
     @classmethod
     def for_estimator(cls, estimator: str, algorithm: Any) -> EapoSettings:
@@ -236,7 +236,7 @@ class EapoSettings:
         weights = check_weights(
             scheme, scheme, {key: values.get(key) for key in WEIGHT_KEYS}, "algorithm.eapo."
         )
-        return cls(method=scheme, weights=weights, **_step_settings(values))
+        return cls(method=scheme, weights=weights, **_step_settings(values, scheme))
 
     @property
     def scheme(self) -> str:
@@ -257,10 +257,10 @@ class EapoSettings:
         return make_weighting(self.scheme, **self.weights)  # unset weights take the scheme's defaults
 
 
-def _step_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+def _step_settings(values: Mapping[str, Any], scheme: str) -> dict[str, Any]:
     """``split_by``, ``quantile_k`` and ``entropy_agg`` of ``algorithm.eapo``, held to their declarations
     (defaults where unset); ``quantile_k`` set to other than its default applies only with ``split_by=quantile``."""
-    problems = step_problems(values, "algorithm.eapo.")
+    problems = step_problems(values, "algorithm.eapo.", scheme)
     if problems:
         raise ValueError(problems[0])
     return {
