@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eapo.config import read_config_tree
-from eapo.core import make_weighting, method_scheme
+from eapo.core import ENTROPY_CONTROLS, make_weighting, method_scheme
 
 __all__ = ["METHOD_NAMES", "METHOD_ORDER", "effective_weights", "method_label", "run_config", "run_label"]
 
@@ -24,13 +24,8 @@ METHOD_NAMES = {
     "qae": "QAE",
     "eapo": "EAPO",
     "eapo_pi": "EAPO-PI",
-    "entropy_bonus": "Entropy bonus",
-    "adaptive_entropy": "Adaptive entropy",
-    "clip_higher": "Clip-higher",
-    "clip_cov": "Clip-Cov",
-    "kl_cov": "KL-Cov",
-    "top_entropy": "Top-entropy",
-    "entropic": "EntroPIC",
+    # the entropy-control presets, named by their registrations (eapo.core.controls)
+    **{name: control.label or name for name, control in ENTROPY_CONTROLS.items()},
 }
 #: The paper's row order, then the entropy-control presets (eapo.core.ENTROPY_CONTROLS).
 METHOD_ORDER = tuple(METHOD_NAMES)

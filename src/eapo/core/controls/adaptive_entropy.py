@@ -208,6 +208,7 @@ ADAPTIVE_ENTROPY = register_entropy_control(
         needs_entropy=True,  # the step's coefficient multiplies the update's entropy
         step_settings=("entropy_coef",),  # the coefficient moves each step (loss_inputs)
         metrics=(CONTROL_METRICS["coef"],),
+        label="Adaptive entropy",
         declares=(
             Setting(
                 "adaptive_entropy",

@@ -174,6 +174,7 @@ CLIP_COV = register_entropy_control(
             CONTROL_METRICS["clip_low_frac"],
             CONTROL_METRICS["clip_high_frac"],
         ),
+        label="Clip-Cov",
         declares=(
             Setting(
                 "loss_mode",

@@ -18,6 +18,7 @@ CLIP_HIGHER = register_entropy_control(
         trl_fields={"epsilon_high": "epsilon_high"},
         verl_options={"epsilon_high": "clip_ratio_high"},
         metrics=(CONTROL_METRICS["clip_low_frac"], CONTROL_METRICS["clip_high_frac"]),
+        label="Clip-higher",
         declares=(
             Setting(
                 "epsilon_high",

@@ -285,6 +285,7 @@ ENTROPIC = register_entropy_control(
             (ENTROPIC_METRICS["alpha"], "EntroPIC α (applied)"),
             (ENTROPIC_METRICS["integral"], "EntroPIC integral I"),
         ),
+        label="EntroPIC",
         declares=(
             Setting(
                 "entropic",

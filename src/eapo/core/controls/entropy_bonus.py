@@ -17,6 +17,7 @@ ENTROPY_BONUS = register_entropy_control(
         trl_fields={"entropy_coef": "entropy_coef"},
         verl_options={"entropy_coef": "entropy_coeff"},
         metrics=(CONTROL_METRICS["coef"],),
+        label="Entropy bonus",
         declares=(
             Setting(
                 "entropy_coef",

@@ -95,6 +95,7 @@ KL_COV = register_entropy_control(
         policy_loss=_policy_loss,
         problems=_problems,
         metrics=(CONTROL_METRICS["cov_frac"],),
+        label="KL-Cov",
         declares=(
             Setting(
                 "kl_cov_ratio",

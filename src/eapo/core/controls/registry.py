@@ -106,6 +106,7 @@ class EntropyControl:
 
     Attributes:
         name: the method preset's name (``algorithm.method``).
+        label: its name in tables, legends and reports (``eapo.evaluation.labels.METHOD_NAMES``).
         source: the paper or code it comes from.
         preset: the ``algorithm.*`` values the preset sets where the user left them unset (the source's own).
         help: what the control does, in one sentence.
@@ -154,6 +155,7 @@ class EntropyControl:
     problems: Callable[[Mapping[str, Any]], list[str]] | None = None
     metrics: tuple[str, ...] = ()
     panels: tuple[tuple[str, str], ...] = ()
+    label: str = ""
 
 
 #: name -> :class:`EntropyControl`, in registration order. Filled by :func:`register_entropy_control`.

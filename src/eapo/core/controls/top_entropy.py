@@ -58,6 +58,7 @@ TOP_ENTROPY = register_entropy_control(
         needs_entropy=True,
         weight_metric=CONTROL_METRICS["top_entropy_frac"],
         metrics=(CONTROL_METRICS["top_entropy_frac"],),
+        label="Top-entropy",
         declares=(
             Setting(
                 "top_entropy_quantile",
