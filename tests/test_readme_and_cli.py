@@ -59,4 +59,4 @@ def test_unknown_method_is_a_clear_cli_error():
         text=True,
     )
     assert out.returncode == 2
-    assert "valid: grpo, psr, nsr, w_reinforce, eapo" in out.stderr
+    assert "valid: grpo, psr, nsr, w_reinforce, qae, eapo, eapo_pi" in out.stderr

@@ -202,7 +202,7 @@ def test_metrics_lines_are_valid_json_one_per_step(tmp_path):
 
 
 def test_bad_input_errors(tmp_path):
-    with pytest.raises(ConfigError, match="valid: grpo, psr, nsr, w_reinforce, eapo"):
+    with pytest.raises(ConfigError, match="valid: grpo, psr, nsr, w_reinforce, qae, eapo, eapo_pi"):
         tiny("algorithm.method=ppo")
     with pytest.raises(ConfigError, match="unknown key 'algorithm.w_plus'.*valid keys"):
         tiny("algorithm.w_plus=1")

@@ -18,7 +18,8 @@ def sweep_command(
     methods: str = typer.Option(
         "grpo,psr,nsr,w_reinforce,eapo",
         "--methods",
-        help="Comma-separated: grpo, psr, nsr, w_reinforce, eapo.",
+        help="Comma-separated algorithm.method values: the weighting schemes (grpo, psr, nsr, w_reinforce, qae, "
+        "eapo, eapo_pi) and the entropy-control presets (entropy_bonus, ..., entropic).",
     ),
     grid: list[str] = typer.Option(
         None,

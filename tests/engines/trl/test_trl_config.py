@@ -55,7 +55,7 @@ def test_eapo_config_defaults_are_paper_rjua_yaml_objective():
 
 
 def test_eapo_config_validates_the_weighting_once():
-    with pytest.raises(ValueError, match="valid: grpo, psr, nsr, w_reinforce, eapo"):
+    with pytest.raises(ValueError, match="valid: grpo, psr, nsr, w_reinforce, qae, eapo, eapo_pi"):
         _trl_config(method="ppo")
     with pytest.raises(ValueError, match="w0 does not apply to method 'psr'; it accepts w_pos, w_neg"):
         _trl_config(method="psr", w0=0.3)
@@ -115,6 +115,7 @@ def test_grpo_args_returns_an_eapo_config_built_from_the_tree(tmp_path):
         "w_max": 1.5,
         "w_neg": 1.0,
         "anchor_steps": 1,
+        "integral_gain": 0.0,  # the paper's EAPO: no integral term
     }
     assert (args.loss_type, args.beta, args.use_bias_correction_kl) == ("grpo", 0.001, False)
     # trackers: tensorboard is eapo's own writer, the rest go to TRL's report_to
