@@ -25,13 +25,14 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.metric import Metric  # noqa: E402
 from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
-from eapo.core import polarity_weighted_advantages  # noqa: E402
+from eapo.core import make_weighting, polarity_weighted_advantages  # noqa: E402
 from eapo.core.controls import (  # noqa: E402
     ENTROPY_CONTROLS,
     clip_cov_policy_loss,
     kl_cov_policy_loss,
     top_entropy_mask,
 )
+from eapo.core.step import grouped_polarity_advantages  # noqa: E402
 from eapo.engines.verl import EapoSettings, EAPOVerlTrainer  # noqa: E402
 from eapo.engines.verl.entropy_control import (  # noqa: E402
     CONTROL_INPUTS_KEY,
@@ -725,11 +726,22 @@ def padded(rows):
     )
 
 
-def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None) -> float:
-    """The loss of one recorded call from eapo.core's functions alone (and verl's agg_loss)."""
+def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None, quantile_k=None) -> float:
+    """The loss of one recorded call from eapo.core's functions alone (and verl's agg_loss); ``quantile_k``:
+    QAE's split (the group's K-quantile as baseline and split) instead of the mean."""
     mask = padded([[1.0] * len(row) for row in TOKENS]).bool()  # [B, T]
     order = [0, 2, 4, 6, 1, 3, 5, 7]
-    weighted, _ = polarity_weighted_advantages(torch.tensor([SCORES[i] for i in order]), 4, w_pos, w_neg)
+    if quantile_k is None:
+        weighted, _ = polarity_weighted_advantages(torch.tensor([SCORES[i] for i in order]), 4, w_pos, w_neg)
+    else:
+        weighted, _, _ = grouped_polarity_advantages(
+            torch.tensor([SCORES[i] for i in order]),
+            [0] * 4 + [1] * 4,
+            w_pos,
+            w_neg,
+            by="quantile",
+            quantile_k=quantile_k,
+        )
     advantages = torch.empty(8)
     advantages[torch.tensor(order)] = weighted
     advantages = advantages[:, None] * mask  # [B, T]
@@ -916,6 +928,31 @@ def test_controls_compose_with_eapo_weighting(verl_config, in_memory_tq):
         assert metrics["entropy_control/coef"] == 0.02
         for call in calls:
             assert call["loss"] == pytest.approx(expected_loss(call, trainer, w_pos, 1.0), abs=1e-6)
+
+
+@pytest.mark.parametrize("method", ["eapo_pi", "qae"])
+def test_eapo_pi_and_qae_train_through_the_plugin(method, verl_config, in_memory_tq):
+    """Three steps of rollouts, advantage step and actor update (two epochs) through the plugin: eapo_pi
+    composed with the quantile split, and qae. Every recorded loss is eapo.core's objective on the
+    step's w+ (eapo_pi: the scheme replayed on the logged entropies) and the quantile advantages."""
+    verl_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = 2
+    verl_config.algorithm.adv_estimator = method
+    verl_config.algorithm.eapo = {"split_by": "quantile"} if method == "eapo_pi" else {}
+    trainer = EAPOVerlTrainer(verl_config)
+    policy = TinyPolicy()
+    start = policy.logits.detach().clone()
+    history = train(trainer, in_memory_tq, 3, policy)
+    assert not torch.equal(policy.logits, start)
+    replay = make_weighting(method)
+    for metrics, calls in history:
+        w_pos, w_neg = replay.weights(metrics["entropy/rollout"])
+        assert (metrics["eapo/w_pos"], metrics["eapo/w_neg"]) == pytest.approx((w_pos, w_neg))
+        for call in calls:
+            assert call["loss"] == pytest.approx(
+                expected_loss(call, trainer, w_pos, w_neg, quantile_k=0.4), abs=1e-6
+            )
+    if method == "eapo_pi":
+        assert history[-1][0]["eapo/integral"] == pytest.approx(replay.integral) and replay.integral != 0.0
 
 
 def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp_path):
