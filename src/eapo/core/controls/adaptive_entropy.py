@@ -16,19 +16,15 @@ from typing import Any
 from eapo.core.controls.registry import (
     CONTROL_METRICS,
     EntropyControl,
+    check_resumed_settings,
+    finite,
     register_entropy_control,
-    stray_settings,
+    state_from_settings,
+    switched_problems,
 )
 from eapo.core.settings import ANY_OF_TYPE, Setting, above, at_least
 
 _SKYWORK = "Skywork-OR1 (He et al. 2025, arXiv 2505.22312); TRL 1.16's defaults"
-
-
-def _finite(name: str, value: float) -> float:
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    return value
 
 
 @dataclass
@@ -55,17 +51,17 @@ class AdaptiveEntropyCoef:
 
     def __post_init__(self) -> None:
         for name in ("coef", "delta", "coef_min", "coef_max", "target_ratio"):
-            if _finite(name, getattr(self, name)) < 0:
+            if finite(name, getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.coef_min > self.coef_max:
             raise ValueError(f"coef_min ({self.coef_min}) must be <= coef_max ({self.coef_max})")
-        if self.target is not None and _finite("target", self.target) < 0:
+        if self.target is not None and finite("target", self.target) < 0:
             raise ValueError(f"target must be >= 0, got {self.target}")
 
     def anchor(self, h0: float) -> None:
         """Fix an unset target at ``target_ratio × h0`` (the run's first-step entropy)."""
         if self.target is None:
-            self.target = self.target_ratio * _finite("H_0", h0)
+            self.target = self.target_ratio * finite("H_0", h0)
 
     def applied(self) -> float:
         """The coefficient the next update uses."""
@@ -77,7 +73,7 @@ class AdaptiveEntropyCoef:
         """Move the coefficient after an update whose entropy was ``entropy``; returns the new value."""
         if self.target is None:
             raise ValueError("the adaptive entropy target is unset: call anchor(H_0) first")
-        entropy = _finite("entropy", entropy)
+        entropy = finite("entropy", entropy)
         if entropy <= self.target:
             self.coef = min(self.coef + self.delta, self.coef_max)
         else:
@@ -115,18 +111,7 @@ class AdaptiveEntropyCoef:
         Raises:
             ValueError: the saved settings, or a configured fixed target, differ from this run's.
         """
-        configured = self.settings()
-        changed = [key for key, value in state.get("settings", {}).items() if configured.get(key) != value]
-        if self.target is not None and state.get("target") is not None and state["target"] != self.target:
-            changed.append("target")
-        if changed:
-            key = changed[0]
-            was = state["target"] if key == "target" else state["settings"][key]
-            now = self.target if key == "target" else configured[key]
-            raise ValueError(
-                f"checkpointed adaptive entropy {key}={was} differs from the configured {key}={now}; "
-                "resume with the same algorithm settings"
-            )
+        check_resumed_settings("adaptive entropy", self.settings(), self.target, state)
         if "coef" in state:
             self.coef = float(state["coef"])
         if state.get("target") is not None:
@@ -137,21 +122,15 @@ class AdaptiveEntropyCoef:
 
 def _state(values: Mapping[str, Any]) -> AdaptiveEntropyCoef | None:
     """The adaptive coefficient of the resolved settings (None when the control is off)."""
-    if not values.get("adaptive_entropy"):
-        return None
-    defaults = AdaptiveEntropyCoef()
-
-    def pick(key: str, default: float) -> float:
-        return default if values.get(key) is None else float(values[key])
-
-    return AdaptiveEntropyCoef(
-        coef=pick("entropy_coef", defaults.coef),
-        delta=pick("entropy_coef_delta", defaults.delta),
-        coef_min=pick("entropy_coef_min", defaults.coef_min),
-        coef_max=pick("entropy_coef_max", defaults.coef_max),
-        target=None if values.get("entropy_target") is None else float(values["entropy_target"]),
-        target_ratio=pick("entropy_target_ratio", defaults.target_ratio),
-    )
+    fields = {
+        "coef": "entropy_coef",
+        "delta": "entropy_coef_delta",
+        "coef_min": "entropy_coef_min",
+        "coef_max": "entropy_coef_max",
+        "target": "entropy_target",
+        "target_ratio": "entropy_target_ratio",
+    }
+    return state_from_settings(AdaptiveEntropyCoef, values, "adaptive_entropy", fields)
 
 
 _ADAPTIVE_KEYS = (
@@ -164,13 +143,9 @@ _ADAPTIVE_KEYS = (
 
 
 def _problems(values: Mapping[str, Any]) -> list[str]:
-    problems = []
-    stray = stray_settings(values, _ADAPTIVE_KEYS)
-    if not values["adaptive_entropy"] and stray:
-        problems.append(
-            f"{{p}}{stray[0]} applies only to the adaptive entropy coefficient: set {{p}}adaptive_entropy=true "
-            "(or method=adaptive_entropy), or remove it"
-        )
+    problems = switched_problems(
+        values, "adaptive_entropy", _ADAPTIVE_KEYS, "the adaptive entropy coefficient"
+    )
     if values["entropy_coef_min"] > values["entropy_coef_max"]:
         problems.append(
             f"{{p}}entropy_coef_min ({values['entropy_coef_min']}) must be <= entropy_coef_max "

@@ -52,14 +52,22 @@ this step's update applies), ``entropic/integral`` (``I`` after this step's erro
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from eapo.core.controls.registry import EntropyControl, TokenInputs, register_entropy_control, stray_settings
+from eapo.core.controls.registry import (
+    EntropyControl,
+    TokenInputs,
+    check_resumed_settings,
+    finite,
+    register_entropy_control,
+    state_from_settings,
+    stray_settings,
+    switched_problems,
+)
 from eapo.core.settings import ANY_OF_TYPE, Setting, above, at_least, between
 
 __all__ = ["ENTROPIC_METRICS", "EntroPICController", "entropic_token_weights"]
@@ -73,13 +81,6 @@ ENTROPIC_METRICS = {
     "integral": "entropic/integral",  # I, the sum of the entropy errors up to this step
     "error": "entropic/error",  # this step's error e_t = H_t − H_tar
 }
-
-
-def _finite(name: str, value: float) -> float:
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    return value
 
 
 @dataclass
@@ -106,19 +107,19 @@ class EntroPICController:
 
     def __post_init__(self) -> None:
         for name in ("kp", "ki"):
-            if _finite(name, getattr(self, name)) < 0:
+            if finite(name, getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if _finite("target_ratio", self.target_ratio) <= 0:
+        if finite("target_ratio", self.target_ratio) <= 0:
             raise ValueError(f"target_ratio must be > 0, got {self.target_ratio}")
-        if not 0.0 <= _finite("threshold", self.threshold) < 1.0:
+        if not 0.0 <= finite("threshold", self.threshold) < 1.0:
             raise ValueError(f"threshold must lie in [0, 1), got {self.threshold}")
-        if self.target is not None and _finite("target", self.target) < 0:
+        if self.target is not None and finite("target", self.target) < 0:
             raise ValueError(f"target must be >= 0, got {self.target}")
 
     def anchor(self, h0: float) -> None:
         """Fix an unset target at ``target_ratio × h0`` (the run's first-step entropy)."""
         if self.target is None:
-            self.target = self.target_ratio * _finite("H_0", h0)
+            self.target = self.target_ratio * finite("H_0", h0)
 
     def loss_inputs(self) -> dict[str, float]:
         """The coming update's input: ``entropic_alpha``, from the entropies up to the previous step."""
@@ -134,7 +135,7 @@ class EntroPICController:
         """
         if self.target is None:
             raise ValueError("the EntroPIC target is unset: call anchor(H_0) first")
-        error = _finite("entropy", entropy) - self.target
+        error = finite("entropy", entropy) - self.target
         self.applied_alpha = self.alpha
         self.alpha = min(max(self.kp * error + self.ki * self.integral, -1.0), 1.0)
         self.integral += error
@@ -166,18 +167,7 @@ class EntroPICController:
         Raises:
             ValueError: the saved settings, or a configured fixed target, differ from this run's.
         """
-        configured = self.settings()
-        changed = [key for key, value in state.get("settings", {}).items() if configured.get(key) != value]
-        if self.target is not None and state.get("target") is not None and state["target"] != self.target:
-            changed.append("target")
-        if changed:
-            key = changed[0]
-            was = state["target"] if key == "target" else state["settings"][key]
-            now = self.target if key == "target" else configured[key]
-            raise ValueError(
-                f"checkpointed EntroPIC {key}={was} differs from the configured {key}={now}; "
-                "resume with the same algorithm settings"
-            )
+        check_resumed_settings("EntroPIC", self.settings(), self.target, state)
         self.integral = float(state["integral"])
         self.error = None if state.get("error") is None else float(state["error"])
         self.alpha = float(state["alpha"])
@@ -222,20 +212,14 @@ def _token_weights(inputs: TokenInputs) -> torch.Tensor:
 
 def _state(values: Mapping[str, Any]) -> EntroPICController | None:
     """The controller of the resolved settings (None when the control is off)."""
-    if not values.get("entropic"):
-        return None
-    defaults = EntroPICController()
-
-    def pick(key: str, default: float) -> float:
-        return default if values.get(key) is None else float(values[key])
-
-    return EntroPICController(
-        kp=pick("entropic_kp", defaults.kp),
-        ki=pick("entropic_ki", defaults.ki),
-        threshold=pick("entropic_threshold", defaults.threshold),
-        target=None if values.get("entropic_target") is None else float(values["entropic_target"]),
-        target_ratio=pick("entropic_target_ratio", defaults.target_ratio),
-    )
+    fields = {
+        "kp": "entropic_kp",
+        "ki": "entropic_ki",
+        "threshold": "entropic_threshold",
+        "target": "entropic_target",
+        "target_ratio": "entropic_target_ratio",
+    }
+    return state_from_settings(EntroPICController, values, "entropic", fields)
 
 
 _ENTROPIC_KEYS = (
@@ -248,12 +232,7 @@ _ENTROPIC_KEYS = (
 
 
 def _problems(values: Mapping[str, Any]) -> list[str]:
-    problems = []
-    stray = stray_settings(values, _ENTROPIC_KEYS)
-    if not values["entropic"] and stray:
-        problems.append(
-            f"{{p}}{stray[0]} applies only to EntroPIC: set {{p}}entropic=true (or method=entropic), or remove it"
-        )
+    problems = switched_problems(values, "entropic", _ENTROPIC_KEYS, "EntroPIC")
     if values["entropic_target"] is not None and stray_settings(values, ("entropic_target_ratio",)):
         problems.append(
             "{p}entropic_target_ratio applies only with {p}entropic_target null (the target anchored at "

@@ -23,6 +23,7 @@ does not, eapo runs the control's maths in that engine's loss, through one path 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,10 @@ __all__ = [
     "control_token_weights",
     "control_problems",
     "stray_settings",
+    "switched_problems",
+    "state_from_settings",
+    "check_resumed_settings",
+    "finite",
     "control_panels",
 ]
 
@@ -306,6 +311,55 @@ def stray_settings(values: Mapping[str, Any], names: tuple[str, ...]) -> list[st
         for name in names
         if values.get(name) is not None and values[name] != CONTROL_SETTINGS[name].default
     ]
+
+
+def switched_problems(values: Mapping[str, Any], switch: str, names: tuple[str, ...], what: str) -> list[str]:
+    """A switched control's "applies only with" rule: ``names`` set while the bool setting ``switch`` is off."""
+    stray = stray_settings(values, names)
+    if values[switch] or not stray:
+        return []
+    return [
+        f"{{p}}{stray[0]} applies only to {what}: set {{p}}{switch}=true (or method={switch}), or remove it"
+    ]
+
+
+def state_from_settings(
+    state_class: Callable[..., Any], values: Mapping[str, Any], switch: str, fields: Mapping[str, str]
+) -> Any:
+    """A control's run state from the resolved settings: None while the bool setting ``switch`` is off,
+    else ``state_class`` with each field (``fields``: field -> setting) that is set, the class's own
+    default for the others."""
+    if not values.get(switch):
+        return None
+    return state_class(
+        **{field: float(values[name]) for field, name in fields.items() if values.get(name) is not None}
+    )
+
+
+def finite(name: str, value: float) -> float:
+    """``value`` as a float, refused (naming ``name``) unless finite: a controller's inputs and settings."""
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def check_resumed_settings(
+    what: str, configured: Mapping[str, Any], target: float | None, state: Mapping[str, Any]
+) -> None:
+    """Refuse a resume whose saved settings (``state["settings"]``), or a configured fixed ``target``
+    against the saved one, differ from this run's (a controller's ``load_state_dict``)."""
+    changed = [key for key, value in state.get("settings", {}).items() if configured.get(key) != value]
+    if target is not None and state.get("target") is not None and state["target"] != target:
+        changed.append("target")
+    if changed:
+        key = changed[0]
+        was = state["target"] if key == "target" else state["settings"][key]
+        now = target if key == "target" else configured[key]
+        raise ValueError(
+            f"checkpointed {what} {key}={was} differs from the configured {key}={now}; "
+            "resume with the same algorithm settings"
+        )
 
 
 def control_problems(values: Mapping[str, Any], prefix: str) -> list[str]:
