@@ -108,11 +108,10 @@ class AlgorithmConfig:
         """What is wrong between the (resolved) entropy-control settings, one message per problem (each
         setting alone is checked by its field's ``valid``): the controls' own rules
         (:func:`eapo.core.controls.control_problems`, verl's too), then what TRL cannot run."""
-        problems = control_problems(self.control_values(), "algorithm.")  # each control's own rules (core)
+        values = self.control_values()
+        problems = control_problems(values, "algorithm.")  # each control's own rules (core)
         # where eapo forms TRL's loss: a loss_mode's policy loss, or a control TRL lacks weighting it
-        weighted = [
-            c.name for c in applied_by_eapo("trl", self.control_values()) if c.token_weights is not None
-        ]
+        weighted = [c.name for c in applied_by_eapo("trl", values) if c.token_weights is not None]
         formed_by_eapo = [f"loss_mode={self.loss_mode}"] if self.loss_mode != "vanilla" else []
         formed_by_eapo += [f"method or keys of {name}" for name in weighted]
         if formed_by_eapo:

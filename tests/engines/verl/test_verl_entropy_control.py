@@ -955,23 +955,31 @@ def test_eapo_pi_and_qae_train_through_the_plugin(method, verl_config, in_memory
         assert history[-1][0]["eapo/integral"] == pytest.approx(replay.integral) and replay.integral != 0.0
 
 
+def _two_steps_saved_then_resumed(config, queue, tmp_path):
+    """``(uninterrupted trainer, trainer resumed from its step-2 checkpoint, the saved state)``, after steps
+    with entropies 1.2 (H_0) and 1.0."""
+    from test_verl_trainer import attach_checkpoint_io, run_step
+
+    trainer = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
+    for step, entropy in enumerate([1.2, 1.0], start=1):
+        run_step(trainer, queue, step, entropy=entropy)
+    trainer.global_steps = 2
+    trainer._save_checkpoint()
+    state = json.loads((tmp_path / "global_step_2" / "eapo_state.json").read_text())
+    resumed = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
+    resumed._load_checkpoint()
+    return trainer, resumed, state
+
+
 def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp_path):
     from test_verl_trainer import attach_checkpoint_io, run_step
 
     config = preset_config(verl_config, "adaptive_entropy", entropy_coef_delta=0.01)
-    trainer = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
-    for step, entropy in enumerate([1.2, 1.0], start=1):
-        run_step(trainer, in_memory_tq, step, entropy=entropy)
-    trainer.global_steps = 2
-    trainer._save_checkpoint()
-    state = json.loads((tmp_path / "global_step_2" / "eapo_state.json").read_text())
+    trainer, resumed, state = _two_steps_saved_then_resumed(config, in_memory_tq, tmp_path)
     assert state["method"] == "adaptive_entropy"
     assert state["controls"]["adaptive_entropy"]["coef"] == pytest.approx(0.02)
     assert state["controls"]["adaptive_entropy"]["target"] == pytest.approx(1.2)
     assert state["controls"]["adaptive_entropy"]["last_entropy"] == pytest.approx(1.0)
-
-    resumed = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
-    resumed._load_checkpoint()
     assert (
         resumed.eapo_step.controls["adaptive_entropy"].state_dict()
         == trainer.eapo_step.controls["adaptive_entropy"].state_dict()
@@ -1004,12 +1012,7 @@ def test_resume_restores_the_entropic_integral(verl_config, in_memory_tq, tmp_pa
     from test_verl_trainer import attach_checkpoint_io, run_step
 
     config = preset_config(verl_config, "entropic")
-    trainer = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
-    for step, entropy in enumerate([1.2, 1.0], start=1):
-        run_step(trainer, in_memory_tq, step, entropy=entropy)
-    trainer.global_steps = 2
-    trainer._save_checkpoint()
-    state = json.loads((tmp_path / "global_step_2" / "eapo_state.json").read_text())
+    trainer, resumed, state = _two_steps_saved_then_resumed(config, in_memory_tq, tmp_path)
     assert state["method"] == "entropic"
     assert state["controls"]["entropic"] == {
         "integral": pytest.approx(-0.2),
@@ -1018,9 +1021,6 @@ def test_resume_restores_the_entropic_integral(verl_config, in_memory_tq, tmp_pa
         "target": pytest.approx(1.2),
         "settings": {"kp": 1.0, "ki": 0.01, "threshold": 0.95, "target_ratio": 1.0},
     }
-
-    resumed = attach_checkpoint_io(EAPOVerlTrainer(config.copy()), tmp_path)
-    resumed._load_checkpoint()
     assert (
         resumed.eapo_step.controls["entropic"].state_dict()
         == trainer.eapo_step.controls["entropic"].state_dict()

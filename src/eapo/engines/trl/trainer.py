@@ -228,6 +228,8 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         self._pending_rewards: torch.Tensor | None = None  # [B_all] of a step decided in its loss pass
         self.completion_head = self._install_completion_head(lm_head, share_frozen_layers)
         self.eapo_controls = applied_by_eapo("trl", values)  # the controls TRL lacks: eapo runs them
+        # control states TRL moves itself (its adaptive coefficient); core's step moves the others
+        self._trl_moves = set(self.eapo_step.controls) - {control.name for control in self.eapo_controls}
         self._step_inputs = {}
         if self._eapo_runs_the_loss() and self.loss_type not in _COV_AGGREGATION:
             raise ValueError(
@@ -407,8 +409,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         for key, value in metrics.items():
             self._metrics["train"][key].append(value)
         # the run states of the controls TRL lacks: their inputs to this update, then moved by H_t
-        trl_moves = set(self.eapo_step.controls) - {control.name for control in self.eapo_controls}
-        self._step_inputs = self.eapo_step.control_inputs(entropy, moved_by_engine=trl_moves)
+        self._step_inputs = self.eapo_step.control_inputs(entropy, moved_by_engine=self._trl_moves)
         for key, value in self.eapo_step.control_metrics.items():
             self._metrics["train"][key].append(value)
 

@@ -249,8 +249,10 @@ def apply_to_actor_config(actor: Any, controls: EntropyControls) -> dict[str, An
     for control in controls.applied_by_eapo():
         for key in control.step_settings:
             option = VERL_ACTOR_OPTIONS.get(key)
-            current = OmegaConf.select(actor, option, default=defaults.get(option)) if option else None
-            if option is not None and current != defaults.get(option):
+            if option is None:
+                continue  # no verl option: the value reaches the loss only
+            current = OmegaConf.select(actor, option, default=defaults.get(option))
+            if current != defaults.get(option):
                 raise ValueError(
                     f"algorithm.eapo.{control.name} sets the {key} each step (as "
                     f"actor_rollout_ref.actor.{option}), but actor_rollout_ref.actor.{option}={current}: "
