@@ -7,6 +7,7 @@ Runs are configs/tiny.yaml on a CPU (a few seconds each); the two-process tests 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -323,3 +324,75 @@ def test_resume_drops_a_checkpoint_left_without_its_marker(tmp_path):
     assert _inspect_run_dir(run_dir, config, resume=True).name == "checkpoint-1"
     assert remove_incomplete_checkpoints(run_dir) == [torn] and not torn.exists()
     assert (run_dir / "checkpoint-1").exists()
+
+
+# Each process of a 2-process gloo group runs these blocks through fail_together, failing where the
+# case says (argv: the file store, the rank), and prints what each block raised on it.
+_FAIL_TOGETHER = """
+import errno, json, os, sys
+import torch.distributed as dist
+from eapo.run_dir import fail_together
+
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=int(sys.argv[2]), world_size=2)
+rank = dist.get_rank()
+outcomes = {}
+for case, failing in {"none": [], "0": [0], "1": [1], "both": [0, 1]}.items():
+    try:
+        with fail_together(f"writing {case}.json"):
+            if rank in failing:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"{case}-{rank}.json")
+        outcomes[case] = None
+    except Exception as error:
+        outcomes[case] = f"{type(error).__name__}: {error}"
+print(json.dumps(outcomes), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_fail_together_ends_every_process_when_one_fails(tmp_path):
+    """A block one process fails: that process raises its own error, unchanged; the other raises
+    ProcessFailedError naming the process, what it was doing and its error (of several, the first).
+    One process (no process group): the error passes through as it was raised."""
+    from eapo.run_dir import fail_together
+
+    refused = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "summary.json")
+    with pytest.raises(OSError) as raised, fail_together("writing summary.json"):
+        raise refused
+    assert raised.value is refused
+
+    store = tmp_path / "store"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", _FAIL_TOGETHER, str(store), str(rank)],
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    results = []
+    for process in processes:
+        try:
+            out, err = process.communicate(timeout=120)
+        finally:
+            process.kill()
+        assert process.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    full = "OSError: [Errno 28] No space left on device"
+    assert results == [
+        {
+            "none": None,
+            "0": f"{full}: '0-0.json'",
+            "1": "ProcessFailedError: process 1 of 2 failed writing 1.json: "
+            f"{full}: '1-1.json'; process 0 stops too",
+            "both": f"{full}: 'both-0.json'",
+        },
+        {
+            "none": None,
+            "0": "ProcessFailedError: process 0 of 2 failed writing 0.json: "
+            f"{full}: '0-0.json'; process 1 stops too",
+            "1": f"{full}: '1-1.json'",
+            "both": f"{full}: 'both-1.json'",
+        },
+    ]

@@ -26,6 +26,8 @@ import secrets
 import shutil
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,58 @@ def describe_write_error(error: BaseException) -> str:
         where = f": {error.filename}" if error.filename else ""
         return f"{error.strerror} (errno {error.errno}){where}"
     return f"{type(error).__name__}: {error}"
+
+
+class ProcessFailedError(RuntimeError):
+    """Another process of a multi-process run failed a step it takes alone (a write only the main
+    process makes): this one stops too, instead of waiting for it at its next collective. The message
+    names that process, what it was doing and its error."""
+
+
+@contextmanager
+def fail_together(what: str) -> Iterator[None]:
+    """Run a block that one process of a multi-process run may fail alone — a write only the main
+    process makes — and end every process when any of them failed.
+
+    Every process of the group must run the block (those with nothing to do run it empty): leaving it,
+    they exchange whether they failed (one all-gather of a few bytes, which also waits for all of them,
+    as a barrier does). A process that failed raises its own error, unchanged; every other raises
+    :class:`ProcessFailedError` naming the first process that failed, ``what`` it was doing (``"writing
+    checkpoint-2"``) and its error. Without that exchange the others would go on to their next
+    collective and wait there for the failed process: until it exits, or for good where it does not.
+
+    Without a process group (one process) the block is plain code: an error passes through unchanged.
+    Only exceptions are exchanged; a ``KeyboardInterrupt`` or ``SystemExit`` ends this process at once.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        yield
+        return
+    try:
+        yield
+    except Exception as error:
+        _exchange_failures(what, f"{type(error).__name__}: {error}")
+        raise
+    _exchange_failures(what, None)
+
+
+def _exchange_failures(what: str, failure: str | None) -> None:
+    """Every process's ``failure`` (``None``: it succeeded) to every process; raise
+    :class:`ProcessFailedError` where this one succeeded and another did not."""
+    import torch.distributed as dist
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    failures: list[str | None] = [None] * size
+    dist.all_gather_object(failures, failure)
+    failed = [(process, message) for process, message in enumerate(failures) if message is not None]
+    if failure is not None or not failed:
+        return  # this process raises its own error, or none failed
+    first, message = failed[0]
+    others = f" (and {len(failed) - 1} other process(es))" if len(failed) > 1 else ""
+    raise ProcessFailedError(
+        f"process {first} of {size}{others} failed {what}: {message}; process {rank} stops too"
+    )
 
 
 def is_run_dir(path: Path) -> bool:

@@ -27,10 +27,12 @@ from eapo.run_dir import (
     LOCK_FILE,
     METRICS_FILE,
     SUMMARY_FILE,
+    ProcessFailedError,
     WriteFailedError,
     atomic_write_text,
     complete_checkpoints,
     describe_write_error,
+    fail_together,
     is_run_dir,
     read_metrics,
     remove_incomplete_checkpoints,
@@ -96,7 +98,10 @@ def _train(config: RunConfig, launch: _Launch, *, state, rollout, callbacks: lis
         # The main process builds a model cached on first use (tiny, the embedded SmolLM2) before the
         # others look: under a process group save_pretrained writes weights only on rank 0, so a copy
         # built by another rank would have none.
-        with state.main_process_first():
+        with fail_together("loading the model"):
+            if state.is_main_process:
+                model_path = resolve_model(config.model.name_or_path, seed=config.train.seed)
+        if not state.is_main_process:
             model_path = resolve_model(config.model.name_or_path, seed=config.train.seed)
         tokenizer = load_tokenizer(model_path)
     except Exception as error:
@@ -178,29 +183,30 @@ def _train(config: RunConfig, launch: _Launch, *, state, rollout, callbacks: lis
     # 9. Save the final model or adapter atomically (every process: a sharded model is gathered from
     #    all of them), the summary and the dynamics figure.
     _save_final(trainer, tokenizer, run_dir, is_main=state.is_main_process)
-    if state.is_main_process:
-        summary = {
-            "global_step": trainer.state.global_step,
-            "train_runtime_s": time.time() - started,
-            "train_loss": train_loss,
-            "method": config.algorithm.method,
-            "weighting": repr(trainer.weighting),
-            "model_path": model_path,
-            "rollout/backend": rollout.backend,
-            "rollout": dataclasses.asdict(rollout),
-            # how the processes shared the work: NO (one), MULTI_CPU / MULTI_GPU (DDP), FSDP, DEEPSPEED
-            "distributed": str(trainer.accelerator.distributed_type.value),
-            "num_processes": state.num_processes,
-            "final_metrics": metrics_callback.last,
-        }
-        atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
-        if config.logging.plot:
-            _plot(run_dir)
+    # Every process returns once final/ and summary.json exist (leaving fail_together waits for all of
+    # them), so a caller may read them on any rank.
+    with fail_together(f"writing {SUMMARY_FILE}"):
+        if state.is_main_process:
+            summary = {
+                "global_step": trainer.state.global_step,
+                "train_runtime_s": time.time() - started,
+                "train_loss": train_loss,
+                "method": config.algorithm.method,
+                "weighting": repr(trainer.weighting),
+                "model_path": model_path,
+                "rollout/backend": rollout.backend,
+                "rollout": dataclasses.asdict(rollout),
+                # how the processes shared the work: NO (one), MULTI_CPU / MULTI_GPU (DDP), FSDP, DEEPSPEED
+                "distributed": str(trainer.accelerator.distributed_type.value),
+                "num_processes": state.num_processes,
+                "final_metrics": metrics_callback.last,
+            }
+            atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
+            if config.logging.plot:
+                _plot(run_dir)
     close = getattr(reward, "close", None)
     if close is not None:
         close()
-    # The other processes return once final/ and summary.json exist, so a caller may read them on any rank.
-    state.wait_for_everyone()
 
 
 class _Launch:
@@ -222,22 +228,27 @@ class _Launch:
         self.lock = DirectoryLock(run_dir, "eapo train")
 
     def __enter__(self) -> _Launch:
-        if self.is_main:
-            from eapo.run_dir import DirectoryBusyError
+        from eapo.run_dir import DirectoryBusyError
 
-            try:
-                self.lock.acquire()  # creates the directory
-            except DirectoryBusyError as error:
-                raise RunError(str(error)) from None
+        with fail_together("taking the run directory's lock"):
+            if self.is_main:
+                try:
+                    self.lock.acquire()  # creates the directory
+                except DirectoryBusyError as error:
+                    raise RunError(str(error)) from None
         return self
 
     def start(self, config: RunConfig) -> None:
         """Write config.yaml; on resume cut metrics and validation back to the checkpoint and drop the
         checkpoints a failed write left incomplete (never resumed from)."""
+        with fail_together(f"writing {CONFIG_FILE}"):
+            if self.is_main:
+                self._write_start(config)
+
+    def _write_start(self, config: RunConfig) -> None:
+        """:meth:`start`'s writes, which the main process alone makes."""
         from eapo.engines.trl.validation import truncate_validation
 
-        if not self.is_main:
-            return
         atomic_write_text(self.run_dir / CONFIG_FILE, dump_config(config))
         remove_incomplete_checkpoints(self.run_dir)
         if self.checkpoint is not None:
@@ -276,7 +287,7 @@ class _Launch:
             if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: keep their meaning
                 logger.error(hint)
                 return False
-            if not isinstance(error, RunError | WriteFailedError):  # those say all there is to say
+            if not isinstance(error, RunError | WriteFailedError | ProcessFailedError):  # they say it all
                 logger.error("training failed", exc_info=(kind, error, traceback))
             raise RunError(hint) from error
         finally:
@@ -490,7 +501,8 @@ def _save_final(trainer, tokenizer, run_dir: Path, *, is_main: bool) -> None:
     """``final/``: the full model (or LoRA adapter) and tokenizer, written into a staging directory and
     renamed into place. Every process calls it: under FSDP or ZeRO-3 each holds a shard, and
     ``save_model`` gathers the full weights from all of them (a collective) before the main process,
-    the only writer, saves them; the others wait until ``final/`` is in place."""
+    the only writer, saves them; the others wait until ``final/`` is in place, and a failed write raises
+    :class:`eapo.run_dir.WriteFailedError` on every process (:func:`eapo.run_dir.fail_together`)."""
     from eapo.engines.trl.sharding import full_state_dict
 
     final = run_dir / FINAL_DIR
@@ -498,15 +510,17 @@ def _save_final(trainer, tokenizer, run_dir: Path, *, is_main: bool) -> None:
     if is_main:
         shutil.rmtree(staging, ignore_errors=True)
     try:
-        with full_state_dict(trainer.accelerator):
-            trainer.save_model(str(staging))
-        if is_main:
-            tokenizer.save_pretrained(str(staging))
-            trainer.create_model_card(model_name=run_dir.name)  # RUN_DIR/README.md, naming the base model
-            shutil.copyfile(run_dir / "README.md", staging / "README.md")  # replaces PEFT's empty template
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(staging, final)
+        with fail_together("writing the final model"):
+            with full_state_dict(trainer.accelerator):
+                trainer.save_model(str(staging))
+            if is_main:
+                tokenizer.save_pretrained(str(staging))
+                trainer.create_model_card(model_name=run_dir.name)  # RUN_DIR/README.md, naming the base model
+                # the card replaces PEFT's empty template
+                shutil.copyfile(run_dir / "README.md", staging / "README.md")
+                if final.exists():
+                    shutil.rmtree(final)
+                os.replace(staging, final)
     except Exception as error:  # a full disk, a quota: nothing half-written stays
         if is_main:
             shutil.rmtree(staging, ignore_errors=True)
@@ -514,7 +528,6 @@ def _save_final(trainer, tokenizer, run_dir: Path, *, is_main: bool) -> None:
             f"writing the final model into {staging} (renamed to {final} once complete) failed: "
             f"{describe_write_error(error)}; the half-written copy was removed"
         ) from error
-    trainer.accelerator.wait_for_everyone()
 
 
 def _plot(run_dir: Path) -> None:

@@ -76,6 +76,7 @@ def train(
 ) -> None:
     """Train with EAPO or a baseline (grpo, psr, nsr, w_reinforce) on TRL."""
     from eapo.config import ConfigError, load_config
+    from eapo.run_dir import ProcessFailedError
     from eapo.train import RunError, run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -95,7 +96,8 @@ def train(
     except ConfigError as error:  # a setting that only this machine or launch refuses
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
-    except (RunError, FileNotFoundError) as error:
+    # ProcessFailedError: another process of a multi-process run failed (the message names its error)
+    except (RunError, ProcessFailedError, FileNotFoundError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"run directory: {run_dir}")

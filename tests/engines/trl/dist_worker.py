@@ -2,7 +2,8 @@
 tests/engines/trl/test_sharded.py (under torchrun or ``accelerate launch``).
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 dist_worker.py \\
-        DUMP_DIR [--kill-after-save N] [--stall-after-log N] [--short-generation-rank R] -- ARGS OF eapo train ...
+        DUMP_DIR [--kill-after-save N] [--stall-after-log N] [--short-generation-rank R] \\
+        [--fail-write FILE] -- ARGS OF eapo train ...
 
 Runs the ``eapo train`` command (``eapo.cli``) with ARGS and writes what *this* process computed to
 ``DUMP_DIR/rank<R>.json``, so the test can compare the processes with each other, with
@@ -27,10 +28,15 @@ so process 0 finishes first.
 first), while process 0 goes on and waits for it in the next collective: the test then kills it.
 ``--short-generation-rank R``: process R generates at most 4 tokens per rollout, so it finishes its
 generation long before the other process (what a rank whose rollouts all end early does).
+``--fail-write FILE``: process 0's write of FILE fails with ENOSPC (a disk full on its side only):
+``metrics.jsonl`` (step 2's line), ``eapo_state.json`` (checkpoint 2's marker) or ``final`` (the final
+model: its model card), and records the moment in ``DUMP_DIR/fault``. A process that ends with an
+error (any launch) writes it, or the command's exit code, to ``DUMP_DIR/ended<R>``.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -45,11 +51,13 @@ from trl import GRPOTrainer
 
 import eapo.commands.train
 import eapo.engines.trl.args
+import eapo.engines.trl.callbacks
 import eapo.engines.trl.trainer
 import eapo.run_dir
 import eapo.train
+from eapo.core.step import STATE_FILE
 from eapo.engines.trl.trainer import EAPOTrainer
-from eapo.run_dir import SUMMARY_FILE, read_metrics
+from eapo.run_dir import METRICS_FILE, SUMMARY_FILE, read_metrics
 
 RANK = int(os.environ["RANK"])
 steps: list[dict[str, Any]] = []  # one entry per generation step
@@ -199,6 +207,47 @@ def _short_generation(original, *args, **kwargs):
     return args_
 
 
+def _fail_write(name: str, dump_dir: Path, step: int = 2) -> None:
+    """Process 0's write of ``name`` at ``step`` raises ENOSPC (a disk full on its side only); the
+    moment it does, in ``DUMP_DIR/fault`` (the time, ``time.time()``)."""
+    if RANK != 0:
+        return
+
+    def disk_full(path) -> OSError:
+        (dump_dir / "fault").write_text(repr(time.time()), encoding="utf-8")
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    if name == METRICS_FILE:  # MetricsCallback opens it once per step, to append that step's line
+        appends = []
+
+        def failing_open(path, mode="r", *args, **kwargs):
+            if Path(path).name == METRICS_FILE and "a" in mode:
+                appends.append(path)
+                if len(appends) == step:
+                    raise disk_full(path)
+            return open(path, mode, *args, **kwargs)
+
+        eapo.engines.trl.callbacks.open = failing_open  # the module's own name, found before the builtin
+    elif name == STATE_FILE:  # the marker, written last into a checkpoint
+
+        def failing_state(original, folder, *args, **kwargs):
+            if Path(folder).name == f"checkpoint-{step}":
+                raise disk_full(Path(folder) / STATE_FILE)
+            return original(folder, *args, **kwargs)
+
+        _wrap(eapo.engines.trl.trainer, "write_step_state", failing_state)
+    elif name == "final":  # final/'s model card, copied in after the weights and the tokenizer
+
+        def failing_copy(original, source, destination, *args, **kwargs):
+            if Path(destination).parent.name == ".final.tmp" and Path(destination).name == "README.md":
+                raise disk_full(destination)
+            return original(source, destination, *args, **kwargs)
+
+        _wrap(eapo.train.shutil, "copyfile", failing_copy)
+    else:
+        raise SystemExit(f"--fail-write: no injected failure for {name!r}")
+
+
 class _LaterClock:
     """``time`` as ``eapo.commands.train`` sees it on process 1: 2 s later than process 0's."""
 
@@ -219,6 +268,7 @@ def main(argv: list[str]) -> None:
     kill_at = _option(options, "--kill-after-save")
     stall_at = _option(options, "--stall-after-log")
     short_rank = _option(options, "--short-generation-rank")
+    fail_write = options[options.index("--fail-write") + 1] if "--fail-write" in options else None
 
     _wrap(GRPOTrainer, "_generate_and_score_completions", _trl_generate)
     _wrap(EAPOTrainer, "_generate_and_score_completions", _eapo_generate)
@@ -230,6 +280,8 @@ def main(argv: list[str]) -> None:
     _wrap(eapo.train, "_inspect_run_dir", _late_on_rank_1)
     if RANK == 1:
         eapo.commands.train.time = _LaterClock()
+    if fail_write is not None:
+        _fail_write(fail_write, dump_dir)
     if short_rank == RANK:
         _wrap(eapo.engines.trl.args, "grpo_args", _short_generation)
     callbacks: list[Any] = [Recorder(dump_dir)]
@@ -248,8 +300,13 @@ def main(argv: list[str]) -> None:
 
     from eapo.cli import app
 
-    code = app(["train", *train_args], standalone_mode=False)
+    try:
+        code = app(["train", *train_args], standalone_mode=False)
+    except Exception as error:  # one the command does not turn into a message and an exit code
+        (dump_dir / f"ended{RANK}").write_text(f"{type(error).__name__}: {error}", encoding="utf-8")
+        raise
     if code:
+        (dump_dir / f"ended{RANK}").write_text(f"exit code {code}", encoding="utf-8")
         sys.exit(code)
 
     # Every process reads what the main process wrote: run() returns only once it is all in place.

@@ -1,19 +1,20 @@
 """Training on 2 processes (torchrun, gloo on CPU: DDP) on configs/tiny.yaml: the multi-process path.
 
 Each process runs tests/engines/trl/dist_worker.py, which runs ``eapo train`` (the CLI) and dumps what
-it computed (see there). Three launches of ~20 s each on a 2-core CPU: an uninterrupted 3-step run
-(``ddp_run`` in conftest.py, shared with tests/engines/trl/test_sharded.py), and a run killed after
-checkpoint 2 then resumed.
+it computed (see there). Six launches of ~20 s each on a 2-core CPU: an uninterrupted 3-step run
+(``ddp_run`` in conftest.py, shared with tests/engines/trl/test_sharded.py), a run killed after
+checkpoint 2 then resumed, and three runs in which a write fails on process 0 only.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
 import torch
-from two_processes import OVERRIDES, TINY, dumps, launch
+from two_processes import NPROC, OVERRIDES, TIMEOUT_S, TINY, dumps, finish, launch, start, wait_for
 
 from eapo.config import load_config
 from eapo.core import group_advantages, positive_mask, weight_advantages
@@ -169,6 +170,69 @@ def test_kill_after_step_2_and_resume_on_two_processes(ddp_run, tmp_path):
         # restored, not re-measured
         assert logged(dump, 3)["eapo/H0"] == pytest.approx(reference["steps"][0]["entropy"], rel=1e-6)
         assert step["rewards"] == pytest.approx(reference["steps"][2]["rewards"], rel=1e-6)
+
+
+#: The write that fails on process 0 (dist_worker.py --fail-write) -> the file it names (in the run
+#: directory), what process 1 says process 0 was doing, the metric lines and complete checkpoints kept.
+FAILED_WRITES = {
+    "metrics.jsonl": ("metrics.jsonl", "writing the metrics of step 2", [1], ["checkpoint-1"]),
+    "eapo_state.json": (
+        "checkpoint-2/eapo_state.json",
+        "writing checkpoint-2",
+        [1, 2],
+        ["checkpoint-1"],
+    ),
+    "final": (".final.tmp/README.md", "writing the final model", [1, 2], ["checkpoint-1", "checkpoint-2"]),
+}
+#: How long after the failed write both processes must have ended. Each ends within a second (one
+#: exchange, eapo.run_dir.fail_together); a process left waiting in a collective would wait for gloo's
+#: 30-minute timeout, or until the failed process had exited and the launcher stopped it.
+ENDED_WITHIN_S = 60
+
+
+@pytest.mark.parametrize("name", list(FAILED_WRITES))
+def test_a_write_that_fails_on_process_0_alone_ends_both_naming_it(name, tmp_path):
+    """Process 0's write fails at step 2 of 2 (ENOSPC on its disk alone); process 1, which writes
+    nothing, would otherwise go on to its next collective and learn of it only from a broken
+    connection once process 0 exited ("Connection closed by peer", blamed on its own step). Both end
+    on their own, within seconds: process 0 with its error (the file, the cause, how to resume),
+    process 1 naming process 0, what it was writing and its error; nothing half-written stays."""
+    path, what, steps, checkpoints = FAILED_WRITES[name]
+    run_dir, dump_dir = tmp_path / "run", tmp_path / "dump"
+    failed = str(run_dir / path)
+    proc = start(
+        tmp_path,
+        dump_dir,
+        "--output-dir",
+        str(run_dir),
+        kind="torchrun",
+        worker_options=("--fail-write", name),
+        overrides=("train.max_steps=2",),
+    )
+    wait_for(dump_dir / "fault", proc, timeout=TIMEOUT_S)
+    code, output = finish(proc, timeout=ENDED_WITHIN_S)
+    assert code != 0, output[-4000:]
+    fault = float((dump_dir / "fault").read_text())
+    # each process ended on its own error (its worker wrote it down), none was stopped by the launcher
+    for rank in range(NPROC):
+        ended = dump_dir / f"ended{rank}"
+        assert ended.exists(), output[-4000:]
+        assert ended.stat().st_mtime - fault < ENDED_WITHIN_S
+    assert "Connection closed by peer" not in output
+    # process 0: its own error, then how to resume
+    assert re.search(
+        rf"error: training stopped at step 2 .*No space left on device.*{re.escape(failed)}.*--resume", output
+    ), output[-4000:]
+    # process 1: process 0's error, named
+    assert re.search(
+        rf"process 0 of 2 failed {what}: .*No space left on device.*{re.escape(failed)}.*; process 1 stops too",
+        output,
+    ), output[-4000:]
+    assert [row["step"] for row in read_metrics(run_dir)] == steps
+    assert [path.name for path in complete_checkpoints(run_dir)] == checkpoints
+    # nothing half-written stays
+    assert sorted(path.name for path in run_dir.glob("checkpoint-*")) == checkpoints
+    assert not (run_dir / "final").exists() and not (run_dir / ".final.tmp").exists()
 
 
 @pytest.mark.vllm

@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from eapo.run_dir import METRICS_FILE, WriteFailedError, describe_write_error
+from eapo.run_dir import METRICS_FILE, WriteFailedError, describe_write_error, fail_together
 
 #: Keys of the in-training validation (eapo.engines.trl.validation), logged only at the steps that validate.
 VALIDATION_PREFIX = "val/"
@@ -40,14 +40,22 @@ class MetricsCallback(TrainerCallback):
         self.last: dict[str, Any] = {}
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.tensorboard and state.is_world_process_zero and self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
+        with fail_together("opening TensorBoard's event file"):
+            if self.tensorboard and state.is_world_process_zero and self._writer is None:
+                from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+                self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "loss" not in logs:
+        if not logs or "loss" not in logs:
             return  # not an optimisation step's log (e.g. the end-of-training summary)
+        # Every process logs each step; the main one alone writes, and a failed write ends them all.
+        with fail_together(f"writing the metrics of step {state.global_step}"):
+            if state.is_world_process_zero:
+                self._write(state, logs)
+
+    def _write(self, state, logs: dict[str, Any]) -> None:
+        """Step ``state.global_step``'s line of ``metrics.jsonl`` (and its TensorBoard scalars)."""
         fresh = "entropy/rollout" in logs
         row: dict[str, Any] = {"step": state.global_step, "epoch": state.epoch, "time": time.time()}
         if not fresh:

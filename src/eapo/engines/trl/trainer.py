@@ -66,6 +66,7 @@ from eapo.run_dir import (
     WriteFailedError,
     complete_checkpoints,
     describe_write_error,
+    fail_together,
     read_step_state,
     write_step_state,
 )
@@ -526,17 +527,21 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         failed write would then leave the new, incomplete checkpoint and delete the complete one
         ``--resume`` needs. Here rotation waits until the new checkpoint is complete and counts complete
         checkpoints only. A failed write (a full disk, a quota) removes the half-written checkpoint and
-        raises :class:`eapo.run_dir.WriteFailedError` naming the path and the cause."""
+        raises :class:`eapo.run_dir.WriteFailedError` naming the path and the cause, on every process
+        when one of several failed (:func:`eapo.run_dir.fail_together`)."""
         run_dir = self._get_output_dir(trial=trial)
         folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        what = f"writing {PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         limit, self.args.save_total_limit = self.args.save_total_limit, None
         try:
-            super()._save_checkpoint(model, trial)
-            # Every process has written its part (e.g. rng_state_<rank>.pth) before the marker goes in.
-            self.accelerator.wait_for_everyone()
-            if self.args.should_save:
-                # Written last and atomically: a checkpoint without it is incomplete and never resumed from.
-                write_step_state(folder, self.eapo_state())
+            # The exchange leaving each block waits for every process too: all have written their part
+            # (rng_state_<rank>.pth) before the marker goes in.
+            with fail_together(what):
+                super()._save_checkpoint(model, trial)
+            with fail_together(what):
+                if self.args.should_save:
+                    # Written last and atomically: a checkpoint without it is incomplete and never resumed from.
+                    write_step_state(folder, self.eapo_state())
         except Exception as error:
             if self.args.should_save:
                 shutil.rmtree(folder, ignore_errors=True)

@@ -96,6 +96,8 @@ class Validation:
         from accelerate.utils import gather_object
         from trl.models import unwrap_model_for_generation
 
+        from eapo.run_dir import fail_together
+
         accelerator = trainer.accelerator
         step = trainer.state.global_step
         mine = list(range(accelerator.process_index, len(self.prompts), accelerator.num_processes))
@@ -132,11 +134,16 @@ class Validation:
             finally:
                 model.train(training)
         answers = sorted(gather_object(answers), key=lambda pair: pair[0])
+        # The main process alone scores and writes; its failure (a judge down, a full disk) ends every process.
+        with fail_together(f"validating at step {step}"):
+            if accelerator.is_main_process:
+                completions = [answer.text for _, answer in answers]
+                result = self.scorer.score(
+                    self.prompts, completions, self.references, questions=self.questions
+                )
+                self._write(step, answers, result)
         if not accelerator.is_main_process:
             return {}
-        completions = [answer.text for _, answer in answers]
-        result = self.scorer.score(self.prompts, completions, self.references, questions=self.questions)
-        self._write(step, answers, result)
         return validation_metrics(result, [answer.num_tokens for _, answer in answers])
 
     def _generator(self, trainer: Any, model: Any):
