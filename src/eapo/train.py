@@ -19,7 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eapo.config import ConfigError, RunConfig, config_changes, dump_config
+from eapo.config import (
+    ConfigError,
+    RunConfig,
+    check_judge_settings,
+    config_changes,
+    dump_config,
+    reward_settings,
+)
 from eapo.engines.trl import args as trl_args
 from eapo.run_dir import (
     CONFIG_FILE,
@@ -63,6 +70,8 @@ def run(
     keeps everything written so far and raises :class:`RunError` saying how to resume. While the run
     trains, the main process holds the directory's lock (:class:`eapo.run_dir.DirectoryLock`).
     """
+    if config.engine == "verl":  # the same config, run by verl's main_ppo (eapo.engines.verl.launch)
+        return _run_on_verl(config, Path(output_dir), resume=resume, callbacks=callbacks)
     from accelerate import PartialState
 
     # cpu=True where there is no accelerator: the only way accelerate (and TrainingArguments, which
@@ -207,6 +216,23 @@ def _train(config: RunConfig, launch: _Launch, *, state, rollout, callbacks: lis
     close = getattr(reward, "close", None)
     if close is not None:
         close()
+
+
+def _run_on_verl(config: RunConfig, run_dir: Path, *, resume: bool, callbacks: list[Any] | None) -> Path:
+    """``engine: verl``: :func:`eapo.engines.verl.launch.run_verl`, then the dynamics figure."""
+    from eapo.engines.verl.launch import VerlRunError, run_verl
+
+    if callbacks:
+        raise ConfigError(
+            "callbacks are transformers TrainerCallbacks, which only engine=trl runs", key="engine"
+        )
+    try:
+        run_verl(config, run_dir, resume=resume)
+    except VerlRunError as error:
+        raise RunError(str(error)) from error
+    if config.logging.plot:
+        _plot(run_dir)
+    return run_dir
 
 
 class _Launch:
@@ -390,35 +416,10 @@ def build_reward(config: RunConfig, run_dir: str | Path | None = None):
     The judge's disk cache (``reward.judge.cache_dir``) lies under ``run_dir`` when relative; without
     ``run_dir`` a relative cache directory means no cache.
     """
-    from eapo.config import reward_options
     from eapo.rewards import make_composite
 
-    weights = {name: alpha for name, alpha in config.reward.weights.items() if alpha}
-    unknown = sorted(set(config.reward.options) - set(config.reward.weights))
-    configured = reward_options(config)
-    if unknown:
-        raise ConfigError(
-            f"reward.options has {unknown}, which reward.weights does not list ({list(config.reward.weights)})"
-        )
-    options = {name: opts for name, opts in configured.items() if name in weights}
-    check_judge_settings(config)
-    if "llm_judge" in weights:
-        judge = config.reward.judge
-        options["llm_judge"] = {
-            "base_url": judge.base_url,
-            "model": judge.model,
-            "api_key_env": judge.api_key_env,
-            "target": judge.target,
-            "concurrency": judge.concurrency,
-            "timeout": judge.timeout,
-            "max_retries": judge.max_retries,
-            "structured_output": judge.structured_output,
-            **options.get("llm_judge", {}),
-        }
-        cache_dir = judge_cache_dir(judge.cache_dir, run_dir)
-        if cache_dir is not None:
-            options["llm_judge"].setdefault("cache_dir", str(cache_dir))
-    composite = make_composite(weights, missing=config.reward.missing, **options)
+    weights, options, missing = reward_settings(config, run_dir)
+    composite = make_composite(weights, missing=missing, **options)
     judge_scorer = composite.components.get("llm_judge") if hasattr(composite, "components") else None
     if judge_scorer is not None:
         try:
@@ -428,27 +429,6 @@ def build_reward(config: RunConfig, run_dir: str | Path | None = None):
                 f"the LLM judge at {config.reward.judge.base_url} cannot be reached: {error}"
             ) from error
     return composite
-
-
-def check_judge_settings(config: RunConfig) -> None:
-    """A weighted LLM judge needs an endpoint and a model (checked before anything is loaded)."""
-    judge = config.reward.judge
-    if config.reward.weights.get("llm_judge") and (not judge.base_url or not judge.model):
-        raise ConfigError(
-            "reward.weights.llm_judge > 0 needs reward.judge.base_url and reward.judge.model "
-            "(an OpenAI-compatible endpoint), or set reward.weights.llm_judge=0",
-            key="reward.weights.llm_judge",
-        )
-
-
-def judge_cache_dir(cache_dir: str | None, run_dir: str | Path | None) -> Path | None:
-    """``reward.judge.cache_dir`` as a path: absolute as given, relative under ``run_dir``."""
-    if cache_dir is None:
-        return None
-    path = Path(cache_dir).expanduser()
-    if path.is_absolute():
-        return path
-    return Path(run_dir) / path if run_dir is not None else None
 
 
 def base_model_id(name_or_path: str) -> str:

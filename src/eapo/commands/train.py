@@ -73,8 +73,13 @@ def train(
     resume: bool = typer.Option(
         False, "--resume", help="Continue the run in --output-dir from its last checkpoint."
     ),
+    engine: str = typer.Option(
+        None,
+        "--engine",
+        help="trl or verl (default: the config's engine, trl): the same config run by verl's main_ppo.",
+    ),
 ) -> None:
-    """Train with EAPO or a baseline (grpo, psr, nsr, w_reinforce) on TRL."""
+    """Train with EAPO or a baseline (grpo, psr, nsr, w_reinforce) on TRL, or on verl (--engine verl)."""
     from eapo.config import ConfigError, load_config
     from eapo.run_dir import ProcessFailedError
     from eapo.train import RunError, run
@@ -82,7 +87,9 @@ def train(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet_third_party()
     try:
-        cfg = load_config(config_path(config), overrides or [])
+        cfg = load_config(
+            config_path(config), [*(overrides or []), *([f"engine={engine}"] if engine else [])]
+        )
     except ConfigError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None

@@ -49,7 +49,14 @@ from eapo.config.load import (
 from eapo.config.reward import STRUCTURED_OUTPUTS, JudgeConfig, RewardConfig
 from eapo.config.rollout import DTYPES, ROLLOUT_BACKENDS, DataConfig, LoraSettings, ModelConfig, RolloutConfig
 from eapo.config.train import LR_SCHEDULERS, TRACKERS, LoggingConfig, TrainConfig
-from eapo.config.tree import RunConfig, reward_options, setting_fields
+from eapo.config.tree import (
+    RunConfig,
+    check_judge_settings,
+    judge_cache_dir,
+    reward_options,
+    reward_settings,
+    setting_fields,
+)
 
 # In the order the module held them before it became a package (the API reference lists them so).
 __all__ = [
@@ -91,4 +98,7 @@ __all__ = [
     "dump_config",
     "config_changes",
     "reward_options",
+    "reward_settings",
+    "check_judge_settings",
+    "judge_cache_dir",
 ]

@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eapo.config.algorithm import AlgorithmConfig
-from eapo.config.fields import ConfigError, allowed, coerce, is_section
+from eapo.config.fields import ConfigError, allowed, coerce, is_section, one_of, setting
 from eapo.config.reward import RewardConfig
 from eapo.config.rollout import DataConfig, ModelConfig, RolloutConfig
 from eapo.config.train import LoggingConfig, TrainConfig
@@ -20,6 +21,12 @@ from eapo.core.step import step_problems
 
 @dataclass
 class RunConfig:
+    engine: str = setting(
+        "The training engine: trl (one machine: TRL, accelerate, DeepSpeed) or verl (verl's main_ppo with "
+        "eapo's plugin; eapo.engines.verl.launch).",
+        "trl",
+        valid=one_of("trl", "verl"),
+    )
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -134,3 +141,60 @@ def reward_options(config: RunConfig) -> dict[str, dict[str, Any]]:
     if config.data.response_prefix and "prefix" not in options.get("format", {}):
         options.setdefault("format", {})["prefix"] = config.data.response_prefix
     return options
+
+
+def reward_settings(
+    config: RunConfig, run_dir: str | Path | None = None
+) -> tuple[dict[str, float], dict[str, dict[str, Any]], str]:
+    """``(weights, options, missing)`` of the configured composite reward, as
+    :func:`eapo.rewards.make_composite` takes them (the TRL engine here, verl's ``compute_score``
+    through its ``reward_kwargs``): the weighted components, their options (the format check's prefix
+    from ``data.response_prefix``; the judge's endpoint, model, the NAME of its key's variable, and its
+    cache under ``run_dir``) and what an unscorable rollout gets."""
+    weights = {name: alpha for name, alpha in config.reward.weights.items() if alpha}
+    unknown = sorted(set(config.reward.options) - set(config.reward.weights))
+    configured = reward_options(config)
+    if unknown:
+        raise ConfigError(
+            f"reward.options has {unknown}, which reward.weights does not list ({list(config.reward.weights)})"
+        )
+    options = {name: opts for name, opts in configured.items() if name in weights}
+    check_judge_settings(config)
+    if "llm_judge" in weights:
+        judge = config.reward.judge
+        options["llm_judge"] = {
+            "base_url": judge.base_url,
+            "model": judge.model,
+            "api_key_env": judge.api_key_env,
+            "target": judge.target,
+            "concurrency": judge.concurrency,
+            "timeout": judge.timeout,
+            "max_retries": judge.max_retries,
+            "structured_output": judge.structured_output,
+            **options.get("llm_judge", {}),
+        }
+        cache_dir = judge_cache_dir(judge.cache_dir, run_dir)
+        if cache_dir is not None:
+            options["llm_judge"].setdefault("cache_dir", str(cache_dir))
+    return weights, options, config.reward.missing
+
+
+def check_judge_settings(config: RunConfig) -> None:
+    """A weighted LLM judge needs an endpoint and a model (checked before anything is loaded)."""
+    judge = config.reward.judge
+    if config.reward.weights.get("llm_judge") and (not judge.base_url or not judge.model):
+        raise ConfigError(
+            "reward.weights.llm_judge > 0 needs reward.judge.base_url and reward.judge.model "
+            "(an OpenAI-compatible endpoint), or set reward.weights.llm_judge=0",
+            key="reward.weights.llm_judge",
+        )
+
+
+def judge_cache_dir(cache_dir: str | None, run_dir: str | Path | None) -> Path | None:
+    """``reward.judge.cache_dir`` as a path: absolute as given, relative under ``run_dir``."""
+    if cache_dir is None:
+        return None
+    path = Path(cache_dir).expanduser()
+    if path.is_absolute():
+        return path
+    return Path(run_dir) / path if run_dir is not None else None

@@ -21,6 +21,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from eapo.config import ConfigError
+
+if TYPE_CHECKING:
+    from eapo.config import RunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -227,3 +233,35 @@ def load_tokenizer(path: str):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def lora_config(config: RunConfig, model_path: str | None = None):
+    """peft's ``LoraConfig`` for ``model.lora`` (the TRL engine's adapter, and the one eapo hands verl) (``None`` when LoRA is off). ``model.lora.layers=N``
+    (the last N layers) reads the layer count from ``model_path``'s config."""
+    lora = config.model.lora
+    if not lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    layers = lora.layers
+    if isinstance(layers, int):
+        if model_path is None:
+            raise ConfigError(
+                "model.lora.layers=N (the last N layers) needs the model's path to count its layers"
+            )
+        from transformers import AutoConfig
+
+        total = AutoConfig.from_pretrained(model_path).num_hidden_layers
+        if layers > total:  # layers >= 1 is checked by RunConfig.validate
+            raise ConfigError(
+                f"model.lora.layers={layers}: the model has {total} decoder layers; use 1 to {total}"
+            )
+        layers = list(range(total - layers, total))
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        layers_to_transform=layers,
+        task_type="CAUSAL_LM",
+    )

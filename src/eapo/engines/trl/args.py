@@ -15,6 +15,7 @@ from typing import Any
 
 from eapo.config import ConfigError, RunConfig
 from eapo.core.controls import trl_control_args
+from eapo.runtime.models import lora_config  # re-exported: the TRL recipe's LoRA config
 
 __all__ = [
     "check_batch_split",
@@ -244,38 +245,6 @@ def _tf32_available() -> bool:
     from transformers.utils import is_torch_tf32_available
 
     return is_torch_tf32_available()
-
-
-def lora_config(config: RunConfig, model_path: str | None = None):
-    """peft's ``LoraConfig`` for ``model.lora`` (``None`` when LoRA is off). ``model.lora.layers=N``
-    (the last N layers) reads the layer count from ``model_path``'s config."""
-    lora = config.model.lora
-    if not lora.enabled:
-        return None
-    from peft import LoraConfig
-
-    layers = lora.layers
-    if isinstance(layers, int):
-        if model_path is None:
-            raise ConfigError(
-                "model.lora.layers=N (the last N layers) needs the model's path to count its layers"
-            )
-        from transformers import AutoConfig
-
-        total = AutoConfig.from_pretrained(model_path).num_hidden_layers
-        if layers > total:  # layers >= 1 is checked by RunConfig.validate
-            raise ConfigError(
-                f"model.lora.layers={layers}: the model has {total} decoder layers; use 1 to {total}"
-            )
-        layers = list(range(total - layers, total))
-    return LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
-        layers_to_transform=layers,
-        task_type="CAUSAL_LM",
-    )
 
 
 def use_cpu() -> bool:

@@ -1,0 +1,259 @@
+"""``eapo train --engine verl``'s translation, without running verl: the typed config as ``main_ppo``'s
+overrides (:func:`eapo.engines.verl.launch.verl_overrides`), what verl cannot honour, the prompt text,
+and verl's metrics as ``metrics.jsonl`` rows. The real runs are in ``test_verl_cpu_train.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from eapo.config import ConfigError, load_config
+from eapo.core import METHODS, STEP_SETTINGS, WEIGHT_SETTINGS
+from eapo.engines.verl.launch import (
+    LOSS_AGG_MODES,
+    METRIC_KEYS,
+    VerlLayout,
+    _MetricsFollower,
+    algorithm_section,
+    hydra_value,
+    prefixed_chat_template,
+    verl_metrics_row,
+    verl_overrides,
+    verl_problems,
+)
+from eapo.engines.verl.settings import EapoSettings, estimator_of
+
+ROOT = Path(__file__).resolve().parents[3]
+DEMO = ROOT / "src" / "eapo" / "configs" / "demo.yaml"
+
+
+def overrides_of(config, tmp_path: Path, *, cpu: bool = True, adapter: Path | None = None) -> dict[str, str]:
+    layout = VerlLayout(tmp_path / "run")
+    args = verl_overrides(
+        config,
+        layout,
+        model_dir=tmp_path / "model",
+        adapter=adapter,
+        data={"train": tmp_path / "train.parquet", "val": tmp_path / "val.parquet"},
+        num_rows=8,
+        resume=False,
+        cpu=cpu,
+    )
+    parsed: dict[str, str] = {}
+    for arg in args:
+        key, value = arg.split("=", 1)
+        assert key not in parsed, f"{key} set twice"
+        parsed[key] = value
+    return parsed
+
+
+def test_the_demo_runs_the_papers_objective_with_every_option_explicit(tmp_path):
+    args = overrides_of(load_config(DEMO), tmp_path)
+    actor = "actor_rollout_ref.actor"
+    expected = {
+        "trainer.v1.trainer_mode": "eapo",
+        "algorithm.adv_estimator": "eapo",
+        "+algorithm.eapo.method": "'eapo'",
+        "+algorithm.eapo.w0": "1.0",
+        "+algorithm.eapo.w_min": "0.0",
+        "+algorithm.eapo.w_max": "2.0",
+        "+algorithm.eapo.w_neg": "1.0",
+        "+algorithm.eapo.split_by": "'mean'",
+        "algorithm.norm_adv_by_std_in_grpo": "True",
+        "algorithm.use_kl_in_reward": "False",
+        # the paper's objective: 1/|y_i| aggregation, k3 KL loss at beta, symmetric clip, one update per batch
+        f"{actor}.loss_agg_mode": "seq-mean-token-mean",
+        f"{actor}.use_kl_loss": "True",
+        f"{actor}.kl_loss_coef": "0.001",
+        f"{actor}.kl_loss_type": "low_var_kl",
+        f"{actor}.clip_ratio_low": "0.2",
+        f"{actor}.clip_ratio_high": "0.2",
+        f"{actor}.ppo_epochs": "1",
+        f"{actor}.ppo_mini_batch_size": "2",
+        f"{actor}.entropy_coeff": "0",
+        # verl's defaults that are not the config's: weight decay 0.01, bf16
+        f"{actor}.optim.weight_decay": "0.0",
+        f"{actor}.optim.lr": "0.001",
+        f"{actor}.optim.lr_scheduler_type": "constant",
+        f"{actor}.grad_clip": "1.0",
+        f"{actor}.fsdp_config.dtype": "float32",
+        "actor_rollout_ref.rollout.dtype": "float32",
+        "actor_rollout_ref.rollout.n": "4",
+        "actor_rollout_ref.rollout.temperature": "0.7",
+        "algorithm.rollout_correction.rollout_is": "null",
+        "data.train_batch_size": "2",
+        "data.max_response_length": "80",
+        "trainer.total_training_steps": "12",
+        "trainer.save_freq": "3",
+        "trainer.resume_mode": "disable",
+        # eapo's reward, with the format check's prefix from data.response_prefix
+        "reward.custom_reward_function.path": "pkg://eapo.engines.verl",
+        "+reward.custom_reward_function.reward_kwargs.weights.format": "0.5",
+        "+reward.custom_reward_function.reward_kwargs.weights.rouge_l": "0.25",
+        "+reward.custom_reward_function.reward_kwargs.options.format.prefix": "'<think>'",
+        "+reward.custom_reward_function.reward_kwargs.options.reranker.backend": "'bi-encoder'",
+        "+reward.custom_reward_function.reward_kwargs.missing": "'unscorable'",
+        # eapo's CPU platform
+        "trainer.device": "cpu",
+    }
+    assert {key: args.get(key) for key in expected} == expected
+
+
+def test_every_plain_override_is_a_key_of_verls_config(tmp_path):
+    """Hydra refuses a key absent from verl's schema unless it is added with ``+``: every override
+    without ``+`` must name a key of verl 0.9.1's composed config."""
+    verl = pytest.importorskip("verl")
+    from omegaconf import DictConfig, OmegaConf
+
+    schema = OmegaConf.load(
+        os.path.join(os.path.dirname(verl.__file__), "trainer", "config", "_generated_ppo_trainer.yaml")
+    )
+    config = load_config(DEMO, ["rollout.vllm_importance_correction=token_truncate"])
+    for cpu in (True, False):
+        for key in overrides_of(config, tmp_path, cpu=cpu, adapter=tmp_path / "adapter"):
+            if key.startswith("+"):
+                continue
+            node = schema
+            for part in key.split("."):
+                assert isinstance(node, DictConfig) and part in node.keys(), key  # keys(): "???" values too
+                node = node._get_node(part)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_plugin_reads_the_section_as_the_config_means_it(method):
+    """Every method's ``algorithm.eapo`` section is accepted by the plugin's own reader, which resolves
+    the same scheme, weights and control values as the typed config."""
+    config = load_config(
+        DEMO,
+        [f"algorithm.method={method}", "algorithm.w0=null", "algorithm.w_min=null", "algorithm.w_max=null"],
+    )
+    section = algorithm_section(config)
+    settings = EapoSettings.from_algorithm_config(
+        {"adv_estimator": estimator_of(config.algorithm.weighting_method()), "eapo": section}
+    )
+    assert settings.method == method
+    assert settings.scheme == config.algorithm.weighting_method()
+    weights = settings.build_weighting()
+    for key in set(section) & set(WEIGHT_SETTINGS):
+        assert getattr(weights, key) == section[key], key
+    for key in STEP_SETTINGS:
+        assert getattr(settings, key) == getattr(config.algorithm, key), key
+    assert dict(settings.controls.resolved_values()) == {
+        key: value for key, value in config.algorithm.control_values().items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("rollout.backend=generate", "rollout.backend"),
+        ("algorithm.scale_rewards=batch", "algorithm.scale_rewards"),
+        ("algorithm.kl_bias_correction=true", "algorithm.kl_bias_correction"),
+        ("algorithm.loss_type=cispo", "algorithm.loss_type"),
+        ("train.lr_scheduler=linear", "train.lr_scheduler"),
+        ("train.max_steps=-1", "train.max_steps"),
+        ("rollout.vllm_importance_correction=token_mask", "rollout.vllm_importance_correction"),
+    ],
+)
+def test_a_setting_verl_cannot_honour_is_refused_before_anything_is_written(tmp_path, override, named):
+    from eapo.train import run
+
+    config = load_config(DEMO, ["engine=verl", override])
+    problems = verl_problems(config)
+    assert len(problems) == 1 and problems[0].startswith(named), problems
+    with pytest.raises(ConfigError, match="cannot run on verl: " + named.replace(".", r"\.")):
+        run(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_loss_types_map_to_the_same_aggregation():
+    assert LOSS_AGG_MODES["grpo"] == "seq-mean-token-mean"  # the paper's 1/|y_i|
+    assert LOSS_AGG_MODES["bnpo"] == "token-mean"
+    assert set(LOSS_AGG_MODES) <= set(__import__("eapo.config", fromlist=["LOSS_TYPES"]).LOSS_TYPES)
+
+
+@pytest.mark.parametrize("prefix", ["<think>", 'say "hi"\n', "{{ not jinja }}"])
+def test_the_prefixed_template_renders_the_trl_engines_prompt(prefix):
+    """verl renders ``apply_chat_template(messages, add_generation_prompt=True)``; the TRL engine
+    renders the same plus ``data.response_prefix``. The prefixed template gives the TRL text."""
+    from eapo.runtime.models import build_byte_tokenizer
+
+    tokenizer = build_byte_tokenizer()
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "why rest?"}]
+    plain = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    history = tokenizer.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+    tokenizer.chat_template = prefixed_chat_template(tokenizer.chat_template, prefix)
+    assert (
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == plain + prefix
+    )
+    assert tokenizer.apply_chat_template(messages, add_generation_prompt=False, tokenize=False) == history
+    assert prefixed_chat_template("T", "") == "T"
+
+
+def test_hydra_values_keep_strings_strings():
+    assert hydra_value("<think>") == "'<think>'"
+    assert hydra_value("a,b") == "'a,b'"
+    assert hydra_value("it's") == "'it\\'s'"
+    assert hydra_value(None) == "null"
+    assert hydra_value(True) == "true"
+    assert hydra_value(0.25) == "0.25"
+    assert hydra_value(["x", 1]) == "['x',1]"
+
+
+def test_a_verl_step_becomes_a_row_with_eapos_keys():
+    row = verl_metrics_row(
+        3,
+        {
+            "critic/score/mean": 0.4,
+            "response_length/mean": 61.0,
+            "actor/kl_loss": 0.002,
+            "actor/pg_loss": -0.01,
+            "actor/lr": 1e-3,
+            "eapo/w_pos": 0.19,
+            "entropy/rollout": 1.1,
+            "note": "text is dropped",
+        },
+    )
+    assert row["step"] == 3
+    assert row["reward/mean"] == 0.4 and row["critic/score/mean"] == 0.4
+    assert row["completion/mean_length"] == 61.0
+    assert row["kl"] == 0.002 and row["loss"] == -0.01 and row["learning_rate"] == 1e-3
+    assert row["eapo/w_pos"] == 0.19 and row["entropy/rollout"] == 1.1
+    assert "note" not in row
+    assert {"reward/mean", "completion/mean_length", "kl", "loss", "learning_rate"} <= set(
+        METRIC_KEYS.values()
+    )
+
+
+def test_the_follower_appends_each_logged_step_once(tmp_path, caplog):
+    """verl logs one record per step (validation included) after the step's checkpoint: each is
+    appended as soon as its line is complete; steps up to the resumed checkpoint are not written again."""
+    source, target = tmp_path / "verl.jsonl", tmp_path / "metrics.jsonl"
+    follower = _MetricsFollower(source, target, after_step=1)
+
+    def log(step, data):
+        with source.open("a") as handle:
+            handle.write(json.dumps({"step": step, "data": data}) + "\n")
+
+    def rows():
+        return [json.loads(line) for line in target.read_text().splitlines()] if target.exists() else []
+
+    log(1, {"critic/score/mean": 0.1})  # before the checkpoint resumed from: skipped
+    follower.poll()
+    assert rows() == []
+    log(2, {"critic/score/mean": 0.2, "val-core/x/reward/mean@1": 0.5})
+    with source.open("a") as handle:
+        handle.write('{"step": 3, "da')  # torn: the logger is mid-write
+    follower.poll()
+    assert rows() == [
+        {"step": 2, "critic/score/mean": 0.2, "reward/mean": 0.2, "val-core/x/reward/mean@1": 0.5}
+    ]
+    with source.open("a") as handle:
+        handle.write('ta": {"critic/score/mean": 0.3}}\n')
+    log(3, {"critic/score/mean": 0.9})  # a second record of a step: kept out, with a warning
+    follower.poll()
+    assert [(row["step"], row["reward/mean"]) for row in rows()] == [(2, 0.2), (3, 0.3)]
+    assert "logged step 3 twice" in caplog.text
