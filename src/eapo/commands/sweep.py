@@ -62,6 +62,12 @@ def sweep_command(
     judge_api_key_env: str = typer.Option(
         None, "--judge-api-key-env", help="Env variable holding the judge key."
     ),
+    engine: str = typer.Option(
+        None,
+        "--engine",
+        help="Train every run on trl or verl (sets engine=...; default: the config's engine). verl: run from "
+        "an environment with eapo[verl] (make .venv-verl/.eapo-verl-installed).",
+    ),
     base: bool = typer.Option(
         True, "--base/--no-base", help="Also evaluate the base model (first table row)."
     ),
@@ -116,7 +122,7 @@ def sweep_command(
             methods=[m.strip() for m in methods.split(",") if m.strip()],
             grids=grid or [],
             seeds=seed_list,
-            overrides=overrides or [],
+            overrides=[*(overrides or []), *([f"engine={engine}"] if engine else [])],
             eval_options=eval_options,
             include_base=base,
             runner=runner,

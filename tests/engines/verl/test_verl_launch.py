@@ -257,3 +257,31 @@ def test_the_follower_appends_each_logged_step_once(tmp_path, caplog):
     follower.poll()
     assert [(row["step"], row["reward/mean"]) for row in rows()] == [(2, 0.2), (3, 0.3)]
     assert "logged step 3 twice" in caplog.text
+
+
+def test_a_resume_puts_back_the_steps_a_kill_left_out_of_metrics_jsonl(tmp_path):
+    """verl logs a step after its checkpoint and validation: killed in between, the run resumes after a
+    step metrics.jsonl never saw. The resume puts it back from verl's log of the earlier launch, or
+    from the checkpoint's own record of the step; steps past the checkpoint are cut."""
+    from eapo.engines.verl.launch import restore_metrics
+    from eapo.run_dir import STEP_METRICS_FILE
+
+    layout = VerlLayout(tmp_path / "run")
+    (layout.checkpoints / "global_step_3").mkdir(parents=True)
+    (layout.run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.1}) + "\n")
+    (layout.verl_metrics(0)).write_text(
+        "".join(json.dumps({"step": s, "data": {"critic/score/mean": s / 10}}) + "\n" for s in (1, 2))
+        + '{"step": 3, "data": {"critic/sc'  # torn by the kill
+    )
+    (layout.checkpoints / "global_step_3" / STEP_METRICS_FILE).write_text(
+        json.dumps({"step": 3, "data": {"critic/score/mean": 0.3, "eapo/w_pos": 0.2}})
+    )
+    (layout.verl_metrics(1)).write_text(json.dumps({"step": 4, "data": {"critic/score/mean": 0.4}}) + "\n")
+    assert restore_metrics(layout, 3) == [2, 3]
+    rows = [json.loads(line) for line in (layout.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(row["step"], row["reward/mean"]) for row in rows] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert rows[2]["eapo/w_pos"] == 0.2
+    assert restore_metrics(layout, 2) == []  # nothing missing: step 3 cut
+    assert [
+        json.loads(line)["step"] for line in (layout.run_dir / "metrics.jsonl").read_text().splitlines()
+    ] == [1, 2]

@@ -60,6 +60,7 @@ from eapo.run_dir import (
     CONFIG_FILE,
     FINAL_DIR,
     METRICS_FILE,
+    STEP_METRICS_FILE,
     SUMMARY_FILE,
     WriteFailedError,
     atomic_write_text,
@@ -79,6 +80,7 @@ __all__ = [
     "verl_overrides",
     "verl_metrics_row",
     "prepare_model",
+    "restore_metrics",
     "run_verl",
 ]
 
@@ -501,6 +503,9 @@ def verl_overrides(
             f"actor_rollout_ref.model.lora_rank={m.lora.r}",
             f"actor_rollout_ref.model.lora_alpha={m.lora.alpha}",
             f"+actor_rollout_ref.model.lora_adapter_path={hydra_value(str(adapter))}",
+            # vLLM gets the adapter merged into full weights each sync (as the TRL engine's vLLM does);
+            # eapo's CPU platform has no adapter sync
+            "+actor_rollout_ref.model.lora.merge=True",
         ]
     weights, options, missing = reward_settings(config, layout.run_dir)
     reward = "reward.custom_reward_function.reward_kwargs"
@@ -605,6 +610,36 @@ class _MetricsFollower:
 # --------------------------------------------------------------------------------------------
 
 
+def restore_metrics(layout: VerlLayout, upto: int) -> list[int]:
+    """``metrics.jsonl`` as a resume from step ``upto`` needs it: cut back to ``upto``, with every step
+    up to it that it lacks put back in step order, from verl's logs of earlier launches or, for the
+    checkpoint's own step, from the checkpoint's :data:`~eapo.run_dir.STEP_METRICS_FILE`. verl logs a
+    step after its checkpoint and validation, so a kill in between leaves the step out of
+    ``metrics.jsonl`` although the resume starts after it. Returns the steps put back."""
+    path = layout.run_dir / METRICS_FILE
+    rows = {
+        row["step"]: row
+        for row in (read_metrics(layout.run_dir) if path.exists() else [])
+        if row.get("step", 0) <= upto
+    }
+    logged: dict[int, dict[str, Any]] = {}
+    for source in sorted(layout.root.glob("verl_metrics.*.jsonl")):
+        for line in source.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line (a kill mid-write)
+            logged.setdefault(int(record["step"]), record["data"])
+    checkpoint = layout.checkpoints / f"global_step_{upto}" / STEP_METRICS_FILE
+    if upto not in logged and checkpoint.exists():
+        logged[upto] = json.loads(checkpoint.read_text(encoding="utf-8"))["data"]
+    restored = [step for step in range(1, upto + 1) if step not in rows and step in logged]
+    for step in restored:
+        rows[step] = verl_metrics_row(step, logged[step])
+    atomic_write_text(path, "".join(json.dumps(rows[step]) + "\n" for step in sorted(rows)))
+    return restored
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """The launched ``main_ppo`` gets SIGKILL when this process dies (Linux), so a killed ``eapo train``
     leaves no trainer behind; Ray's processes die with their driver."""
@@ -637,10 +672,13 @@ def _failure_reason(log: Path) -> str:
     if not log.exists():
         return "no output"
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    pattern = re.compile(r"(Error|Exception|error:|died|killed|SIGKILL|exit code)", re.IGNORECASE)
-    for line in reversed(lines[-400:]):
-        if pattern.search(line) and not line.lstrip().startswith("File "):
-            return line.strip()[:500]
+    raised = re.compile(r"(^|\s)[\w.]*(Error|Exception|Died)\b[^:]*: ")  # "ValueError: ...", "ray.exceptions.ActorDiedError: ..."
+    mentioned = re.compile(r"(error|died|killed|SIGKILL|exit code)", re.IGNORECASE)
+    tail = [line for line in lines[-600:] if "HYDRA_FULL_ERROR" not in line and not line.lstrip().startswith("File ")]
+    for pattern in (raised, mentioned):
+        for line in reversed(tail):
+            if pattern.search(line):
+                return line.strip()[:500]
     return lines[-1].strip()[:500] if lines else "no output"
 
 
@@ -718,7 +756,7 @@ def run_verl(
     layout.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / CONFIG_FILE, dump_config(config))
     if start_step:
-        truncate_metrics(run_dir, start_step)
+        restore_metrics(layout, start_step)
     elif (run_dir / METRICS_FILE).exists():
         truncate_metrics(run_dir, 0)
     try:

@@ -66,7 +66,7 @@ from eapo.engines.verl.entropy_control import (
 )
 from eapo.engines.verl.estimators import step_call
 from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettings
-from eapo.run_dir import read_step_state, write_step_state
+from eapo.run_dir import STEP_METRICS_FILE, read_step_state, write_step_state
 
 __all__ = [
     "ENTROPY_FIELD",
@@ -120,6 +120,17 @@ def _load_state(folder: str, step: EAPOStep) -> None:
         logger.warning(
             "%s has no state for the entropy control %s (written without it): it starts afresh", path, name
         )
+
+
+def _plain_number(value: Any) -> float | int | None:
+    """A metric as a JSON number (numpy and torch scalars included), or None for anything else."""
+    try:
+        number = value.item() if hasattr(value, "item") else value
+    except (TypeError, ValueError):
+        return None
+    if isinstance(number, bool) or not isinstance(number, int | float):
+        return None
+    return number if math.isfinite(number) else None
 
 
 @register_trainer(TRAINER_NAME)
@@ -256,12 +267,43 @@ class EAPOVerlTrainer(PPOTrainerSync):
 
     # --- checkpoints: the scheme's state beside verl's -------------------------------------------
 
+    def step(self, metrics: dict, timing_raw: dict) -> Any:
+        batch = super().step(metrics, timing_raw)
+        self._last_step = (metrics, batch)  # what the checkpoint of this step records (below)
+        return batch
+
     def _save_checkpoint(self) -> None:
         # Written before verl's own save, which ends by updating latest_checkpointed_iteration.txt:
-        # a checkpoint that resume can find always has the step's state.
+        # a checkpoint that resume can find always has the step's state, and the step's metrics. verl
+        # logs a step only after its checkpoint and validation; a run killed in between would resume
+        # after a step that metrics.jsonl never saw (eapo.engines.verl.launch fills it from here).
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         write_step_state(folder, self.eapo_step.state_dict())
+        self._write_step_metrics(folder)
         super()._save_checkpoint()
+
+    def _write_step_metrics(self, folder: str) -> None:
+        """``STEP_METRICS_FILE``: the step's metrics as they stand at its checkpoint (training, eapo's,
+        and verl's data metrics; not validation or the step's timing, which come later)."""
+        from eapo.run_dir import atomic_write_text
+
+        metrics, batch = getattr(self, "_last_step", ({}, None))
+        snapshot = dict(metrics)
+        if batch is not None:
+            try:
+                epoch = (self.global_steps - 1) // max(1, getattr(self, "steps_per_epoch", 1))
+                self._compute_metrics(batch, snapshot, {}, global_steps=self.global_steps, epoch=epoch)
+            except Exception as error:  # noqa: BLE001 - the training metrics alone are still worth keeping
+                logger.warning(
+                    "step %d's data metrics could not be computed at its checkpoint: %s",
+                    self.global_steps,
+                    error,
+                )
+        values = {key: _plain_number(value) for key, value in snapshot.items()}
+        values = {key: value for key, value in values.items() if value is not None}
+        atomic_write_text(
+            os.path.join(folder, STEP_METRICS_FILE), json.dumps({"step": self.global_steps, "data": values})
+        )
 
     def _load_checkpoint(self) -> None:
         super()._load_checkpoint()
