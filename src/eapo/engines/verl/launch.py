@@ -672,9 +672,15 @@ def _failure_reason(log: Path) -> str:
     if not log.exists():
         return "no output"
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    raised = re.compile(r"(^|\s)[\w.]*(Error|Exception|Died)\b[^:]*: ")  # "ValueError: ...", "ray.exceptions.ActorDiedError: ..."
+    raised = re.compile(
+        r"(^|\s)[\w.]*(Error|Exception|Died)\b[^:]*: "
+    )  # "ValueError: ...", "ray.exceptions.ActorDiedError: ..."
     mentioned = re.compile(r"(error|died|killed|SIGKILL|exit code)", re.IGNORECASE)
-    tail = [line for line in lines[-600:] if "HYDRA_FULL_ERROR" not in line and not line.lstrip().startswith("File ")]
+    tail = [
+        line
+        for line in lines[-600:]
+        if "HYDRA_FULL_ERROR" not in line and not line.lstrip().startswith("File ")
+    ]
     for pattern in (raised, mentioned):
         for line in reversed(tail):
             if pattern.search(line):
