@@ -285,3 +285,34 @@ def test_a_resume_puts_back_the_steps_a_kill_left_out_of_metrics_jsonl(tmp_path)
     assert [
         json.loads(line)["step"] for line in (layout.run_dir / "metrics.jsonl").read_text().splitlines()
     ] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("log", "reason"),
+    [
+        (  # Hydra refuses an override: its message, not its hint
+            "UserWarning: megatron engine is not available: ModuleNotFoundError('megatron')\n"
+            "Could not append to config. An item is already at 'a.b'.\n\n"
+            "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n",
+            "Could not append to config. An item is already at 'a.b'.",
+        ),
+        (  # the last raised error, not a warning that names an exception type
+            "UserWarning: x is not available: ModuleNotFoundError('x')\n"
+            "Traceback (most recent call last):\n"
+            '  File "verl/trainer/main_ppo.py", line 1, in <module>\n'
+            "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n",
+            "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+        ),
+        (
+            "step 1 done\nthe worker was killed by SIGKILL\nshutting down\n",
+            "the worker was killed by SIGKILL",
+        ),
+    ],
+)
+def test_a_failed_run_names_the_error_from_its_log(tmp_path, log, reason):
+    from eapo.engines.verl.launch import _failure_reason
+
+    path = tmp_path / "main_ppo.log"
+    path.write_text(log)
+    assert _failure_reason(path) == reason
+    assert _failure_reason(tmp_path / "missing.log") == "no output"

@@ -505,7 +505,7 @@ def verl_overrides(
             f"+actor_rollout_ref.model.lora_adapter_path={hydra_value(str(adapter))}",
             # vLLM gets the adapter merged into full weights each sync (as the TRL engine's vLLM does);
             # eapo's CPU platform has no adapter sync
-            "+actor_rollout_ref.model.lora.merge=True",
+            "actor_rollout_ref.model.lora.merge=True",
         ]
     weights, options, missing = reward_settings(config, layout.run_dir)
     reward = "reward.custom_reward_function.reward_kwargs"
@@ -668,24 +668,29 @@ def _environment(config: RunConfig, layout: VerlLayout, launch: int, *, cpu: boo
 
 
 def _failure_reason(log: Path) -> str:
-    """The last error line of ``main_ppo``'s log (an exception, Ray's actor death), for the message."""
+    """Why ``main_ppo`` failed, from its log, for the message: Hydra's refusal of an override (the lines
+    before its ``HYDRA_FULL_ERROR`` hint), else the last raised error (``ValueError: ...``,
+    ``ray.exceptions.ActorDiedError: ...``), else the last line that mentions an error or a death."""
     if not log.exists():
         return "no output"
-    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    raised = re.compile(
-        r"(^|\s)[\w.]*(Error|Exception|Died)\b[^:]*: "
-    )  # "ValueError: ...", "ray.exceptions.ActorDiedError: ..."
+    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines()[-600:]]
+    for index in range(len(lines) - 1, -1, -1):
+        if "HYDRA_FULL_ERROR" in lines[index]:
+            before = lines[max(0, index - 6) : index]
+            message = [
+                line for line in before if line and "Warning" not in line and not line.startswith("=====")
+            ]
+            if message:
+                return " ".join(message[-3:])[:500]
+            break
+    kept = [line for line in lines if line and not line.startswith("File ") and "Warning" not in line]
+    raised = re.compile(r"(^|\s)[\w.]*(Error|Exception|Died)\b[^:(]*: ")
     mentioned = re.compile(r"(error|died|killed|SIGKILL|exit code)", re.IGNORECASE)
-    tail = [
-        line
-        for line in lines[-600:]
-        if "HYDRA_FULL_ERROR" not in line and not line.lstrip().startswith("File ")
-    ]
     for pattern in (raised, mentioned):
-        for line in reversed(tail):
+        for line in reversed(kept):
             if pattern.search(line):
-                return line.strip()[:500]
-    return lines[-1].strip()[:500] if lines else "no output"
+                return line[:500]
+    return kept[-1][:500] if kept else "no output"
 
 
 def _check_resume(config: RunConfig, run_dir: Path, resume: bool) -> None:
