@@ -51,18 +51,11 @@ def variant_args(eapo_args: list[str], variant: str) -> list[str]:
 
 def prepare(config_name: str, steps: int, sets: list[str], work: Path):
     """The config, its inputs under ``work`` and eapo's main_ppo arguments for it."""
-    import pyarrow.parquet as pq
     import torch
 
     from eapo.commands.train import config_path
     from eapo.config import load_config
-    from eapo.engines.verl.launch import (
-        VerlLayout,
-        prepare_adapter,
-        prepare_model,
-        verl_overrides,
-        write_data,
-    )
+    from eapo.engines.verl.launch import VerlLayout, prepare_launch
     from eapo.runtime.models import resolve_model
 
     overrides = [
@@ -76,19 +69,7 @@ def prepare(config_name: str, steps: int, sets: list[str], work: Path):
     layout = VerlLayout(work / "inputs")
     layout.root.mkdir(parents=True, exist_ok=True)
     model_path = resolve_model(config.model.name_or_path, seed=config.train.seed)
-    data = write_data(config, layout)
-    model_dir = prepare_model(config, layout, model_path)
-    adapter = prepare_adapter(config, layout, model_path)
-    args = verl_overrides(
-        config,
-        layout,
-        model_dir=model_dir,
-        adapter=adapter,
-        data=data,
-        num_rows=pq.ParquetFile(data["train"]).metadata.num_rows,
-        resume=False,
-        cpu=not torch.cuda.is_available(),
-    )
+    args = prepare_launch(config, layout, model_path, resume=False, cpu=not torch.cuda.is_available())
     return config, args
 
 

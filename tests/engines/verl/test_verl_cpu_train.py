@@ -319,8 +319,8 @@ def kill_after_checkpoint(out: Path, step: int) -> float:
     return time.monotonic() - killed
 
 
-def trainers(out: Path) -> list[int]:
-    """PIDs of ``main_ppo`` processes writing into ``out``."""
+def processes(matches) -> list[int]:
+    """PIDs of the processes whose command line (arguments joined by spaces) ``matches``."""
     found = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -330,9 +330,14 @@ def trainers(out: Path) -> list[int]:
                 )
             except OSError:
                 continue
-            if "verl.trainer.main_ppo" in cmdline and str(out) in cmdline:
+            if matches(cmdline):
                 found.append(int(pid))
     return found
+
+
+def trainers(out: Path) -> list[int]:
+    """PIDs of ``main_ppo`` processes writing into ``out``."""
+    return processes(lambda cmdline: "verl.trainer.main_ppo" in cmdline and str(out) in cmdline)
 
 
 @pytest.fixture(scope="module")
@@ -450,15 +455,5 @@ def test_a_dead_worker_ends_the_run_with_the_error_named(root):
 
 
 def ray_workers(name: str) -> list[int]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmdline = (
-                    Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                )
-            except OSError:
-                continue
-            if cmdline.startswith("ray::") and name in cmdline:
-                found.append(int(pid))
-    return found
+    """PIDs of Ray's worker processes for actors of class ``name`` (``ray::WorkerDict``)."""
+    return processes(lambda cmdline: cmdline.startswith("ray::") and name in cmdline)

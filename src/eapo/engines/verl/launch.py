@@ -79,6 +79,7 @@ __all__ = [
     "verl_problems",
     "verl_overrides",
     "verl_metrics_row",
+    "prepare_launch",
     "prepare_model",
     "restore_metrics",
     "run_verl",
@@ -640,6 +641,34 @@ def restore_metrics(layout: VerlLayout, upto: int) -> list[int]:
     return restored
 
 
+def prepare_launch(
+    config: RunConfig, layout: VerlLayout, model_path: str, *, resume: bool, cpu: bool
+) -> list[str]:
+    """Write the run's inputs under ``layout`` (data, model, LoRA adapter) and return ``main_ppo``'s
+    overrides for them; raises :class:`VerlRunError` when the data has fewer prompts than one step."""
+    import pyarrow.parquet as pq
+
+    data = write_data(config, layout)
+    model_dir = prepare_model(config, layout, model_path)
+    adapter = prepare_adapter(config, layout, model_path)
+    num_rows = pq.ParquetFile(data["train"]).metadata.num_rows
+    if num_rows < config.train.prompts_per_step:
+        raise VerlRunError(
+            f"the dataset has {num_rows} prompts, fewer than one step's train.prompts_per_step="
+            f"{config.train.prompts_per_step}; lower train.prompts_per_step or use more data (data.limit)"
+        )
+    return verl_overrides(
+        config,
+        layout,
+        model_dir=model_dir,
+        adapter=adapter,
+        data=data,
+        num_rows=num_rows,
+        resume=resume,
+        cpu=cpu,
+    )
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """The launched ``main_ppo`` gets SIGKILL when this process dies (Linux), so a killed ``eapo train``
     leaves no trainer behind; Ray's processes die with their driver."""
@@ -776,27 +805,7 @@ def run_verl(
         raise VerlRunError(
             f"model.name_or_path={config.model.name_or_path!r} cannot be loaded: {error}"
         ) from error
-    data = write_data(config, layout)
-    model_dir = prepare_model(config, layout, model_path)
-    adapter = prepare_adapter(config, layout, model_path)
-    import pyarrow.parquet as pq
-
-    num_rows = pq.ParquetFile(data["train"]).metadata.num_rows
-    if num_rows < config.train.prompts_per_step:
-        raise VerlRunError(
-            f"the dataset has {num_rows} prompts, fewer than one step's train.prompts_per_step="
-            f"{config.train.prompts_per_step}; lower train.prompts_per_step or use more data (data.limit)"
-        )
-    args = verl_overrides(
-        config,
-        layout,
-        model_dir=model_dir,
-        adapter=adapter,
-        data=data,
-        num_rows=num_rows,
-        resume=resume,
-        cpu=cpu,
-    )
+    args = prepare_launch(config, layout, model_path, resume=resume, cpu=cpu)
     atomic_write_text(layout.root / OVERRIDES_FILE, "\n".join(args) + "\n")
 
     # 3. Launch, following verl's metrics into metrics.jsonl.
