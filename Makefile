@@ -61,6 +61,7 @@ VERL_VENV ?= .venv-verl
 VERL_PIP := $(VERL_VENV)/bin/python -m pip
 VERL_STAMP := $(VERL_VENV)/.eapo-verl-installed
 DEMO_VENV := $(if $(filter verl,$(ENGINE)),$(VERL_VENV),$(VENV))
+DEMO_PY := $(if $(filter verl,$(ENGINE)),$(VERL_VENV)/bin/python,$(PY))
 DEMO_STAMP := $(if $(filter verl,$(ENGINE)),$(VERL_STAMP),$(STAMP))
 DEMO_TIME := $(shell date +%Y%m%d-%H%M%S)
 DEMO_DIR ?= runs/demo-$(DEMO_TIME)
@@ -68,7 +69,7 @@ DEMO_CONFIG ?=
 # config overrides for the training run, e.g. `make demo DEMO_ARGS="train.seed=1"`
 DEMO_ARGS ?=
 demo: $(DEMO_STAMP)
-	$(eval DEMO_CONFIG := $(or $(DEMO_CONFIG),$(shell $(DEMO_VENV)/bin/python -m eapo.demo)))
+	$(eval DEMO_CONFIG := $(or $(DEMO_CONFIG),$(shell $(DEMO_PY) -m eapo.demo)))
 	@test -n "$(DEMO_CONFIG)" || { echo "error: python -m eapo.demo chose no preset" >&2; exit 1; }
 	$(DEMO_VENV)/bin/eapo train --engine $(ENGINE) --config $(DEMO_CONFIG) --output-dir $(DEMO_DIR) $(DEMO_ARGS)
 	$(DEMO_VENV)/bin/eapo eval --config $(DEMO_CONFIG) --k 4 --output-dir $(DEMO_DIR)/base-eval

@@ -60,8 +60,11 @@ def test_gpu_preset_is_the_cpu_demo_made_longer():
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
-@pytest.mark.parametrize(("override", "train_args"), [(None, ""), ("my.yaml", ""), (None, "train.seed=1")])
-def test_make_demo_steps(tmp_path, override, train_args):
+@pytest.mark.parametrize(
+    ("override", "train_args", "engine"),
+    [(None, "", None), ("my.yaml", "", None), (None, "train.seed=1", None), ("my.yaml", "", "verl")],
+)
+def test_make_demo_steps(tmp_path, override, train_args, engine):
     # A copy of the Makefile next to an up-to-date stamp, so `make -n` lists only the demo's commands.
     shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
     (tmp_path / "pyproject.toml").write_text("")
@@ -76,12 +79,15 @@ def test_make_demo_steps(tmp_path, override, train_args):
         args.append(f"DEMO_CONFIG={override}")
     if train_args:
         args.append(f"DEMO_ARGS={train_args}")
+    if engine:  # ENGINE=verl: the same commands in verl's environment, training on verl
+        args.append(f"ENGINE={engine}")
     out = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     config = override or str(demo_config())
-    commands = [line.rstrip() for line in out.splitlines() if line.startswith(".venv/bin/eapo")]
+    venv = ".venv-verl" if engine == "verl" else ".venv"
+    commands = [line.rstrip() for line in out.splitlines() if line.startswith(f"{venv}/bin/eapo")]
     assert commands == [
-        f".venv/bin/eapo train --config {config} --output-dir runs/d {train_args}".rstrip(),
-        f".venv/bin/eapo eval --config {config} --k 4 --output-dir runs/d/base-eval",
-        ".venv/bin/eapo eval --model runs/d --k 4 --output-dir runs/d/eval",
-        ".venv/bin/eapo summary runs/d --base runs/d/base-eval",
+        f"{venv}/bin/eapo train --engine {engine or 'trl'} --config {config} --output-dir runs/d {train_args}".rstrip(),
+        f"{venv}/bin/eapo eval --config {config} --k 4 --output-dir runs/d/base-eval",
+        f"{venv}/bin/eapo eval --model runs/d --k 4 --output-dir runs/d/eval",
+        f"{venv}/bin/eapo summary runs/d --base runs/d/base-eval",
     ]

@@ -62,22 +62,27 @@ def field_default(f: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
+#: The name of the tree's own leaves (``engine``) in :func:`config_sections`.
+TOP_LEVEL = "top-level"
+
+
 def config_sections() -> dict[str, list[tuple[str, str, str, str]]]:
     """Every section of the ``eapo train`` tree (``model``, ``model.lora``, ...) -> its leaf fields as
-    ``(dotted key, type, default, help)``, in declaration order."""
+    ``(dotted key, type, default, help)``, in declaration order; the tree's own leaves (``engine``) are
+    the section :data:`TOP_LEVEL`."""
     from eapo.config import RunConfig
 
     sections: dict[str, list[tuple[str, str, str, str]]] = {}
 
     def walk(cls: type, prefix: str) -> None:
         hints = typing.get_type_hints(cls)
-        rows = sections.setdefault(prefix, []) if prefix else None
+        rows = sections.setdefault(prefix or TOP_LEVEL, [])
         for f in dataclasses.fields(cls):
             tp = hints[f.name]
             key = f"{prefix}.{f.name}" if prefix else f.name
             if isinstance(tp, type) and dataclasses.is_dataclass(tp):
                 walk(tp, key)
-            elif rows is not None:
+            else:
                 rows.append((key, type_name(tp), yaml_value(field_default(f)), f.metadata.get("help", "")))
 
     walk(RunConfig, "")
