@@ -170,9 +170,11 @@ def test_a_setting_verl_cannot_honour_is_refused_before_anything_is_written(tmp_
 
 
 def test_loss_types_map_to_the_same_aggregation():
+    from eapo.config import LOSS_TYPES
+
     assert LOSS_AGG_MODES["grpo"] == "seq-mean-token-mean"  # the paper's 1/|y_i|
     assert LOSS_AGG_MODES["bnpo"] == "token-mean"
-    assert set(LOSS_AGG_MODES) <= set(__import__("eapo.config", fromlist=["LOSS_TYPES"]).LOSS_TYPES)
+    assert set(LOSS_AGG_MODES) <= set(LOSS_TYPES)
 
 
 @pytest.mark.parametrize("prefix", ["<think>", 'say "hi"\n', "{{ not jinja }}"])

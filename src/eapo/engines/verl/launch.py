@@ -49,7 +49,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,6 @@ from eapo.run_dir import (
 )
 
 __all__ = [
-    "ENGINES",
     "LOSS_AGG_MODES",
     "METRIC_KEYS",
     "VerlLayout",
@@ -86,9 +85,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: The engines ``eapo train`` drives (``engine:`` in the YAML, ``--engine`` on the command line).
-ENGINES = ("trl", "verl")
 
 #: ``algorithm.loss_type`` -> verl's ``actor.loss_agg_mode`` (the ones with the same aggregation).
 LOSS_AGG_MODES: dict[str, str] = {
@@ -558,7 +554,6 @@ class _MetricsFollower:
     def __init__(self, source: Path, target: Path, *, after_step: int) -> None:
         self.source, self.target, self.after_step = source, target, after_step
         self.steps: dict[int, dict[str, Any]] = {}
-        self.written: list[int] = []
         self._stop = threading.Event()
         self._offset = 0
         self._thread = threading.Thread(target=self._loop, name="eapo-verl-metrics", daemon=True)
@@ -597,7 +592,6 @@ class _MetricsFollower:
                 continue
             self.steps[step] = record["data"]
             self._append(verl_metrics_row(step, record["data"]))
-            self.written.append(step)
 
     def _append(self, row: Mapping[str, Any]) -> None:
         with self.target.open("a", encoding="utf-8") as handle:
@@ -837,7 +831,7 @@ def run_verl(
         finally:
             follower.stop()
     wall = time.time() - started
-    done = max(follower.written, default=start_step)
+    done = max(follower.steps, default=start_step)
     if code != 0:
         last = layout.last_checkpoint()
         reason = (
@@ -920,8 +914,3 @@ def _save_final(config: RunConfig, checkpoint: Path, model_path: str, run_dir: P
             f"writing the final model into {staging} (renamed to {final} once complete) failed: "
             f"{describe_write_error(error)}"
         ) from error
-
-
-def describe(args: Sequence[str]) -> str:
-    """The overrides, one per line (for ``--print-overrides`` and logs)."""
-    return "\n".join(args)
