@@ -118,7 +118,7 @@ def test_the_cpu_study_config_meets_the_issue(tmp_path):
 def test_bad_study_sections_are_refused(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(TINY.read_text() + "study:\n  ks: 8\n")
-    with pytest.raises(SweepError, match=r"unknown key study.ks; valid keys: backend, entropy_band"):
+    with pytest.raises(SweepError, match=r"unknown key study.ks; valid keys: backend, claims, entropy_band"):
         read_study_config(bad)
     bad.write_text(TINY.read_text() + "study:\n  window: 0.8\n")
     with pytest.raises(SweepError, match=r"study.window must be in \(0, 0.5\]"):

@@ -13,6 +13,8 @@ The package, lowest layer first (each module imports only the ones listed before
   faster), what they read per configuration (:class:`MethodData`) and ``claims.md``'s first part.
 * :mod:`eapo.study.paper`: the paper's own sentences, each with a rule fixed before the data, and
   ``claims.md``'s second part.
+* :mod:`eapo.study.controls`: the controls study's seven claims (``study.claims: controls``; does
+  EAPO's controller correct, do closed-loop controls hold), from ``docs/results/study-cpu-controls/plan.md``.
 * :mod:`eapo.study.run`: the orchestration: settings, the plan, the sweep runner (skip-if-finished),
   reading the run directories, writing ``claims.md`` / ``claims.json`` and the study's tables.
 
@@ -37,6 +39,13 @@ from eapo.study.claims import (
     assess_claims,
     claims_markdown,
     run_role,
+)
+from eapo.study.controls import (
+    CONTROL_ROLES,
+    CONTROL_RULES,
+    EAPO_W0,
+    assess_control_claims,
+    control_claims_markdown,
 )
 from eapo.study.paper import (
     APPROACH_MARGIN,
@@ -134,6 +143,11 @@ __all__ = [
     "PaperClaim",
     "assess_paper_claims",
     "paper_claims_markdown",
+    "CONTROL_ROLES",
+    "CONTROL_RULES",
+    "EAPO_W0",
+    "assess_control_claims",
+    "control_claims_markdown",
     # run
     "STUDY_GRIDS",
     "SENSITIVITY_COLUMNS",

@@ -138,6 +138,9 @@ class MethodData:
     h0: list[float | None] = field(default_factory=list)  # per seed: the logged H_0
     results: list[dict[str, Any]] = field(default_factory=list)  # per seed: results.json
     runs: list[str] = field(default_factory=list)
+    seeds: list[int | None] = field(
+        default_factory=list
+    )  # per seed with metrics: its seed (aligned with series, h0)
 
 
 def run_role(method: str, weights: Mapping[str, float] | None = None) -> str:

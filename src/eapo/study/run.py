@@ -53,6 +53,7 @@ from eapo.study.claims import (
     claims_markdown,
     run_role,
 )
+from eapo.study.controls import assess_control_claims, control_claims_markdown
 from eapo.study.paper import assess_paper_claims, paper_claims_markdown
 from eapo.study.stats import Interval
 from eapo.sweep.manifest import MANIFEST, read_json
@@ -74,6 +75,8 @@ __all__ = [
 
 #: Their weights, set explicitly (not left to defaults): W-REINFORCE w+ = 0.1, EAPO w0 = 0.2.
 STUDY_GRIDS = ("w_reinforce.w_pos=0.1", "eapo.w0=0.2")
+#: ``study.claims``: the claims claims.md judges.
+CLAIM_SETS = ("paper", "controls")
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,6 +103,9 @@ class StudySettings:
     )
     # labelled runs, each {label, method, overrides, seeds}; None: the paper's five methods x seeds
     runs: list[dict[str, Any]] | None = None
+    # which claims claims.md judges: "paper" (eapo.study.claims + eapo.study.paper) or "controls"
+    # (eapo.study.controls: the controls study's seven, docs/results/study-cpu-controls/plan.md)
+    claims: str = "paper"
 
     def validate(self, where: str = "study") -> StudySettings:
         if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
@@ -114,6 +120,8 @@ class StudySettings:
             raise SweepError(f"{where}.entropy_band must be in (0, 1), got {self.entropy_band}")
         if not 0 < self.max_clipped_share < 1:
             raise SweepError(f"{where}.max_clipped_share must be in (0, 1), got {self.max_clipped_share}")
+        if self.claims not in CLAIM_SETS:
+            raise SweepError(f"{where}.claims must be one of {', '.join(CLAIM_SETS)}, got {self.claims!r}")
         if self.runs is not None:
             study_runs(self.runs, self.seeds, where=f"{where}.runs")  # raises on a bad entry
         return self
@@ -232,6 +240,19 @@ class StudyReport:
     paper_claims: list[Claim] = field(default_factory=list)  # eapo.study.paper: the paper's sentences
 
 
+#: The per-step metrics the claims read from each run (the controls' coefficients for the controls study).
+SERIES_KEYS = (
+    ENTROPY_KEY,
+    LENGTH_KEY,
+    "reward/mean",
+    "eapo/w_pos",
+    CLIPPED_KEY,
+    "entropic/alpha",
+    "entropy_control/coef",
+    "eapo/integral",
+)
+
+
 def collect_method_data(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str, MethodData]:
     """Read each planned run's metrics.jsonl and eval/results.json, grouped by configuration
     (:func:`eapo.study.claims.run_role`: ``"eapo"``, ``"w_reinforce:w_pos=0.2"``, ...; seeds pooled).
@@ -248,9 +269,10 @@ def collect_method_data(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str,
         d = data.setdefault(run_role(run.method, dict(run.weights)), MethodData())
         d.runs.append(run.name)
         if rows:
-            for key in (ENTROPY_KEY, LENGTH_KEY, "reward/mean", "eapo/w_pos", CLIPPED_KEY):
+            for key in SERIES_KEYS:
                 d.series.setdefault(key, []).append([row.get(key) for row in rows])
             d.h0.append(next((row[H0_KEY] for row in rows if row.get(H0_KEY) is not None), None))
+            d.seeds.append(run.seed)
         if results is not None and training_finished(run_dir):
             d.results.append(results)
     return data
@@ -370,13 +392,6 @@ def run_study(
     )
 
     data = collect_method_data(output_dir, runs)
-    claims, table = assess_claims(data, window=settings.window, entropy_band=settings.entropy_band)
-    paper_claims, paper_tables = assess_paper_claims(
-        data,
-        window=settings.window,
-        entropy_band=settings.entropy_band,
-        max_clipped_share=settings.max_clipped_share,
-    )
     study_files = write_study_tables(output_dir, runs)
     wall = time.time() - started
     backends = _rollout_backends(output_dir, runs)
@@ -389,24 +404,38 @@ def run_study(
     ]
     if sweep.failures:
         context.append(f"Failed runs (their claims are not measured): {', '.join(sorted(sweep.failures))}.")
-    markdown = claims_markdown(
-        claims, table, window=settings.window, entropy_band=settings.entropy_band, context=context
-    )
-    markdown += "\n" + paper_claims_markdown(paper_claims, paper_tables)
-    atomic_write_text(output_dir / "claims.md", markdown)
-    payload = {
+    payload: dict[str, Any] = {
         "config": str(config),
         "settings": asdict(settings),
         "wall_time_s": wall,
         "backends": backends,
-        "claims": [_jsonable(asdict(claim)) for claim in claims],
-        "methods": _jsonable(table),
-        "paper_claims": [_jsonable(asdict(claim)) for claim in paper_claims],
-        "entropy_controls": _jsonable(paper_tables["entropy_controls"]),
-        "configurations": {role: list(d.runs) for role, d in data.items()},
-        "manifest": MANIFEST,
     }
+    paper_claims: list[Claim] = []
+    if settings.claims == "controls":
+        claims, tables = assess_control_claims(data, window=settings.window)
+        markdown = control_claims_markdown(claims, tables, window=settings.window, context=context)
+        payload["claims"] = [_jsonable(asdict(claim)) for claim in claims]
+        payload["controls"] = _jsonable(tables)
+    else:
+        claims, table = assess_claims(data, window=settings.window, entropy_band=settings.entropy_band)
+        paper_claims, paper_tables = assess_paper_claims(
+            data,
+            window=settings.window,
+            entropy_band=settings.entropy_band,
+            max_clipped_share=settings.max_clipped_share,
+        )
+        markdown = claims_markdown(
+            claims, table, window=settings.window, entropy_band=settings.entropy_band, context=context
+        )
+        markdown += "\n" + paper_claims_markdown(paper_claims, paper_tables)
+        payload["claims"] = [_jsonable(asdict(claim)) for claim in claims]
+        payload["methods"] = _jsonable(table)
+        payload["paper_claims"] = [_jsonable(asdict(claim)) for claim in paper_claims]
+        payload["entropy_controls"] = _jsonable(paper_tables["entropy_controls"])
+    atomic_write_text(output_dir / "claims.md", markdown)
+    payload["configurations"] = {role: list(d.runs) for role, d in data.items()}
+    payload["manifest"] = MANIFEST
     atomic_write_text(output_dir / "claims.json", json.dumps(payload, indent=2, default=str) + "\n")
     files = [*sweep.files, *study_files, output_dir / "claims.md", output_dir / "claims.json"]
     echo(f"wrote {output_dir / 'claims.md'}")
-    return StudyReport(output_dir, sweep, claims, files, wall, list(paper_claims))
+    return StudyReport(output_dir, sweep, list(claims), files, wall, list(paper_claims))
