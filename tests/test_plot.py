@@ -196,3 +196,20 @@ def test_twelve_configurations_get_twelve_different_lines(tmp_path):
     figure = plot_runs([path for dirs in groups.values() for path in dirs])
     drawn = [(line.get_color(), line.get_linestyle()) for line in labelled_lines(figure.axes[0])]
     assert len(drawn) == 12 and len(set(drawn)) == 12
+
+
+def test_seed_bands_draw_the_controls_actuators_only_where_logged(tmp_path):
+    """The controls study's figure: EntroPIC's α and the adaptive coefficient get a panel each, with a
+    line for the configuration that logged it only."""
+    grpo = make_run(tmp_path, "grpo-seed0", "grpo")
+    entropic = make_run(tmp_path, "entropic-seed0", "entropic")
+    metrics = entropic / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    metrics.write_text("".join(json.dumps(r | {"entropic/alpha": 0.01 * r["step"]}) + "\n" for r in rows))
+    figure = plot_seed_bands({"GRPO": [grpo], "EntroPIC": [entropic]})
+    titles = [axis.get_title() for axis in figure.axes if axis.get_visible()]
+    assert "EntroPIC α (applied)" in titles and "Entropy coefficient (applied)" not in titles
+    (axis,) = [axis for axis in figure.axes if axis.get_title() == "EntroPIC α (applied)"]
+    (line,) = labelled_lines(axis)
+    assert line.get_label() == "EntroPIC (1 seeds)"
+    assert line.get_ydata()[-1] == pytest.approx(0.06, rel=0.3)  # smoothed, near the last value

@@ -255,6 +255,9 @@ BAND_PANELS: tuple[tuple[str, str], ...] = (
     ("completion/mean_length", "Response length (tokens)"),
     ("completions/clipped_ratio", "Share cut at the length cap"),
     ("eapo/w_pos", "w+ (positive weight)"),
+    # the closed-loop controls' own actuators, drawn when a run logged them (the controls study)
+    ("entropic/alpha", "EntroPIC α (applied)"),
+    ("entropy_control/coef", "Entropy coefficient (applied)"),
 )
 
 
