@@ -400,6 +400,7 @@ def verl_overrides(
     a, r, t, m = config.algorithm, config.rollout, config.train, config.model
     actor, rollout, ref = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
     dtype = "bfloat16" if m.dtype == "bfloat16" else "float32"
+    precision = "bf16" if dtype == "bfloat16" else "fp32"
     completions = t.prompts_per_step * r.num_generations
     epochs = max(1, math.ceil(t.max_steps * t.prompts_per_step / max(num_rows, 1)))
     args = [
@@ -430,10 +431,13 @@ def verl_overrides(
         f"{actor}.optim.betas=[0.9,0.999]",
         f"{actor}.grad_clip={t.max_grad_norm!r}",
         f"{actor}.optim.clip_grad={t.max_grad_norm!r}",
-        # numerics: the config's dtype everywhere (verl's rollouts default to bf16)
-        f"{actor}.fsdp_config.model_dtype={'bf16' if dtype == 'bfloat16' else 'fp32'}",
-        f"{actor}.fsdp_config.dtype={dtype}",
-        f"{ref}.fsdp_config.dtype={dtype}",
+        # numerics: the config's dtype everywhere. verl's FSDP engine computes in its mixed-precision
+        # param_dtype (bf16 unless set, under autocast) whatever the weights were loaded as, and its
+        # rollouts default to bf16; ``fsdp_config.dtype`` is read by the Megatron engine only.
+        f"{actor}.fsdp_config.model_dtype={precision}",
+        f"{ref}.fsdp_config.model_dtype={precision}",
+        f"+{actor}.fsdp_config.mixed_precision={{param_dtype:{precision},reduce_dtype:fp32,buffer_dtype:fp32}}",
+        f"+{ref}.fsdp_config.mixed_precision={{param_dtype:{precision},reduce_dtype:fp32,buffer_dtype:fp32}}",
         f"{rollout}.dtype={dtype}",
         f"{actor}.fsdp_config.seed={t.seed}",
         f"{actor}.use_torch_compile=False",
