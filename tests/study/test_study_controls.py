@@ -110,6 +110,7 @@ def test_every_claim_decided_on_dynamics_that_follow_the_algebra():
 def test_the_operating_regime_holds_when_the_end_window_weights_overlap():
     """w0 = 0.2 with entropy risen to 2.5 × H_0 and w0 = 1.0 with entropy fallen to 0.5 × H_0 both end at
     w+ ≈ 0.5 (the algebra's limit): the intervals overlap, held; the entropies differ by 5×: not similar."""
+
     def settle(level: float):
         return lambda seed: np.concatenate([np.linspace(1.0, level, 30), np.full(10, level)]) + _noise(seed)
 

@@ -146,7 +146,9 @@ def test_the_overrides_compose_into_verls_config_and_its_engines_compute_in_fp32
         resume=False,
         cpu=True,
     )
-    with initialize_config_dir(os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None):
+    with initialize_config_dir(
+        os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None
+    ):
         composed = compose("ppo_trainer", overrides=args)
     for role in ("actor", "ref"):
         engine = omega_conf_to_dataclass(composed.actor_rollout_ref[role].fsdp_config)
