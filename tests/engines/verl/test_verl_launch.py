@@ -358,3 +358,44 @@ def test_a_failed_run_names_the_error_from_its_log(tmp_path, log, reason):
     path.write_text(log)
     assert _failure_reason(path) == reason
     assert _failure_reason(tmp_path / "missing.log") == "no output"
+
+
+def test_the_trained_adapter_is_rebuilt_from_verls_export_of_the_lora_actor(tmp_path):
+    """verl 0.9.1 exports a LoRA actor as the peft model's whole state dict (``….lora_A.default.weight``)
+    and no adapter: ``trained_adapter`` writes peft's adapter from it, which peft loads back with the
+    trained values (the demo on verl found the missing adapter at its final save)."""
+    import torch
+    from peft import PeftModel, get_peft_model
+    from safetensors.torch import save_file
+
+    from eapo.engines.verl.launch import trained_adapter
+    from eapo.runtime.models import build_tiny_model, lora_config
+
+    config = load_config(ROOT / "configs" / "tiny.yaml", ["model.lora.enabled=true", "model.lora.r=4"])
+    model, _ = build_tiny_model()
+    model.save_pretrained(tmp_path / "base")
+    peft = get_peft_model(model, lora_config(config, str(tmp_path / "base")))
+    peft.save_pretrained(tmp_path / "initial")  # the adapter the run starts from (B = 0)
+    with torch.no_grad():  # "training": every B moves
+        for name, parameter in peft.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn_like(parameter))
+    export = tmp_path / "huggingface"
+    export.mkdir()
+    state = {k: v.clone() for k, v in peft.state_dict().items() if not k.endswith("lm_head.weight")}  # tied
+    assert any(k.endswith("lora_A.default.weight") for k in state)  # verl's names, as in the demo's export
+    save_file(state, str(export / "model.safetensors"))
+
+    written = trained_adapter(export, tmp_path / "initial" / "adapter_config.json", tmp_path / "final")
+    assert written == sum("lora_" in k for k in state)
+    base, _ = build_tiny_model()
+    loaded = PeftModel.from_pretrained(base, str(tmp_path / "final"))
+    trained = dict(peft.named_parameters())
+    for name, parameter in loaded.named_parameters():
+        if "lora_" in name:
+            assert torch.equal(parameter, trained[name]), name
+
+    (tmp_path / "empty").mkdir()
+    save_file({"model.embed_tokens.weight": torch.zeros(2, 2)}, str(tmp_path / "empty" / "model.safetensors"))
+    with pytest.raises(Exception, match="holds no LoRA tensors"):
+        trained_adapter(tmp_path / "empty", tmp_path / "initial" / "adapter_config.json", tmp_path / "x")

@@ -81,6 +81,7 @@ __all__ = [
     "prepare_launch",
     "prepare_model",
     "restore_metrics",
+    "trained_adapter",
     "run_verl",
 ]
 
@@ -856,7 +857,9 @@ def run_verl(
     from eapo.core import STATE_FILE
 
     shutil.copyfile(last[1] / STATE_FILE, run_dir / STATE_FILE)
-    _save_final(config, last[1], str(model_path), run_dir)
+    _save_final(
+        config, last[1], str(model_path), run_dir, adapter_config=layout.adapter / "adapter_config.json"
+    )
     rows = read_metrics(run_dir)
     summary = {
         "engine": "verl",
@@ -883,27 +886,54 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _save_final(config: RunConfig, checkpoint: Path, model_path: str, run_dir: Path) -> None:
-    """``final/`` from verl's last checkpoint, staged and renamed: the trained LoRA adapter (LoRA) or the
-    full model in Hugging Face format, with the model's own tokenizer (its chat template without the
-    response prefix: ``eapo eval`` adds ``data.response_prefix`` itself, as for a TRL run)."""
+def trained_adapter(hf_export: Path, adapter_config: Path, out: Path) -> int:
+    """The trained LoRA adapter, in peft's format, from verl's Hugging Face export of a LoRA actor.
+
+    verl 0.9.1 exports a LoRA actor as the peft model's whole state dict (``base_model.model.…``, the
+    adapter's tensors as ``….lora_A.default.weight``), with no adapter of its own. The adapter is its
+    ``lora_*`` tensors under peft's saved names (without the adapter name ``default``), beside the
+    ``adapter_config.json`` the run started from (eapo's own peft config: rank, alpha, targets, layers).
+    Returns the number of tensors written."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for weights in sorted(hf_export.glob("*.safetensors")):
+        with safe_open(str(weights), "pt") as f:
+            for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                if ".lora_A." in key or ".lora_B." in key:
+                    tensors[key.replace(".default.weight", ".weight")] = f.get_tensor(key).contiguous()
+    if not tensors:
+        raise VerlRunError(
+            f"{hf_export} holds no LoRA tensors (lora_A / lora_B): verl's export of the LoRA actor changed"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    shutil.copyfile(adapter_config, out / "adapter_config.json")
+    return len(tensors)
+
+
+def _save_final(
+    config: RunConfig, checkpoint: Path, model_path: str, run_dir: Path, *, adapter_config: Path
+) -> None:
+    """``final/`` from verl's last checkpoint, staged and renamed: the trained LoRA adapter
+    (:func:`trained_adapter`, LoRA) or the full model in Hugging Face format, with the model's own
+    tokenizer (its chat template without the response prefix: ``eapo eval`` adds
+    ``data.response_prefix`` itself, as for a TRL run)."""
     from eapo.runtime.models import load_tokenizer
 
     actor = checkpoint / "actor"
+    hf = actor / "huggingface"
     staging = run_dir / f".{FINAL_DIR}.tmp"
     final = run_dir / FINAL_DIR
     shutil.rmtree(staging, ignore_errors=True)
     try:
+        weights = list(hf.glob("*.safetensors")) + list(hf.glob("*.bin"))
+        if not weights:
+            raise VerlRunError(f"{hf} holds no weights: verl's hf_model export did not run")
         if config.model.lora.enabled:
-            adapter = next((p for p in actor.rglob("adapter_config.json")), None)
-            if adapter is None:
-                raise VerlRunError(f"{actor} holds no LoRA adapter (adapter_config.json)")
-            shutil.copytree(adapter.parent, staging)
+            trained_adapter(hf, adapter_config, staging)
         else:
-            hf = actor / "huggingface"
-            weights = list(hf.glob("*.safetensors")) + list(hf.glob("*.bin"))
-            if not weights:
-                raise VerlRunError(f"{hf} holds no weights: verl's hf_model export did not run")
             shutil.copytree(hf, staging)
         load_tokenizer(model_path).save_pretrained(str(staging))
         if final.exists():
