@@ -75,6 +75,17 @@ args=(
     actor_rollout_ref.actor.clip_ratio_low=0.2
     actor_rollout_ref.actor.clip_ratio_high=0.2
     actor_rollout_ref.actor.entropy_coeff=0
+    # the rest of the objective, written out (verl's defaults where the paper is silent, except the
+    # weight decay: eapo's and TRL's 0, not verl's 0.01, so both engines run one objective)
+    actor_rollout_ref.actor.ppo_epochs=1
+    actor_rollout_ref.actor.optim.weight_decay=0.0
+    actor_rollout_ref.actor.grad_clip=1.0
+    actor_rollout_ref.actor.optim.clip_grad=1.0
+    algorithm.rollout_correction.rollout_is=null
+    # numerics: bf16 compute under FSDP (verl's default, written out), fp32 gradient reduction, bf16 rollouts
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:bf16,reduce_dtype:fp32,buffer_dtype:fp32}"
+    "+actor_rollout_ref.ref.fsdp_config.mixed_precision={param_dtype:bf16,reduce_dtype:fp32,buffer_dtype:fp32}"
+    actor_rollout_ref.rollout.dtype=bfloat16
     # rollouts
     actor_rollout_ref.rollout.name=vllm
     actor_rollout_ref.rollout.n=4

@@ -92,6 +92,8 @@ if facts["patched_pin"]:
         free=get_torch_device().mem_get_info()[0] > 0, pinned=torch.ones(2).pin_memory().tolist(),
         env=p.rollout_env_vars(),
     )
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+    facts["merged_lora_sync"] = FSDPEngine._merged_lora_per_tensor_param.__name__
 print("FACTS" + json.dumps(facts))
 """
 
@@ -114,6 +116,7 @@ def test_the_switch_gives_every_verl_process_the_cpu_platform():
     assert facts["current"] == "cpu" and facts["free"] and facts["pinned"] == [1.0, 1.0]
     assert facts["vllm_version"] == "0.31.0+cpu"
     assert facts["env"]["VLLM_TARGET_DEVICE"] == "cpu"
+    assert facts["merged_lora_sync"] == "_merged_lora_in_compute_dtype"  # merged LoRA weights not cast to bf16
 
 
 def test_without_the_switch_nothing_is_patched():
