@@ -873,7 +873,8 @@ def run_verl(
         "final_metrics": rows[-1] if rows else {},
     }
     atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
-    echo(f"verl: {last[0]} steps in {wall:.0f} s; run directory {run_dir}")
+    trained = f"steps {start_step + 1}-{last[0]}" if last[0] > start_step else f"no step left of {last[0]}"
+    echo(f"verl: {trained} in {wall:.0f} s; run directory {run_dir}")
     return run_dir
 
 
