@@ -24,23 +24,6 @@ import pytest
 
 STARTUP_TIMEOUT_S = 600
 
-#: ``make test`` runs the suite on pytest-xdist workers with ``--dist loadgroup``. Every test of one
-#: file shares a worker (module-scoped fixtures, such as a trained run, are built once), and every test
-#: that uses the real judge shares one more (the session's vLLM server starts once).
-JUDGE_GROUP = "vllm-judge"
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return  # .venv-verl and plain environments: no workers, no groups
-    for item in items:
-        if "vllm_judge" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(JUDGE_GROUP))
-        elif item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-
-
 _READY = re.compile(r"judge ready at (\S+) \(model '([^']+)', vLLM pid (\d+)\)")
 
 
