@@ -81,12 +81,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
-# PYTEST_WORKERS pytest-xdist workers (0: one process). Each test file runs on one worker, so a file's
-# module fixtures (a trained run, say) are built once. (--dist loadgroup would be finer, but xdist 3.8
-# cannot tag pytest 9.2's node ids with the group, so it groups nothing.)
-PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(VENV)/bin/pytest -q
 
 # ruff, then pytest; pytest's "no tests collected" (exit 5) fails the target.
 test: lint pytest

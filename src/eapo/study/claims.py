@@ -72,6 +72,8 @@ __all__ = [
     "run_role",
     "assess_claims",
     "claims_markdown",
+    "interval_text",
+    "missing_runs",
 ]
 
 #: The five methods of the paper's comparison, in its table order.
@@ -271,6 +273,22 @@ def assess_claims(
         )
     )
     return claims, table
+
+
+def interval_text(interval: Interval | None, digits: int = 3) -> str:
+    """An interval as ``mean [low, high]``, or ``–`` when it was not measured."""
+    return "–" if interval is None else interval.text(digits)
+
+
+def missing_runs(
+    data: Mapping[str, MethodData], roles: Sequence[str], what: str, names: Mapping[str, str]
+) -> str:
+    """Why a claim over ``roles`` is not measured: the configurations (by ``names``) with no run, else
+    the metric ``what`` not logged often enough."""
+    absent = [names.get(r, r) for r in roles if r not in data or not data[r].runs]
+    if absent:
+        return "no finished run of " + ", ".join(absent)
+    return f"{what} not measured (too few logged steps, or not logged)"
 
 
 def _missing(data: MethodData | None, what: str, steps: int) -> str:

@@ -30,7 +30,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eapo.study.claims import CLIPPED_KEY, ENTROPY_KEY, LENGTH_KEY, REWARD_KEY, MethodData
+from eapo.study.claims import (
+    CLIPPED_KEY,
+    ENTROPY_KEY,
+    LENGTH_KEY,
+    REWARD_KEY,
+    MethodData,
+    interval_text,
+    missing_runs,
+)
 from eapo.study.paper import PaperClaim
 from eapo.study.stats import (
     HELD,
@@ -181,15 +189,11 @@ def _name(role: str) -> str:
     return CONTROL_ROLES.get(role, role)
 
 
-def _text(interval: Interval | None, digits: int = 3) -> str:
-    return "–" if interval is None else interval.text(digits)
+_text = interval_text
 
 
 def _missing(data: Mapping[str, MethodData], roles: Sequence[str], what: str) -> str:
-    absent = [_name(r) for r in roles if r not in data or not data[r].runs]
-    if absent:
-        return "no finished run of " + ", ".join(absent)
-    return f"{what} not measured (too few logged steps, or not logged)"
+    return missing_runs(data, roles, what, CONTROL_ROLES)
 
 
 def _overlap_verdict(a: Interval | None, b: Interval | None) -> str:

@@ -22,7 +22,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eapo.study.claims import CLIPPED_KEY, ENTROPY_KEY, LENGTH_KEY, Claim, MethodData
+from eapo.study.claims import (
+    CLIPPED_KEY,
+    ENTROPY_KEY,
+    LENGTH_KEY,
+    Claim,
+    MethodData,
+    interval_text,
+    missing_runs,
+)
 from eapo.study.stats import (
     NOT_MEASURED,
     Interval,
@@ -163,15 +171,11 @@ def _name(role: str) -> str:
     return _NAMES.get(role, role)
 
 
-def _text(interval: Interval | None, digits: int = 3) -> str:
-    return "–" if interval is None else interval.text(digits)
+_text = interval_text
 
 
 def _missing(data: Mapping[str, MethodData], roles: Sequence[str], what: str) -> str:
-    absent = [_name(r) for r in roles if r not in data or not data[r].runs]
-    if absent:
-        return "no finished run of " + ", ".join(absent)
-    return f"{what} not measured (too few logged steps, or not logged)"
+    return missing_runs(data, roles, what, _NAMES)
 
 
 def assess_paper_claims(
