@@ -22,7 +22,9 @@ KEYS = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("trl", type=Path)
     parser.add_argument("verl", type=Path)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
@@ -34,7 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     runs = {"TRL": read_metrics(options.trl), "verl": read_metrics(options.verl)}
     by_step = {engine: {row["step"]: row for row in rows} for engine, rows in runs.items()}
     steps = sorted(set(by_step["TRL"]) | set(by_step["verl"]))
-    lines = ["| engine | H_0 (nats/token) |", "|---|---|"]
+    lines = [
+        "# The demo config per step on TRL and verl",
+        "",
+        f"Written by `make_parity.py` from `{options.trl.name}` (TRL) and `{options.verl.name}` (verl).",
+        "",
+        "| engine | H_0 (nats/token) |",
+        "|---|---|",
+    ]
     for engine, rows in by_step.items():
         first = rows[min(rows)]
         lines.append(f"| {engine} | {first.get('eapo/H0', float('nan')):.4f} |")
