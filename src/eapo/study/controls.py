@@ -401,10 +401,11 @@ def assess_control_claims(
         )
 
     table: dict[str, Any] = {}
+    starting_w0 = {**EAPO_W0, "eapo_pi": 0.2}  # the integral run starts from w0 = 0.2 (plan.md)
     for role in CONTROL_ROLES:
         d = get(role)
         entropy = d.series.get(ENTROPY_KEY, [])
-        w0 = {**EAPO_W0, "eapo_pi": 0.2}.get(role)  # the integral run starts from w0 = 0.2 (plan.md)
+        w0 = starting_w0.get(role)
         row = {
             "runs": list(d.runs),
             "seeds": len(d.runs),
