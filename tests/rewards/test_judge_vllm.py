@@ -1,5 +1,8 @@
-"""The LLM judge against a real server: vLLM's OpenAI-compatible server on the embedded SmolLM2-135M-Instruct
-(``eapo judge serve``, started once for the suite by tests/conftest.py), on this CPU.
+"""The LLM judge against a real server: vLLM's OpenAI-compatible server (``eapo judge serve``, started once
+for the suite by tests/conftest.py), on this CPU. The schema test and the kill test use the embedded
+SmolLM2-135M-Instruct (what a real model writes when told to leave the scale; requests in flight long
+enough for a SIGKILL to land on them); the slow-server and 503 test uses the tiny random judge, whose
+client timeout, sized from its own speed, is then seconds instead of minutes.
 
 * Structured outputs: vLLM enforces the judge's JSON schema (integers 0-100) while decoding; the same
   request in JSON mode comes back with the numbers it was told to write.
@@ -300,17 +303,17 @@ def test_a_run_survives_its_judge_being_killed_and_restarted(vllm_judge, tmp_pat
     print(f"in flight at the kill: {in_flight:g}; step 2 ended {step_two_after_kill:.1f} s after it")
 
 
-def test_a_run_survives_a_judge_slower_than_its_timeout_and_503s(vllm_judge, tmp_path: Path) -> None:
+def test_a_run_survives_a_judge_slower_than_its_timeout_and_503s(tiny_vllm_judge, tmp_path: Path) -> None:
     """Through a fault-injecting proxy in front of the real server: step 2's answers come later than the
     client's timeout (both attempts time out: unscorable, counted); step 4 meets HTTP 503 for 2 s with
     Retry-After 3 s (each request retried once, after the window: every rollout judged). Steps 1 and 3
     are plain (3: scoring resumes after the slow step). The cache holds exactly the judgements the server answered and the client received."""
-    with FaultProxy(vllm_judge.base_url) as proxy:
+    with FaultProxy(tiny_vllm_judge.base_url) as proxy:
         # the client's timeout, from this machine's speed: 4x a batch of judge calls (twice a step's), >= 10 s
         warm_up = make_reward(
             "llm_judge",
             base_url=proxy.base_url,
-            model=vllm_judge.model,
+            model=tiny_vllm_judge.model,
             api_key_env=None,
             target="response",
             timeout=600.0,
@@ -332,7 +335,7 @@ def test_a_run_survives_a_judge_slower_than_its_timeout_and_503s(vllm_judge, tmp
         run = PausedRun(
             tmp_path,
             proxy.base_url,
-            vllm_judge.model,
+            tiny_vllm_judge.model,
             4,
             [1, 2, 3],
             f"reward.judge.timeout={timeout:.1f}",
@@ -374,7 +377,7 @@ def test_a_run_survives_a_judge_slower_than_its_timeout_and_503s(vllm_judge, tmp
     asked_in_step_4 = round(4 * rows[3]["reward/llm_judge/response/judged/mean"])
     assert proxy_503 - statuses_before_503 == asked_in_step_4 > 0  # one 503 per request of step 4
     # the cache: exactly the judgements the real server gave and the client received
-    model = vllm_judge.model
+    model = tiny_vllm_judge.model
     expected = set()
     for exchange in answered:
         try:

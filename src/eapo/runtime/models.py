@@ -207,10 +207,19 @@ def _embedded_path(name: str, spec: EmbeddedModel) -> str:
     raise FileNotFoundError(f"cannot load model {name!r}; tried: " + "; ".join(tried))
 
 
+def tiny_model_path(*, seed: int = 0, max_position_embeddings: int = 1024) -> Path:
+    """The tiny random Llama (:func:`build_tiny_model`), saved once in eapo's cache; ``tiny`` in a config
+    is seed 0 with 1024 positions. A longer context serves, for example, a tiny LLM judge, whose prompts
+    (the paper's, about 1,800 bytes) do not fit 1024 byte tokens."""
+    if max_position_embeddings == 1024:  # the key of the default model, as resolve_model("tiny") writes it
+        return _tiny_path(seed=seed)
+    return _tiny_path(seed=seed, max_position_embeddings=max_position_embeddings)
+
+
 def resolve_model(name_or_path: str, *, seed: int = 0) -> str:
     """Turn a model name from the config into a path or hub id that ``from_pretrained`` accepts."""
     if name_or_path == "tiny":
-        return str(_tiny_path(seed=seed))
+        return str(tiny_model_path(seed=seed))
     if name_or_path in EMBEDDED_MODELS:
         return _embedded_path(name_or_path, EMBEDDED_MODELS[name_or_path])
     path = Path(name_or_path).expanduser()
