@@ -41,11 +41,13 @@ class ServedJudge:
     """``eapo judge serve`` in a subprocess: its base URL, served model name and vLLM's pid."""
 
     def __init__(
-        self, log_dir: Path, port: int, *, model: str | None = None, max_model_len: int = 2048
+        self, log_dir: Path, port: int, *, model_path: str | None = None, max_model_len: int = 2048
     ) -> None:
         self.log_dir = log_dir
         self.port = port
-        self.model_path = model  # None: the command's default, the embedded SmolLM2
+        self.model_path = (
+            model_path  # None: the command's default, the embedded SmolLM2 (self.model: the served name)
+        )
         self.max_model_len = max_model_len
         self.process: subprocess.Popen[str] | None = None
         self.base_url = ""
@@ -181,7 +183,7 @@ def served_tiny_judge_process(tmp_path_factory: pytest.TempPathFactory) -> Itera
 
     model = tiny_model_path(max_position_embeddings=TINY_JUDGE_POSITIONS)
     yield from _serve_judge(
-        tmp_path_factory, "tiny-vllm-judge", model=str(model), max_model_len=TINY_JUDGE_POSITIONS
+        tmp_path_factory, "tiny-vllm-judge", model_path=str(model), max_model_len=TINY_JUDGE_POSITIONS
     )
 
 

@@ -105,6 +105,10 @@ def build_byte_tokenizer():
     return tokenizer
 
 
+#: The tiny model's context by default (``tiny`` in a config).
+TINY_POSITIONS = 1024
+
+
 def build_tiny_model(
     *,
     seed: int = 0,
@@ -112,7 +116,7 @@ def build_tiny_model(
     num_layers: int = 2,
     num_heads: int = 2,
     intermediate_size: int = 128,
-    max_position_embeddings: int = 1024,
+    max_position_embeddings: int = TINY_POSITIONS,
 ):
     """A tiny random Llama and its byte tokenizer. Deterministic given the arguments.
 
@@ -207,13 +211,17 @@ def _embedded_path(name: str, spec: EmbeddedModel) -> str:
     raise FileNotFoundError(f"cannot load model {name!r}; tried: " + "; ".join(tried))
 
 
-def tiny_model_path(*, seed: int = 0, max_position_embeddings: int = 1024) -> Path:
+def tiny_model_path(*, seed: int = 0, max_position_embeddings: int = TINY_POSITIONS) -> Path:
     """The tiny random Llama (:func:`build_tiny_model`), saved once in eapo's cache; ``tiny`` in a config
-    is seed 0 with 1024 positions. A longer context serves, for example, a tiny LLM judge, whose prompts
-    (the paper's, about 1,800 bytes) do not fit 1024 byte tokens."""
-    if max_position_embeddings == 1024:  # the key of the default model, as resolve_model("tiny") writes it
-        return _tiny_path(seed=seed)
-    return _tiny_path(seed=seed, max_position_embeddings=max_position_embeddings)
+    is seed 0 with :data:`TINY_POSITIONS`. A longer context serves, for example, a tiny LLM judge, whose
+    prompts (the paper's, about 1,800 bytes) do not fit 1024 byte tokens. The cache key names only what
+    differs from the defaults, so the default model keeps the key it always had."""
+    options = (
+        {}
+        if max_position_embeddings == TINY_POSITIONS
+        else {"max_position_embeddings": max_position_embeddings}
+    )
+    return _tiny_path(seed=seed, **options)
 
 
 def resolve_model(name_or_path: str, *, seed: int = 0) -> str:
