@@ -247,3 +247,61 @@ def test_a_controls_study_on_scripted_runs_writes_its_seven_claims(tmp_path):
     for claim in payload["claims"]:
         assert f"| **{claim['verdict']}** | {claim['evidence'].replace('|', chr(92) + '|')} |" in markdown
     assert "docs/results/study-cpu-controls/plan.md" in markdown
+
+
+class _NothingRuns:
+    """A runner that fails the test if the study trains or evaluates anything."""
+
+    def train(self, *args, **kwargs):
+        raise AssertionError("--report-only trained a run")
+
+    def evaluate(self, *args, **kwargs):
+        raise AssertionError("--report-only evaluated a run")
+
+
+def test_an_interim_report_decides_only_complete_configurations_and_writes_no_manifest(tmp_path):
+    """eapo study --report-only, while a study runs elsewhere: nothing trains, sweep.json is untouched,
+    and a configuration with an unfinished seed is left out (its claims not measured) rather than
+    decided on the seeds that finished."""
+    settings, _ = read_study_config(STUDY)
+    settings.seeds = [0, 1]
+    out = tmp_path / "study"
+    with pytest.raises(SweepError, match="holds no sweep.json"):
+        run_study(STUDY, out, settings=settings, runner=_NothingRuns(), echo=lambda m: None, report_only=True)
+    run_study(
+        STUDY,
+        out,
+        settings=settings,
+        overrides=["train.max_steps=12"],
+        runner=ControlsRunner(),
+        echo=lambda m: None,
+    )
+    # GRPO seed 1 is still training: 6 of its 12 steps logged, no final/, no evaluation yet
+    unfinished = out / "runs" / "GRPO-seed1"
+    rows = (unfinished / "metrics.jsonl").read_text().splitlines()[:6]
+    (unfinished / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    (unfinished / "final").rmdir()
+    (unfinished / "eval" / "results.json").unlink()
+    manifest = (out / "sweep.json").read_bytes()
+
+    report = run_study(
+        STUDY,
+        out,
+        settings=settings,
+        overrides=["train.max_steps=12"],
+        runner=_NothingRuns(),
+        echo=lambda m: None,
+        report_only=True,
+    )
+    assert (out / "sweep.json").read_bytes() == manifest
+    payload = json.loads((out / "claims.json").read_text())
+    assert payload["report_only"] is True
+    assert payload["incomplete"] == {"grpo": {"label": "GRPO", "finished": 1, "planned": 2}}
+    verdicts = {c.key: c.verdict for c in report.claims}
+    assert verdicts["grpo_collapses"] == NOT_MEASURED and verdicts["psr_collapses"] == HELD
+    assert verdicts["controller_engaged_w0_1.0"] == HELD and verdicts["operating_regime"] == NOT_HELD
+    grpo = payload["controls"]["configurations"]["grpo"]
+    assert grpo["runs"] == [] and grpo["seeds"] == 0 and grpo["steps"] == 0  # not its finished seed alone
+    assert payload["controls"]["configurations"]["psr"]["runs"] == ["PSR-seed0", "PSR-seed1"]
+    markdown = (out / "claims.md").read_text()
+    assert "**Interim report**" in markdown and "GRPO (1 of 2 runs)" in markdown

@@ -38,6 +38,13 @@ def study_command(
         help="Train every run on trl or verl (sets engine=...; default: the config's engine). verl: run from "
         "an environment with eapo[verl] (make .venv-verl/.eapo-verl-installed).",
     ),
+    report_only: bool = typer.Option(
+        False,
+        "--report-only",
+        help="Train and evaluate nothing: write the tables, figure and claims from the runs finished so "
+        "far (an interim report while the study runs in another process). A configuration counts once "
+        "all its runs have finished; claims over the others are not measured.",
+    ),
 ) -> None:
     """GRPO, PSR, NSR, W-REINFORCE (w+=0.1) and EAPO (w0=0.2) from the same base and seed(s) — or the
     config's study.runs (labelled runs: sensitivity points, entropy-control comparators, per-run seeds):
@@ -77,6 +84,7 @@ def study_command(
             settings=settings.validate("study (with the command-line flags)"),
             overrides=[*(overrides or []), *([f"engine={engine}"] if engine else [])],
             echo=typer.echo,
+            report_only=report_only,
         )
     except SweepError as error:
         typer.echo(f"error: {error}", err=True)

@@ -84,6 +84,12 @@ def sweep_command(
         help="Configurations trained/evaluated at the same time (on one GPU they share it; a small model "
         "leaves it mostly idle, so 3-5 jobs finish sooner).",
     ),
+    report_only: bool = typer.Option(
+        False,
+        "--report-only",
+        help="Train and evaluate nothing: write the tables and figure from the runs evaluated so far "
+        "(e.g. while the sweep runs in another process).",
+    ),
 ) -> None:
     """Train every configuration, evaluate each, write comparison/sensitivity tables and dynamics figure.
 
@@ -129,6 +135,7 @@ def sweep_command(
             echo=typer.echo,
             side_by_side=side_by_side or [],
             jobs=jobs,
+            report_only=report_only,
         )
     except SweepError as error:
         typer.echo(f"error: {error}", err=True)

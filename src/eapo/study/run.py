@@ -253,14 +253,22 @@ SERIES_KEYS = (
 )
 
 
-def collect_method_data(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str, MethodData]:
+def collect_method_data(
+    output_dir: Path, runs: Sequence[SweepRun], *, complete_only: bool = False
+) -> dict[str, MethodData]:
     """Read each planned run's metrics.jsonl and eval/results.json, grouped by configuration
     (:func:`eapo.study.claims.run_role`: ``"eapo"``, ``"w_reinforce:w_pos=0.2"``, ...; seeds pooled).
 
     An evaluation counts once its run's training finished (:func:`eapo.run_dir.training_finished`:
-    ``final/`` exists, or — the weights gone — ``metrics.jsonl`` reached ``train.max_steps``)."""
+    ``final/`` exists, or — the weights gone — ``metrics.jsonl`` reached ``train.max_steps``).
+    ``complete_only`` (an interim report, while runs are still training) keeps only the configurations
+    whose planned runs have all finished and been evaluated (:func:`incomplete_configurations`), so no
+    claim is decided on part of its seeds."""
+    skipped = set(incomplete_configurations(output_dir, runs)) if complete_only else set()
     data: dict[str, MethodData] = {}
     for run in runs:
+        if run_role(run.method, dict(run.weights)) in skipped:
+            continue
         run_dir = output_dir / "runs" / run.name
         rows = read_metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
         results = read_json(run_dir / "eval" / "results.json")
@@ -276,6 +284,19 @@ def collect_method_data(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str,
         if results is not None and training_finished(run_dir):
             d.results.append(results)
     return data
+
+
+def incomplete_configurations(output_dir: Path, runs: Sequence[SweepRun]) -> dict[str, tuple[str, int, int]]:
+    """Configurations (by role) with a planned run not yet trained to its end and evaluated:
+    ``{role: (label, finished, planned)}``."""
+    counts: dict[str, list[Any]] = {}
+    for run in runs:
+        run_dir = output_dir / "runs" / run.name
+        done = training_finished(run_dir) and (run_dir / "eval" / "results.json").is_file()
+        entry = counts.setdefault(run_role(run.method, dict(run.weights)), [run.label, 0, 0])
+        entry[1] += int(done)
+        entry[2] += 1
+    return {role: (label, done, planned) for role, (label, done, planned) in counts.items() if done < planned}
 
 
 #: The metric columns of the study's sensitivity.md (the paper's layout, every metric, both Avgs).
@@ -338,6 +359,7 @@ def run_study(
     overrides: Sequence[str] = (),
     runner: Any = None,
     echo: Callable[[str], None] = print,
+    report_only: bool = False,
 ) -> StudyReport:
     """Run (or finish) the study and write the sweep's tables and figure plus ``claims.md`` / ``claims.json``.
 
@@ -346,6 +368,10 @@ def run_study(
         settings: replaces the config's ``study:`` section (the CLI merges its flags into it).
         overrides: ``key=value`` applied to every run's training config.
         runner: how train/eval are executed (default: subprocesses, as ``eapo sweep``).
+        report_only: an interim report: train and evaluate nothing (the study may be running in
+            another process) and write the tables, figure and claims from the runs finished so far.
+            A configuration counts only once all its runs have finished; the claims over the others
+            are not measured, and ``claims.md`` lists them.
     """
     started = time.time()
     output_dir = Path(output_dir)
@@ -389,12 +415,14 @@ def run_study(
         runner=runner,
         echo=echo,
         jobs=settings.jobs,
+        report_only=report_only,
     )
 
-    data = collect_method_data(output_dir, runs)
+    data = collect_method_data(output_dir, runs, complete_only=report_only)
     study_files = write_study_tables(output_dir, runs)
     wall = time.time() - started
     backends = _rollout_backends(output_dir, runs)
+    incomplete = incomplete_configurations(output_dir, runs) if report_only else {}
     context = [
         f"Study config: `{config}`; seeds: {', '.join(map(str, settings.seeds))}; evaluation: split "
         f"`{settings.eval_split}`, {settings.eval_limit or 'all'} prompts, k = {settings.k}. "
@@ -404,11 +432,29 @@ def run_study(
     ]
     if sweep.failures:
         context.append(f"Failed runs (their claims are not measured): {', '.join(sorted(sweep.failures))}.")
+    if report_only:
+        waiting = "; ".join(
+            f"{label} ({done} of {planned} runs)" for label, done, planned in incomplete.values()
+        )
+        context.insert(
+            0,
+            "**Interim report** (`eapo study --report-only`): nothing was trained or evaluated by it. "
+            + (
+                f"Not yet complete, so left out and their claims not measured: {waiting}."
+                if incomplete
+                else "Every planned run has finished."
+            ),
+        )
     payload: dict[str, Any] = {
         "config": str(config),
         "settings": asdict(settings),
         "wall_time_s": wall,
         "backends": backends,
+        "report_only": report_only,
+        "incomplete": {
+            role: {"label": label, "finished": done, "planned": planned}
+            for role, (label, done, planned) in incomplete.items()
+        },
     }
     paper_claims: list[Claim] = []
     if settings.claims == "controls":

@@ -369,6 +369,7 @@ def run_sweep(
     side_by_side: Sequence[str | os.PathLike] = (),
     jobs: int = 1,
     planned: Sequence[SweepRun] | None = None,
+    report_only: bool = False,
 ) -> SweepReport:
     """Train and evaluate every planned configuration, then write the tables and the figure.
 
@@ -388,6 +389,10 @@ def run_sweep(
             model's evaluation counts as one job.
         planned: the runs themselves (e.g. a study's labelled ``runs:``), instead of ``methods`` ×
             ``grids`` × ``seeds``.
+        report_only: train and evaluate nothing and leave the manifest as it is: write the tables and
+            the figure from what the directory holds now (a sweep still running in another process, or
+            one stopped part way). Runs not finished yet are left out of the tables, as they are while
+            a sweep runs; the directory must hold a manifest.
     """
     base_config = Path(base_config)
     output_dir = Path(output_dir)
@@ -413,17 +418,25 @@ def run_sweep(
     _check_run_dirs(output_dir, configured)
 
     # 2. Every planned run is registered up front.
+    if report_only and not (output_dir / MANIFEST).is_file():
+        raise SweepError(
+            f"--report-only: {output_dir} holds no {MANIFEST}, so there is nothing to report; run the "
+            "sweep without --report-only first"
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     sweep = _SweepJobs(output_dir, base_config, runner, eval_options, echo)
-    _register_runs(sweep.manifest_path, base_config, overrides, eval_options, configured)
+    if not report_only:
+        _register_runs(sweep.manifest_path, base_config, overrides, eval_options, configured)
 
-    # 3. The base model's evaluation, then each configuration: train (or resume, or skip), then
-    # evaluate (or skip).
-    tasks: list[Callable[[], None]] = [functools.partial(sweep.evaluate_base, base)] if include_base else []
-    for index, (name, planned) in enumerate(configured.items(), start=1):
-        prefix = f"[{index}/{len(configured)}] {name}"
-        tasks.append(functools.partial(sweep.train_and_evaluate, prefix, name, planned))
-    _run_tasks(tasks, jobs)
+        # 3. The base model's evaluation, then each configuration: train (or resume, or skip), then
+        # evaluate (or skip).
+        tasks: list[Callable[[], None]] = (
+            [functools.partial(sweep.evaluate_base, base)] if include_base else []
+        )
+        for index, (name, planned) in enumerate(configured.items(), start=1):
+            prefix = f"[{index}/{len(configured)}] {name}"
+            tasks.append(functools.partial(sweep.train_and_evaluate, prefix, name, planned))
+        _run_tasks(tasks, jobs)
 
     # 4. Tables and figure over every run recorded in this directory (by any process).
     manifest = update_manifest(sweep.manifest_path, {}, {})
