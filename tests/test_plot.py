@@ -12,7 +12,15 @@ import yaml
 from typer.testing import CliRunner
 
 from eapo.cli import app
-from eapo.plot import RAW_PREFIX, auto_smoothing, ema, line_style, plot_runs, plot_seed_bands
+from eapo.plot import (
+    RAW_PREFIX,
+    auto_smoothing,
+    ema,
+    line_style,
+    plot_runs,
+    plot_seed_bands,
+    with_entropy_ratio,
+)
 
 
 def make_run(
@@ -213,3 +221,30 @@ def test_seed_bands_draw_the_controls_actuators_only_where_logged(tmp_path):
     (line,) = labelled_lines(axis)
     assert line.get_label() == "EntroPIC (1 seeds)"
     assert line.get_ydata()[-1] == pytest.approx(0.06, rel=0.3)  # smoothed, near the last value
+
+
+def test_seed_bands_draw_entropy_over_each_runs_own_h0(tmp_path):
+    """Seeds start at different entropies (H_0 1.01-1.19 nats in the controls study), so the band the
+    claims read is r_t = entropy ÷ the run's own H_0, with 1 and 1 ± 10% drawn."""
+    low = make_run(tmp_path, "eapo-seed0", "eapo", steps=4)  # entropy 1.1..1.4, H_0 1.1
+    high = make_run(tmp_path, "eapo-seed1", "eapo", steps=4)
+    metrics = high / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    metrics.write_text(
+        "".join(
+            json.dumps(r | {"entropy/rollout": 2 * r["entropy/rollout"], "eapo/H0": 2.2}) + "\n" for r in rows
+        )
+    )
+    figure = plot_seed_bands({"EAPO": [low, high]}, smoothing=0.0)
+    (axis,) = [a for a in figure.axes if a.get_title() == "Entropy ÷ the run's H_0 (r_t)"]
+    (line,) = labelled_lines(axis)
+    expected = [(1.0 + 0.1 * step) / 1.1 for step in range(1, 5)]
+    assert list(line.get_ydata()) == pytest.approx(expected)  # both seeds' r agree: the band has no width
+    references = sorted(
+        round(ref.get_ydata()[0], 2) for ref in axis.get_lines() if ref not in labelled_lines(axis)
+    )
+    assert references == [0.9, 1.0, 1.1]
+    (raw,) = labelled_lines(figure.axes[0])
+    assert list(raw.get_ydata()) == pytest.approx([1.5 * (1.0 + 0.1 * step) for step in range(1, 5)])
+    # a run that logged no H_0 gets no ratio
+    assert with_entropy_ratio([{"step": 1, "entropy/rollout": 2.0}]) == [{"step": 1, "entropy/rollout": 2.0}]

@@ -40,6 +40,8 @@ __all__ = [
     "panel_keys",
     "PANELS",
     "BAND_PANELS",
+    "RATIO_KEY",
+    "with_entropy_ratio",
     "RAW_PREFIX",
 ]
 
@@ -251,6 +253,8 @@ def plot_runs(
 #: The panels of :func:`plot_seed_bands` (a study's dynamics): the quantities its claims read.
 BAND_PANELS: tuple[tuple[str, str], ...] = (
     ("entropy/rollout", "Entropy (rollout, nats/token)"),
+    # derived per seed (its H_0 is its own), with 1 and 1 ± 10% drawn: the ratio the studies' claims read
+    ("entropy/rollout_over_h0", "Entropy ÷ the run's H_0 (r_t)"),
     ("reward/mean", "Reward"),
     ("completion/mean_length", "Response length (tokens)"),
     ("completions/clipped_ratio", "Share cut at the length cap"),
@@ -259,6 +263,24 @@ BAND_PANELS: tuple[tuple[str, str], ...] = (
     ("entropic/alpha", "EntroPIC α (applied)"),
     ("entropy_control/coef", "Entropy coefficient (applied)"),
 )
+
+
+#: The derived panel's key: each row's ``entropy/rollout`` over its run's ``eapo/H0``.
+RATIO_KEY = "entropy/rollout_over_h0"
+
+
+def with_entropy_ratio(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with :data:`RATIO_KEY` added: rollout entropy ÷ the run's ``H_0`` (its first logged
+    ``eapo/H0``). Seeds start at different entropies, so a band over seeds is read on this ratio."""
+    h0 = next((row["eapo/H0"] for row in rows if isinstance(row.get("eapo/H0"), int | float)), None)
+    if not h0:
+        return list(rows)
+    return [
+        row | {RATIO_KEY: row["entropy/rollout"] / h0}
+        if isinstance(row.get("entropy/rollout"), int | float)
+        else row
+        for row in rows
+    ]
 
 
 def seed_band(
@@ -300,7 +322,9 @@ def plot_seed_bands(
         output: ``FILE.png`` (``FILE.svg`` too), as :func:`plot_runs`.
         smoothing: EMA weight applied to each seed before the band (default :func:`auto_smoothing`).
     """
-    runs = {label: [read_metrics(d) for d in dirs] for label, dirs in groups.items() if dirs}
+    runs = {
+        label: [with_entropy_ratio(read_metrics(d)) for d in dirs] for label, dirs in groups.items() if dirs
+    }
     runs = {label: [rows for rows in seeds if rows] for label, seeds in runs.items()}
     runs = {label: seeds for label, seeds in runs.items() if seeds}
     if not runs:
@@ -326,6 +350,10 @@ def plot_seed_bands(
             axis.fill_between(steps, low, high, color=style["color"], alpha=0.2, linewidth=0)
             (line,) = axis.plot(steps, mean, **style, linewidth=1.6, label=f"{label} ({len(seeds)} seeds)")
             handles.setdefault(label, line)
+        if key == RATIO_KEY:  # H_0 and the ± 10% band of the studies' rules
+            axis.axhline(1.0, color="black", linewidth=0.8)
+            for bound in (0.9, 1.1):
+                axis.axhline(bound, color="black", linewidth=0.6, linestyle=":")
         axis.set_title(panel_title, fontsize=10)
         axis.set_xlabel("step")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
