@@ -305,3 +305,41 @@ def test_an_interim_report_decides_only_complete_configurations_and_writes_no_ma
     assert payload["controls"]["configurations"]["psr"]["runs"] == ["PSR-seed0", "PSR-seed1"]
     markdown = (out / "claims.md").read_text()
     assert "**Interim report**" in markdown and "GRPO (1 of 2 runs)" in markdown
+
+
+RESULTS = ROOT / "docs" / "results" / "study-cpu-controls"
+
+
+def test_the_committed_controls_study_is_complete_and_its_readme_quotes_its_verdicts():
+    """docs/results/study-cpu-controls (issue 38): the seven configurations with 3 seeds of 40 steps
+    each, every claim decided by plan.md's rule, claims.md is claims.json's data, and the README's
+    verdict table states the verdict claims.json holds for each claim (no hand-edited verdict)."""
+    payload = json.loads((RESULTS / "claims.json").read_text(encoding="utf-8"))
+    markdown = (RESULTS / "claims.md").read_text(encoding="utf-8")
+    readme = (RESULTS / "README.md").read_text(encoding="utf-8")
+    assert (
+        payload["config"] == "configs/study_cpu_controls.yaml" and payload["settings"]["claims"] == "controls"
+    )
+    assert payload["settings"]["k"] == 4 and payload["settings"]["eval_limit"] == 40
+    assert payload["report_only"] is False and payload["incomplete"] == {}
+    assert payload["backends"] == ["vllm"] * 21
+    table = payload["controls"]["configurations"]
+    assert {role: (row["seeds"], row["steps"]) for role, row in table.items()} == {
+        role: (3, 40) for role in CONTROL_ROLES
+    }
+    claims = payload["claims"]
+    assert len(claims) == 15 and {c["verdict"] for c in claims} <= {HELD, NOT_HELD, WITHIN_NOISE}
+    for claim in claims:  # claims.md's rows; a cell escapes its "|"
+        evidence = claim["evidence"].replace("|", "\\|")
+        assert f"| {claim['statement']} |" in markdown, claim["statement"]
+        assert f"| **{claim['verdict']}** | {evidence} |" in markdown, claim["statement"]
+
+    verdicts = readme.split("## The verdicts", 1)[1].split("\n## ", 1)[0]
+    for claim in claims:
+        rows = [line for line in verdicts.splitlines() if line.startswith(f"| {claim['statement']} |")]
+        assert len(rows) == 1, claim["statement"]
+        assert rows[0].split("**")[1] == claim["verdict"], claim["statement"]
+    assert "Status: finished" in readme and "Status: running" not in readme
+    assert "Interim report" not in markdown
+    for name in ("comparison.md", "sensitivity.md", "dynamics.png", "dynamics.svg", "plan.md", "pilot.md"):
+        assert (RESULTS / name).stat().st_size > 0, name
