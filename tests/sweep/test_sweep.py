@@ -800,3 +800,17 @@ def test_engine_flag_trains_every_run_on_that_engine(tmp_path, monkeypatch, comm
     for extra in (["--engine", "verl"], []):
         CliRunner().invoke(app, args + extra)
     assert seen == [["train.max_steps=2", "engine=verl"], ["train.max_steps=2"]]
+
+
+@pytest.mark.parametrize("command", ["sweep", "study"])
+def test_report_only_on_a_directory_without_a_sweep_refuses_and_trains_nothing(tmp_path, command):
+    """``--report-only`` reports on a sweep that exists; on an empty directory it says so (exit 2)
+    instead of training, and writes no manifest."""
+    from eapo.cli import app
+
+    out = tmp_path / "out"
+    args = [command, "--config", str(TINY), "--output-dir", str(out), "--report-only", "train.max_steps=2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "holds no sweep.json, so there is nothing to report" in result.output
+    assert not (out / "sweep.json").exists() and not (out / "runs").exists()
