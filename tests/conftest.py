@@ -45,9 +45,8 @@ class ServedJudge:
     ) -> None:
         self.log_dir = log_dir
         self.port = port
-        self.model_path = (
-            model_path  # None: the command's default, the embedded SmolLM2 (self.model: the served name)
-        )
+        # None: the command's default, the embedded SmolLM2 (self.model is the served name)
+        self.model_path = model_path
         self.max_model_len = max_model_len
         self.process: subprocess.Popen[str] | None = None
         self.base_url = ""

@@ -4,6 +4,7 @@ synthetic dynamics whose verdicts follow by hand, the seed pairing of the simila
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -266,16 +267,12 @@ def test_an_interim_report_decides_only_complete_configurations_and_writes_no_ma
     settings, _ = read_study_config(STUDY)
     settings.seeds = [0, 1]
     out = tmp_path / "study"
-    with pytest.raises(SweepError, match="holds no sweep.json"):
-        run_study(STUDY, out, settings=settings, runner=_NothingRuns(), echo=lambda m: None, report_only=True)
-    run_study(
-        STUDY,
-        out,
-        settings=settings,
-        overrides=["train.max_steps=12"],
-        runner=ControlsRunner(),
-        echo=lambda m: None,
+    study = functools.partial(
+        run_study, STUDY, out, settings=settings, overrides=["train.max_steps=12"], echo=lambda m: None
     )
+    with pytest.raises(SweepError, match="holds no sweep.json"):
+        study(runner=_NothingRuns(), report_only=True)
+    study(runner=ControlsRunner())
     # GRPO seed 1 is still training: 6 of its 12 steps logged, no final/, no evaluation yet
     unfinished = out / "runs" / "GRPO-seed1"
     rows = (unfinished / "metrics.jsonl").read_text().splitlines()[:6]
@@ -284,15 +281,7 @@ def test_an_interim_report_decides_only_complete_configurations_and_writes_no_ma
     (unfinished / "eval" / "results.json").unlink()
     manifest = (out / "sweep.json").read_bytes()
 
-    report = run_study(
-        STUDY,
-        out,
-        settings=settings,
-        overrides=["train.max_steps=12"],
-        runner=_NothingRuns(),
-        echo=lambda m: None,
-        report_only=True,
-    )
+    report = study(runner=_NothingRuns(), report_only=True)
     assert (out / "sweep.json").read_bytes() == manifest
     payload = json.loads((out / "claims.json").read_text())
     assert payload["report_only"] is True

@@ -30,7 +30,7 @@ import copy
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -254,20 +254,18 @@ SERIES_KEYS = (
 
 
 def collect_method_data(
-    output_dir: Path, runs: Sequence[SweepRun], *, complete_only: bool = False
+    output_dir: Path, runs: Sequence[SweepRun], *, skip: Collection[str] = ()
 ) -> dict[str, MethodData]:
     """Read each planned run's metrics.jsonl and eval/results.json, grouped by configuration
     (:func:`eapo.study.claims.run_role`: ``"eapo"``, ``"w_reinforce:w_pos=0.2"``, ...; seeds pooled).
 
     An evaluation counts once its run's training finished (:func:`eapo.run_dir.training_finished`:
     ``final/`` exists, or — the weights gone — ``metrics.jsonl`` reached ``train.max_steps``).
-    ``complete_only`` (an interim report, while runs are still training) keeps only the configurations
-    whose planned runs have all finished and been evaluated (:func:`incomplete_configurations`), so no
-    claim is decided on part of its seeds."""
-    skipped = set(incomplete_configurations(output_dir, runs)) if complete_only else set()
+    ``skip`` leaves out configurations by role: an interim report skips those still training
+    (:func:`incomplete_configurations`), so no claim is decided on part of its seeds."""
     data: dict[str, MethodData] = {}
     for run in runs:
-        if run_role(run.method, dict(run.weights)) in skipped:
+        if run_role(run.method, dict(run.weights)) in skip:
             continue
         run_dir = output_dir / "runs" / run.name
         rows = read_metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
@@ -418,11 +416,11 @@ def run_study(
         report_only=report_only,
     )
 
-    data = collect_method_data(output_dir, runs, complete_only=report_only)
+    incomplete = incomplete_configurations(output_dir, runs) if report_only else {}
+    data = collect_method_data(output_dir, runs, skip=incomplete)
     study_files = write_study_tables(output_dir, runs)
     wall = time.time() - started
     backends = _rollout_backends(output_dir, runs)
-    incomplete = incomplete_configurations(output_dir, runs) if report_only else {}
     context = [
         f"Study config: `{config}`; seeds: {', '.join(map(str, settings.seeds))}; evaluation: split "
         f"`{settings.eval_split}`, {settings.eval_limit or 'all'} prompts, k = {settings.k}. "
