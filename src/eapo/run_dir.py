@@ -5,6 +5,7 @@
     RUN_DIR/
       config.yaml          the resolved configuration
       metrics.jsonl        one JSON object per optimisation step, flushed and fsynced as written
+      rollouts.jsonl       with logging.rollouts = N: every Nth step's rollouts, one JSON object each
       tensorboard/         TensorBoard events of the same metrics
       checkpoint-N/        TRL/transformers checkpoints (safetensors) + eapo_state.json, written last
       final/               the final model (or LoRA adapter) and tokenizer, renamed into place
@@ -35,6 +36,8 @@ from eapo.core.step import STATE_FILE
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
+#: ``logging.rollouts``: the rollouts of every Nth step, one object per rollout (:data:`ROLLOUT_KEYS`).
+ROLLOUTS_FILE = "rollouts.jsonl"
 FINAL_DIR = "final"
 SUMMARY_FILE = "summary.json"
 LOCK_FILE = ".eapo.lock"
@@ -54,6 +57,27 @@ REQUIRED_METRIC_KEYS = (
     "kl",
     "loss",
     "learning_rate",
+)
+
+#: The keys of every ``rollouts.jsonl`` line, on both engines: the step and where the rollout sits in it
+#: (``prompt_index``: the prompt's place among the step's prompts; ``sample``: the rollout's place in its
+#: group), the prompt and the completion (cut at a stop string, as the reward saw it), ``rewards``
+#: (each component's raw score, None where it could not score), ``reward`` (the total, None when
+#: unscored), ``advantage`` (the weighted advantage the update used), ``polarity`` ("D+", "D-", or None
+#: for an unscored rollout), ``weight`` (the w+ or w- applied; None when unscored) and ``stop_reason``
+#: (eapo.runtime.stop.STOP_REASONS: string, eos or cap).
+ROLLOUT_KEYS = (
+    "step",
+    "prompt_index",
+    "sample",
+    "prompt",
+    "completion",
+    "rewards",
+    "reward",
+    "advantage",
+    "polarity",
+    "weight",
+    "stop_reason",
 )
 
 
@@ -198,18 +222,7 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} an eapo run directory?")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            if number == len(lines):
-                break
-            raise ValueError(f"{path}:{number}: not valid JSON ({error})") from error
-    return rows
+    return read_jsonl(path)
 
 
 def training_finished(run_dir: str | os.PathLike) -> bool:
@@ -237,12 +250,52 @@ def training_finished(run_dir: str | os.PathLike) -> bool:
 
 
 def truncate_metrics(run_dir: Path, last_step: int) -> None:
-    """Keep only lines with ``step <= last_step`` (used when resuming from checkpoint ``last_step``)."""
-    path = run_dir / METRICS_FILE
-    if not path.exists():
-        return
-    kept = [row for row in read_metrics(run_dir) if row.get("step", 0) <= last_step]
-    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
+    """Keep only the lines with ``step <= last_step`` of ``metrics.jsonl`` and ``rollouts.jsonl`` (used
+    when resuming from checkpoint ``last_step``: the resumed run appends the steps after it, so neither
+    file has a gap or a repeat)."""
+    for name in (METRICS_FILE, ROLLOUTS_FILE):
+        path = Path(run_dir) / name
+        if path.exists():
+            kept = [row for row in read_jsonl(path) if row.get("step", 0) <= last_step]
+            atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Parse a JSON-lines log of eapo's (``metrics.jsonl``, ``rollouts.jsonl``); a torn last line (a kill
+    mid-write) is ignored, any other bad line is an error naming the file and line."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == len(lines):
+                break
+            raise ValueError(f"{path}:{number}: not valid JSON ({error})") from error
+    return rows
+
+
+def read_rollouts(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Parse ``rollouts.jsonl`` (see :data:`ROLLOUT_KEYS`); ``[]`` when the run wrote none."""
+    path = Path(run_dir) / ROLLOUTS_FILE
+    return read_jsonl(path) if path.exists() else []
+
+
+def append_jsonl(path: str | os.PathLike, rows: list[dict[str, Any]], *, what: str) -> None:
+    """Append ``rows`` to a JSON-lines file, flushed and fsynced before returning (a kill loses at most a
+    torn last line, which the readers skip); a failed write raises :class:`WriteFailedError` naming
+    ``what`` and the path."""
+    path = Path(path)
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(row) + "\n" for row in rows))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as error:
+        raise WriteFailedError(f"appending {what} to {path} failed: {describe_write_error(error)}") from error
 
 
 class DirectoryBusyError(RuntimeError):

@@ -130,6 +130,17 @@ class RolloutConfig:
     max_completion_tokens: int = setting(
         "Maximum response length in tokens (the paper: 2048).", 2048, valid=at_least(1)
     )
+    stop: list[str] = setting(
+        "Stop strings: a rollout ends at the first one it writes, which stays in it (vLLM's "
+        "include_stop_str_in_output); e.g. ['</advice>'] ends an answer at its closing tag. Works on every "
+        "backend and engine, in training and eapo eval (eapo.runtime.stop: a token that straddles the "
+        "string is kept, the text after the string dropped). [] for none (the paper uses none).",
+        factory=list,
+        valid=satisfies(
+            lambda v: isinstance(v, list) and all(isinstance(s, str) and s for s in v),
+            "a list of non-empty strings, e.g. ['</advice>'], or []",
+        ),
+    )
     temperature: float = setting(
         "Sampling temperature.",
         1.0,

@@ -133,3 +133,10 @@ class LoggingConfig:
     )
     progress: bool = setting("Show a progress bar with ETA, entropy, w+ and reward.", True, valid=ANY_OF_TYPE)
     plot: bool = setting("Write RUN_DIR/dynamics.png at the end.", True, valid=ANY_OF_TYPE)
+    rollouts: int = setting(
+        "Every this many steps, write the step's rollouts to RUN_DIR/rollouts.jsonl (step, prompt, "
+        "completion, each reward component, the total, the advantage, the polarity, the weight and why "
+        "generation ended), appended and flushed like metrics.jsonl; 0: never.",
+        0,
+        valid=at_least(0, " (0: no rollouts written)"),
+    )
