@@ -404,6 +404,7 @@ def build_validation(config: RunConfig, model_path: str, reward, run_dir: Path):
         temperature=r.temperature,
         top_p=r.top_p,
         max_new_tokens=r.max_completion_tokens,
+        stop=tuple(r.stop),
         seed=t.seed,
         batch_size=t.micro_batch_size,
         output=run_dir / VALIDATION_FILE,

@@ -126,22 +126,53 @@ def test_scorers_accept_the_flag_form_and_default_to_the_one_list():
 
 
 def test_what_the_settings_leave_open_comes_from_the_run_rollout():
-    rollout = SimpleNamespace(temperature=0.6, top_p=0.95, max_completion_tokens=128)
+    rollout = SimpleNamespace(temperature=0.6, top_p=0.95, max_completion_tokens=128, stop=["</advice>"])
     assert sampling_settings(
         EvalSettings(k=2, seed=3, n_resamples=10), rollout, "transformers"
     ) == SamplingSettings(
-        k=2, temperature=0.6, top_p=0.95, max_new_tokens=128, seed=3, batch_size=8, n_resamples=10
+        k=2,
+        temperature=0.6,
+        top_p=0.95,
+        max_new_tokens=128,
+        seed=3,
+        batch_size=8,
+        n_resamples=10,
+        stop=("</advice>",),
     )
-    explicit = EvalSettings(temperature=0.0, top_p=0.5, max_new_tokens=7, batch_size=3)
+    explicit = EvalSettings(temperature=0.0, top_p=0.5, max_new_tokens=7, batch_size=3, stop=())
     resolved = sampling_settings(explicit, rollout, "vllm")
-    assert (resolved.temperature, resolved.top_p, resolved.max_new_tokens, resolved.batch_size) == (
-        0.0,
-        0.5,
-        7,
-        3,
-    )
+    assert (
+        resolved.temperature,
+        resolved.top_p,
+        resolved.max_new_tokens,
+        resolved.batch_size,
+        resolved.stop,
+    ) == (0.0, 0.5, 7, 3, ())
     no_run = sampling_settings(EvalSettings(), None, "paged")
-    assert (no_run.temperature, no_run.top_p, no_run.max_new_tokens, no_run.batch_size) == (1.0, 1.0, 512, 64)
+    assert (no_run.temperature, no_run.top_p, no_run.max_new_tokens, no_run.batch_size, no_run.stop) == (
+        1.0,
+        1.0,
+        512,
+        64,
+        (),
+    )
+
+
+def test_stop_strings_pass_on_as_eval_flags_and_match_the_results_they_made():
+    assert EvalSettings(stop=("</advice>", "###")).cli_args()[-4:] == ["--stop", "</advice>", "--stop", "###"]
+    assert EvalSettings(stop=()).cli_args()[-1] == "--no-stop"
+    assert "--stop" not in EvalSettings().cli_args() and "--no-stop" not in EvalSettings().cli_args()
+    results = {
+        "metrics": {"avg_laaj": 0.1},
+        "k": 8,
+        "settings": {"split": "dev", "limit": None, "stop": ["</advice>"]},
+        "labels": {"rouge_l": "", "reranker": "", "format": ""},
+    }
+    assert EvalSettings(stop=("</advice>",)).matches(results)
+    assert not EvalSettings(stop=()).matches(results)
+    assert EvalSettings().matches(results)  # None: the run's, whatever it was
+    with pytest.raises(ValueError, match="--stop must hold non-empty strings"):
+        EvalSettings(stop=("",))
 
 
 def test_the_flag_defaults_are_read_without_importing_torch():

@@ -61,6 +61,15 @@ def eval_command(
         None, "--max-new-tokens", help="Response length cap (default: the run's)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seeds sampling and the bootstrap."),
+    stop: list[str] = typer.Option(
+        None,
+        "--stop",
+        help="A stop string (repeat for several): each answer ends at the first one it writes, which stays in "
+        "it (default: the run's rollout.stop, else none).",
+    ),
+    no_stop: bool = typer.Option(
+        False, "--no-stop", help="No stop strings, whatever the run's rollout.stop."
+    ),
     batch_size: int = typer.Option(
         None, "--batch-size", help="Prompts per generation call (default 8; vLLM 64)."
     ),
@@ -111,6 +120,9 @@ def eval_command(
     from eapo.evaluation import EvalError, EvalMismatchError, EvalSettings, run_eval
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if no_stop and stop:
+        typer.echo("error: --stop and --no-stop contradict each other; give one", err=True)
+        raise typer.Exit(2)
     settings = EvalSettings(
         data=data,
         data_path=data_path,
@@ -124,6 +136,7 @@ def eval_command(
         top_p=top_p,
         max_new_tokens=max_new_tokens,
         seed=seed,
+        stop=() if no_stop else (tuple(stop) if stop else None),
         batch_size=batch_size,
         backend=backend,
         dtype=dtype,

@@ -3,9 +3,10 @@
 Files in the output directory::
 
     eval_config.json   what the samples were generated with (model, k, temperature, top_p,
-                       max_new_tokens, seed) and which scorer (label) produced each score column
+                       max_new_tokens, seed, stop) and which scorer (label) produced each score column
     samples.jsonl      one line per sample: id, sample, prompt, reference, completion, num_tokens,
-                       finished, scores{...}; appended, flushed and fsynced one prompt at a time
+                       finished, stop_reason (string, eos or cap: eapo.runtime.stop), scores{...};
+                       appended, flushed and fsynced one prompt at a time
     results.json       {"metrics", "ci95", "k", "n_prompts", "model", "data", "avg_of", "labels",
                        "extract", "n_scored", "n_samples", "unscored", "extra", "settings", ...}
     results.csv        the same numbers as one CSV row
@@ -25,7 +26,7 @@ index, with the same prompt text) is not generated again. A torn last line or a 
 than ``k`` samples (a crash mid-write) is dropped and regenerated. A score column that is missing,
 ``None`` (e.g. a judge timeout) or was produced by a scorer with a different label (e.g. the
 bi-encoder stand-in where the cross-encoder is now available) is recomputed from the stored text.
-Samples generated with a different model, k, temperature, top_p, max_new_tokens or seed are never
+Samples generated with a different model, k, temperature, top_p, max_new_tokens, seed or stop strings are never
 mixed in: :class:`EvalMismatchError` says which field differs.
 
 :func:`evaluate` reads in its phases: reuse the stored samples (:func:`_reuse_stored_samples`), generate
@@ -61,6 +62,7 @@ from eapo.evaluation.metrics import (
 from eapo.evaluation.report import results_csv, results_markdown
 from eapo.run_dir import atomic_write_text
 from eapo.runtime.generate import Completion, Generator
+from eapo.runtime.stop import check_stops
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +87,9 @@ SAMPLES_FILE = "samples.jsonl"
 EVAL_CONFIG_FILE = "eval_config.json"
 
 #: Fields that must match for stored samples to be reused.
-GENERATION_FIELDS = ("model", "k", "temperature", "top_p", "max_new_tokens", "seed")
+GENERATION_FIELDS = ("model", "k", "temperature", "top_p", "max_new_tokens", "seed", "stop")
+#: What a stored ``eval_config.json`` written before a generation field existed means by its absence.
+_GENERATION_DEFAULTS: dict[str, Any] = {"stop": []}
 
 
 class EvalMismatchError(ValueError):
@@ -111,6 +115,8 @@ class SamplingSettings:
     """Prompts per generation call (each yields k sequences)."""
     n_resamples: int = 1000
     """Bootstrap replicates for the 95% intervals."""
+    stop: tuple[str, ...] = ()
+    """Stop strings: each sample ends at the first one it writes (:mod:`eapo.runtime.stop`)."""
 
     def validate(self) -> SamplingSettings:
         if self.k < 1:
@@ -125,6 +131,7 @@ class SamplingSettings:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.n_resamples < 1:
             raise ValueError(f"n_resamples must be >= 1, got {self.n_resamples}")
+        self.stop = check_stops(self.stop, where="stop")
         return self
 
 
@@ -178,11 +185,12 @@ def check_generation(config_path: Path, current: Mapping[str, Any]) -> dict[str,
             f"{config_path}: not valid JSON ({error}); delete it and samples.jsonl to start afresh"
         ) from error
     for field in GENERATION_FIELDS:
-        if stored.get("generation", {}).get(field) != current[field]:
+        was = stored.get("generation", {}).get(field, _GENERATION_DEFAULTS.get(field))
+        if was != current[field]:
             raise EvalMismatchError(
                 f"{config_path.parent}: the stored samples were generated with {field}="
-                f"{stored.get('generation', {}).get(field)!r}, but this evaluation asks for {field}={current[field]!r}; "
-                f"rerun with {field}={stored.get('generation', {}).get(field)!r} to resume, or use another "
+                f"{was!r}, but this evaluation asks for {field}={current[field]!r}; "
+                f"rerun with {field}={was!r} to resume, or use another "
                 "--output-dir (or delete that directory) to start afresh"
             )
     return stored
@@ -197,6 +205,7 @@ def generation_fingerprint(model: str, settings: SamplingSettings) -> dict[str, 
         "top_p": settings.top_p,
         "max_new_tokens": settings.max_new_tokens,
         "seed": settings.seed,
+        "stop": list(settings.stop),
     }
 
 
@@ -211,9 +220,13 @@ def _score(
         return
     completions = [s["completion"] for s in samples]
     references = [s["reference"] for s in samples]
+    # every component takes **kwargs: the lengths in tokens are what a length penalty (overlong) reads
+    lengths = [s.get("num_tokens") for s in samples]
     for name in names:
         scorer = scorers[name]
-        kwargs = {"questions": list(questions)} if getattr(scorer, "name", "") == "llm_judge" else {}
+        kwargs: dict[str, Any] = {"completion_lengths": lengths}
+        if getattr(scorer, "name", "") == "llm_judge":
+            kwargs["questions"] = list(questions)
         values = scorer(list(questions), completions, references, **kwargs)
         if len(values) != len(samples):
             raise RuntimeError(f"scorer {name!r} returned {len(values)} scores for {len(samples)} samples")
@@ -432,6 +445,7 @@ def _generate_and_score(
                 top_p=settings.top_p,
                 max_new_tokens=settings.max_new_tokens,
                 seed=_batch_seed(settings.seed, str(records[batch[0]].id)),
+                stop=settings.stop,
             )
             if len(groups) != len(batch) or any(len(group) != k for group in groups):
                 raise RuntimeError(
@@ -466,6 +480,7 @@ def _sample(record: Any, prompt: str, sample_index: int, completion: Completion)
         "completion": completion.text,
         "num_tokens": completion.num_tokens,
         "finished": completion.finished,
+        "stop_reason": completion.stop_reason,
         "scores": {},
     }
 

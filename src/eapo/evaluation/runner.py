@@ -424,7 +424,8 @@ def _choose_backend(requested: str, rollout: Any) -> str:
 
 
 def sampling_settings(settings: EvalSettings, rollout: Any, backend: str) -> SamplingSettings:
-    """``settings``' sampling, what it leaves open taken from the run's ``rollout`` (else 1.0, 1.0, 512)
+    """``settings``' sampling, what it leaves open taken from the run's ``rollout`` (else 1.0, 1.0, 512
+    and no stop strings)
     and the batch size from the ``backend`` (64 prompts per call with vLLM or paged, else 8)."""
     temperature, top_p, max_new_tokens = settings.temperature, settings.top_p, settings.max_new_tokens
     return SamplingSettings(
@@ -437,6 +438,7 @@ def sampling_settings(settings: EvalSettings, rollout: Any, backend: str) -> Sam
         seed=settings.seed,
         batch_size=settings.batch_size or (64 if backend in ("vllm", "paged") else 8),
         n_resamples=settings.n_resamples,
+        stop=settings.stop if settings.stop is not None else tuple(rollout.stop if rollout else ()),
     )
 
 

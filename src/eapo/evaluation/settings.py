@@ -54,6 +54,8 @@ class EvalSettings:
     """Seeds sampling and the bootstrap."""
     batch_size: int | None = None
     """Prompts per generation call; None: 64 with vLLM or paged, else 8."""
+    stop: tuple[str, ...] | None = None
+    """Stop strings (``()``: none); None: the run's ``rollout.stop``, else none (:mod:`eapo.runtime.stop`)."""
     backend: str = "auto"
     """Generation backend: auto, transformers, paged, vllm (:data:`eapo.runtime.generate.BACKENDS`)."""
     dtype: str = "auto"
@@ -85,6 +87,10 @@ class EvalSettings:
             object.__setattr__(self, "scorers", names)
         elif self.scorers is not None:
             object.__setattr__(self, "scorers", tuple(self.scorers))
+        if self.stop is not None:
+            from eapo.runtime.stop import check_stops
+
+            object.__setattr__(self, "stop", check_stops(self.stop, where="--stop"))
 
     @property
     def scorer_names(self) -> tuple[str, ...]:
@@ -113,6 +119,8 @@ class EvalSettings:
         for name, flag in _FLAGS_OFF_DEFAULT.items():
             if getattr(self, name) != defaults[name]:
                 args += [flag, str(getattr(self, name))]
+        if self.stop is not None:
+            args += [part for stop in self.stop for part in ("--stop", stop)] if self.stop else ["--no-stop"]
         if not self.judge:
             args.append("--no-judge")
         return args
@@ -132,6 +140,8 @@ class EvalSettings:
             checks.append(settings.get("temperature") == self.temperature)
         if self.max_new_tokens is not None:
             checks.append(settings.get("max_new_tokens") == self.max_new_tokens)
+        if self.stop is not None:
+            checks.append(list(settings.get("stop", [])) == list(self.stop))
         labels = results.get("labels", {})
         requested = list(self.scorers or DEFAULT_SCORERS)  # an empty list asks for the defaults here
         if self.judge_base_url is not None:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from eapo.runtime.stop import cut_text, stop_token_count
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -53,12 +55,14 @@ _ROLLOUT_BACKEND_OF = {
 
 @dataclass(frozen=True)
 class Completion:
-    """One sampled response: its text (special tokens removed), its length in tokens, and whether it
-    ended with an end-of-sequence token (``False``: cut at ``max_new_tokens``)."""
+    """One sampled response: its text (special tokens removed; cut at the end of a stop string), its
+    length in tokens, whether it ended before ``max_new_tokens`` (``False``: cut at the cap) and why it
+    ended (``stop_reason``: ``string``, ``eos`` or ``cap``, :data:`eapo.runtime.stop.STOP_REASONS`)."""
 
     text: str
     num_tokens: int
     finished: bool
+    stop_reason: str = "eos"
 
 
 class Generator(Protocol):
@@ -75,6 +79,7 @@ class Generator(Protocol):
         top_p: float,
         max_new_tokens: int,
         seed: int,
+        stop: Sequence[str] = (),
     ) -> list[list[Completion]]: ...
 
 
@@ -200,6 +205,7 @@ class TransformersGenerator:
         top_p: float,
         max_new_tokens: int,
         seed: int,
+        stop: Sequence[str] = (),
     ) -> list[list[Completion]]:
         import torch
 
@@ -224,21 +230,38 @@ class TransformersGenerator:
                 eos_token_id=self.eos_token_ids or None,
                 cache_implementation=self.cache_implementation,
                 disable_compile=not self.compile,
+                # transformers stops each row at a stop string itself (it needs the tokenizer for that);
+                # _group then cuts every row by eapo.runtime.stop's rule, as on the other backends
+                stop_strings=list(stop) or None,
+                tokenizer=self.tokenizer if stop else None,
             )  # [len(prompts) * k, prompt_length + new]
-        return self._group(output[:, prompt_length:].tolist(), len(prompts), k)
+        return self._group(output[:, prompt_length:].tolist(), len(prompts), k, stop)
 
-    def _group(self, rows: list[list[int]], n_prompts: int, k: int) -> list[list[Completion]]:
-        """Rows of new token ids (prompt-major, ``k`` per prompt) -> completions, cut at the first EOS."""
-        completions: list[list[Completion]] = []
-        for prompt_index in range(n_prompts):
-            group = []
-            for row in rows[prompt_index * k : (prompt_index + 1) * k]:
-                end = next((i for i, token in enumerate(row) if token in self.eos_token_ids), None)
-                tokens = row if end is None else row[: end + 1]
-                text = self.tokenizer.decode(row if end is None else row[:end], skip_special_tokens=True)
-                group.append(Completion(text=text, num_tokens=len(tokens), finished=end is not None))
-            completions.append(group)
-        return completions
+    def _group(
+        self, rows: list[list[int]], n_prompts: int, k: int, stop: Sequence[str] = ()
+    ) -> list[list[Completion]]:
+        """Rows of new token ids (prompt-major, ``k`` per prompt) -> completions, cut at the first EOS or
+        after the token that completes the first stop string, whichever comes first
+        (:mod:`eapo.runtime.stop`)."""
+        return [
+            [self._completion(row, stop) for row in rows[prompt_index * k : (prompt_index + 1) * k]]
+            for prompt_index in range(n_prompts)
+        ]
+
+    def _completion(self, row: list[int], stop: Sequence[str]) -> Completion:
+        end = next((i for i, token in enumerate(row) if token in self.eos_token_ids), None)
+        body = row if end is None else row[:end]  # the tokens before the EOS
+        kept = stop_token_count(body, self._decode, stop)
+        if kept is not None:  # a stop string ended it: its text ends with the string
+            text, _ = cut_text(self._decode(body[:kept]), stop)
+            return Completion(text=text, num_tokens=kept, finished=True, stop_reason="string")
+        text = self._decode(body)
+        if end is None:
+            return Completion(text=text, num_tokens=len(row), finished=False, stop_reason="cap")
+        return Completion(text=text, num_tokens=end + 1, finished=True, stop_reason="eos")
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
 class PagedGenerator(TransformersGenerator):
@@ -271,6 +294,7 @@ class PagedGenerator(TransformersGenerator):
         top_p: float,
         max_new_tokens: int,
         seed: int,
+        stop: Sequence[str] = (),
     ) -> list[list[Completion]]:
         import torch
         from transformers import GenerationConfig
@@ -307,7 +331,8 @@ class PagedGenerator(TransformersGenerator):
                 f"continuous batching failed on {len(failed) or len(requests) - len(results)} of {len(requests)} "
                 f"requests ({reason}); rerun with --backend transformers"
             )
-        return self._group([list(r.generated_tokens) for r in results], len(prompts), k)
+        # continuous batching cannot stop at a string: each row runs on to EOS or the cap and is cut here
+        return self._group([list(r.generated_tokens) for r in results], len(prompts), k, stop)
 
 
 class VLLMGenerator:
@@ -388,28 +413,46 @@ class VLLMGenerator:
         top_p: float,
         max_new_tokens: int,
         seed: int,
+        stop: Sequence[str] = (),
     ) -> list[list[Completion]]:
         from vllm import SamplingParams
 
         params = SamplingParams(
-            n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed
+            n=k,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_new_tokens,
+            seed=seed,
+            stop=list(stop) or None,
+            include_stop_str_in_output=True,
         )
         token_prompts = [
             {"prompt_token_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"]}
             for text in prompts
         ]
         outputs = self.llm.generate(token_prompts, params, lora_request=self.lora_request, use_tqdm=False)
-        return [[self._completion(o) for o in out.outputs] for out in outputs]
+        return [[self._completion(o, stop) for o in out.outputs] for out in outputs]
 
-    def _completion(self, output) -> Completion:
-        """Decoded as the transformers backends decode (special tokens skipped, the stop token dropped),
-        so every backend turns the same token ids into the same text."""
+    def _completion(self, output, stop: Sequence[str] = ()) -> Completion:
+        """Decoded as the transformers backends decode (special tokens skipped, the stop token dropped,
+        the text cut at the end of a stop string), so every backend turns the same token ids into the
+        same completion. vLLM stops at a string itself and keeps the token that completed it; the cut
+        here is :mod:`eapo.runtime.stop`'s rule, which agrees with vLLM's."""
         ids = list(output.token_ids)
         finished = output.finish_reason == "stop"
         if finished and ids and not isinstance(output.stop_reason, str):
             ids = ids[:-1]  # the end-of-sequence or stop token ended it (a stop *string* is not a token)
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return Completion(text=text, num_tokens=len(output.token_ids), finished=finished)
+        kept = stop_token_count(ids, self._decode, stop)
+        if kept is not None:
+            text, _ = cut_text(self._decode(ids[:kept]), stop)
+            return Completion(text=text, num_tokens=kept, finished=True, stop_reason="string")
+        reason = "eos" if finished else "cap"
+        return Completion(
+            text=self._decode(ids), num_tokens=len(output.token_ids), finished=finished, stop_reason=reason
+        )
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
 def make_generator(

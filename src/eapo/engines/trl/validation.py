@@ -65,6 +65,7 @@ class Validation:
         every: validate at steps that are multiples of this.
         greedy: greedy decoding; else sampled at ``temperature`` / ``top_p`` with seed ``seed + step``.
         max_new_tokens: the rollout length limit.
+        stop: the rollouts' stop strings (``rollout.stop``): each answer ends at the first one.
         batch_size: prompts per ``generate`` call.
         output: the ``validation.jsonl`` path (written by the main process), or None.
     """
@@ -80,6 +81,7 @@ class Validation:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
     seed: int = 0
     batch_size: int = 8
     output: Path | None = None
@@ -129,6 +131,7 @@ class Validation:
                         top_p=self.top_p,
                         max_new_tokens=self.max_new_tokens,
                         seed=self.seed + step,
+                        stop=self.stop,
                     )
                     answers += [(i, group[0]) for i, group in zip(chunk, groups[: len(chunk)], strict=True)]
             finally:
