@@ -128,7 +128,7 @@ def test_all_none_component_reports_nan_not_a_crash() -> None:
 
 
 def test_make_composite_from_the_registry() -> None:
-    assert set(REWARD_COMPONENTS) == {"format", "rouge_l", "reranker", "llm_judge"}
+    assert set(REWARD_COMPONENTS) == {"format", "rouge_l", "reranker", "llm_judge", "overlong", "repetition"}
     reward = make_composite({"format": 0.2, "rouge_l": 0.8}, rouge_l={"level": "char"}, parallel=False)
     result = reward.score(None, [GOOD, BAD], ["可能胃炎", "可能胃炎"])
     # GOOD: format 1, Rouge-L of "患者可能是胃炎" vs "可能胃炎" = 8/11; BAD: format 0, whole text = the same answer

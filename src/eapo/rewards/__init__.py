@@ -14,7 +14,9 @@ trainer, the evaluation harness, TRL and verl all build them through this regist
     )
     result = reward.score(prompts, completions, references)  # .rewards, .components, .metrics
 
-Components (all in [0, 1]):
+Components: four scores of the answer's quality, in [0, 1], and two penalties of the whole
+completion, <= 0 (their weights α stay >= 0: the sign is in the range; :mod:`eapo.rewards.composite`
+on how they add up):
 
 * ``format`` — {0, 1}: ``<think>…</think>`` then ``<advice>…</advice>`` present, in order, non-empty
   (the paper's check; ``strict=True``: each once and nothing outside) (:mod:`eapo.rewards.format`);
@@ -23,7 +25,13 @@ Components (all in [0, 1]):
 * ``reranker`` — cross-encoder relevance, or the labelled bi-encoder stand-in; ``extract`` as for
   Rouge-L (:mod:`eapo.rewards.reranker`);
 * ``llm_judge`` — the appendix LLM-as-a-Judge prompts (:mod:`eapo.rewards.judge_prompts`) sent by the
-  client :mod:`eapo.rewards.judge` (over :mod:`eapo.rewards.judge_transport`).
+  client :mod:`eapo.rewards.judge` (over :mod:`eapo.rewards.judge_transport`);
+* ``overlong`` — [-1, 0]: DAPO's soft overlong punishment (Eq. 13), 0 up to ``max_tokens - buffer``
+  tokens, then a ramp to -1 at the cap; reads ``completion_lengths`` or TRL's ``completion_ids``
+  (:mod:`eapo.rewards.overlong`);
+* ``repetition`` — [max_penalty, 0]: the share of repeated word n-grams times ``max_penalty`` (TRL's
+  and open-r1's repetition penalty), of the whole completion by default, so text after
+  ``</advice>`` counts (:mod:`eapo.rewards.repetition`).
 
 Metric keys of :meth:`CompositeReward.score`: ``reward/<component>/{mean,std,none_frac}``,
 ``reward/{mean,std,none_frac}`` and ``reward/llm_judge/<target>/<dimension>/mean``.
@@ -44,6 +52,7 @@ from eapo.rewards.extract import extract_answer, extract_think
 
 __all__ = [
     "REWARD_COMPONENTS",
+    "LIGHT_COMPONENTS",
     "RewardFunction",
     "CompositeReward",
     "CompositeResult",
@@ -64,7 +73,13 @@ REWARD_COMPONENTS: dict[str, str] = {
     "rouge_l": "eapo.rewards.rouge:RougeL",
     "reranker": "eapo.rewards.reranker:Reranker",
     "llm_judge": "eapo.rewards.judge:LLMJudge",
+    "overlong": "eapo.rewards.overlong:OverlongPenalty",
+    "repetition": "eapo.rewards.repetition:RepetitionPenalty",
 }
+
+#: Components built without loading a model or opening a client: a configuration's options for them
+#: are checked by building them when it is validated (:meth:`eapo.config.RunConfig.validate`).
+LIGHT_COMPONENTS: frozenset[str] = frozenset({"format", "rouge_l", "overlong", "repetition"})
 
 
 def reward_class(name: str) -> Callable[..., RewardFunction]:

@@ -14,6 +14,18 @@
 With every weighted component ``None`` the total is ``None`` in both modes. Components with α = 0
 are computed and logged but never enter the total.
 
+Penalties. Every α is >= 0; a penalty carries its sign in its range: ``overlong`` scores in
+[-1, 0], ``repetition`` in [max_penalty, 0] (default [-1, 0]), against [0, 1] for ``format``,
+``rouge_l``, ``reranker`` and ``llm_judge``. The total's range is ``[Σ α_k·min_k, Σ α_k·max_k]``:
+format 0.5 + rouge_l 0.25 + reranker 0.25 + overlong 0.2 gives a total in [-0.2, 1] (1 for a
+tagged, perfect answer well under the cap; -0.2 for an untagged, unrelated one cut at the cap).
+GRPO centres each group at its mean (and, scaling by group, divides by its std: ``(r - mean) / std``
+over a prompt's rollouts) and EAPO splits it at the group mean, so only differences *within a group*
+matter: a penalty that every rollout of a group
+pays alike changes nothing, and one paid by some pulls those below the others by ``α·|r|``. So the
+size of a penalty's α is read against the other weights (0.2 against a 0.5 format check: running to
+the cap costs less than losing the tags), not against 0.
+
 Metric keys (the contract the trainer logs and the plots read), per component ``<c>``:
 
 * ``reward/<c>/mean``, ``reward/<c>/std`` (population std over the non-``None`` scores; NaN when
