@@ -17,6 +17,7 @@ from eapo.config.rollout import DataConfig, ModelConfig, RolloutConfig
 from eapo.config.train import LoggingConfig, TrainConfig
 from eapo.core.settings import SettingError
 from eapo.core.step import step_problems
+from eapo.rewards import LIGHT_COMPONENTS, make_reward
 
 
 @dataclass
@@ -94,6 +95,7 @@ class RunConfig:
                 f"reward.options has {unlisted}, which reward.weights does not list ({list(reward.weights)})",
                 key="reward.options",
             )
+        self._check_light_rewards()
         lora = self.model.lora
         if lora.layers is not None and isinstance(lora.target_modules, str):
             raise ConfigError(
@@ -102,6 +104,18 @@ class RunConfig:
                 "gate_proj, up_proj, down_proj]",
                 key="model.lora.layers",
             )
+
+    def _check_light_rewards(self) -> None:
+        """Build each listed component that loads nothing (``eapo.rewards.LIGHT_COMPONENTS``) with the
+        options it will get (:func:`reward_options`), so a bad option fails here, naming its key."""
+        options = reward_options(self)
+        for name in sorted(LIGHT_COMPONENTS & set(self.reward.weights)):
+            try:
+                make_reward(name, **options.get(name, {}))
+            except (ValueError, TypeError) as error:
+                raise ConfigError(
+                    f"reward.options.{name} is invalid: {error}", key=f"reward.options.{name}"
+                ) from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -136,10 +150,16 @@ def setting_fields(cls: type | None = None, prefix: str = "") -> list[tuple[str,
 def reward_options(config: RunConfig) -> dict[str, dict[str, Any]]:
     """``reward.options`` as the components receive them, in training and in evaluation alike: the
     format check's ``prefix`` defaults to ``data.response_prefix`` (the response already starts with
-    it, so a completion is checked as ``prefix + completion``); an explicit ``prefix`` is kept."""
+    it, so a completion is checked as ``prefix + completion``); the overlong penalty's cap
+    ``max_tokens`` defaults to ``rollout.max_completion_tokens`` (when ``overlong`` is in
+    ``reward.weights`` or ``reward.options``). An explicit value is kept either way."""
     options = {name: dict(values) for name, values in config.reward.options.items()}
     if config.data.response_prefix and "prefix" not in options.get("format", {}):
         options.setdefault("format", {})["prefix"] = config.data.response_prefix
+    if "overlong" in config.reward.weights or "overlong" in options:
+        overlong = options.setdefault("overlong", {})
+        if overlong.get("max_tokens") is None:
+            overlong["max_tokens"] = config.rollout.max_completion_tokens
     return options
 
 
