@@ -163,3 +163,24 @@ def test_run_config_refuses_bad_overlong_options_when_loaded() -> None:
     assert "set by the override 'reward.options.overlong.buffer=30'" in str(info.value)
     with pytest.raises(ConfigError, match=r"does not take option\(s\) \['cap'\]"):
         load_config(TINY, ["reward.weights.overlong=0.1", "reward.options.overlong.cap=30"])
+
+
+def test_the_guides_yaml_examples_load() -> None:
+    """Each YAML block of docs/guide/rewards.md's section on the whole answer is a valid config."""
+    import re
+
+    import yaml
+
+    from eapo.config import config_from_tree
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "rewards.md").read_text(
+        encoding="utf-8"
+    )
+    section = guide.split("## The whole answer", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 4  # rollout.stop, the strict format check, overlong, repetition
+    configs = [config_from_tree(yaml.safe_load(block)) for block in blocks]
+    assert configs[0].rollout.stop == ["</advice>"]
+    assert configs[1].reward.options["format"] == {"strict": True}
+    assert reward_options(configs[2])["overlong"] == {"buffer": 32, "max_tokens": 2048}  # the default cap
+    assert configs[3].reward.weights["repetition"] == 0.2
