@@ -10,7 +10,9 @@ reward components as training (:mod:`eapo.rewards`).
 * :mod:`~eapo.evaluation.harness` — the resumable loop: reuse stored samples → generate → score →
   aggregate → write, with the resolved :class:`SamplingSettings`;
 * :mod:`~eapo.evaluation.runner` — ``run_eval``: model / run directory / config resolution (``eapo eval``);
-* :mod:`~eapo.evaluation.report` — Markdown and CSV tables in the paper's layout.
+* :mod:`~eapo.evaluation.report` — Markdown and CSV tables in the paper's layout;
+* :mod:`~eapo.evaluation.answers` — the answers' shape beside the scores: cut at the cap, text after the
+  closing tag, distinct 4-grams (pure Python).
 
 Departures from the paper: it does not state its sampling temperature or which split it scores
 (its "test set"); here temperature defaults to the run's rollout temperature and the split to
@@ -51,10 +53,13 @@ _LAZY = {
     "resolve_target": "eapo.evaluation.runner",
     "run_eval": "eapo.evaluation.runner",
     "DEFAULT_SCORERS": "eapo.evaluation.settings",
+    "answer_shape": "eapo.evaluation.answers",
+    "answer_shape_of_samples": "eapo.evaluation.answers",
     "EvalSettings": "eapo.evaluation.settings",
 }
 
 if TYPE_CHECKING:
+    from eapo.evaluation.answers import answer_shape, answer_shape_of_samples
     from eapo.evaluation.harness import (
         EVAL_CONFIG_FILE,
         RESULTS_CSV,
@@ -104,6 +109,8 @@ __all__ = [
     "EvalSettings",
     "SamplingSettings",
     "aggregate",
+    "answer_shape",
+    "answer_shape_of_samples",
     "bootstrap_ci",
     "bootstrap_interval",
     "build_scorers",
