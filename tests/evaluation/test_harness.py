@@ -595,3 +595,79 @@ def test_strict_scores_zero_an_answer_without_its_advice_block(tmp_path):
     }
     assert results["extra"]["format"] == pytest.approx(0.5)
     assert "## Strict: an answer without its <advice> block scores 0" in (tmp_path / "results.md").read_text()
+
+
+class ShapedGenerator:
+    """Three fixed answers per prompt: clean, written on after </advice>, and cut at the cap (no model)."""
+
+    backend = "scripted"
+
+    def generate(self, prompts, *, k, **kwargs):
+        from eapo.runtime.generate import Completion
+
+        answers = [
+            Completion("x</think><advice>drink water</advice>", 6, True, "eos"),
+            Completion("x</think><advice>rest</advice> blah blah blah blah blah", 9, True, "eos"),
+            Completion("x</think><advice>rest and rest and rest", 16, False, "cap"),
+        ]
+        return [answers[:k] for _ in prompts]
+
+
+def test_results_record_the_answers_shape(tmp_path):
+    """results.json["answers"] and results.md's table, from all samples; the closing tag is the format
+    scorer's last tag (the response prefix <think> is in the prompt, not before the tail)."""
+    records = [
+        Record(id="a", question="q a", reference="rest"),
+        Record(id="b", question="q b", reference="rest"),
+    ]
+    scorers = {
+        "rouge_l": make_reward("rouge_l", level="word"),
+        "format": make_reward("format", prefix="<think>"),
+    }
+    results = evaluate(
+        records,
+        ["A<think>", "B<think>"],
+        scorers,
+        tmp_path,
+        model="scripted",
+        data="hand",
+        generator=ShapedGenerator(),
+        settings=SamplingSettings(k=3, max_new_tokens=16, n_resamples=50),
+    )
+    shape = results["answers"]
+    clean = "x</think><advice>drink water</advice>"
+    trailing = "x</think><advice>rest</advice> blah blah blah blah blah"
+    # each prompt has the same three answers: the shares are the three answers'
+    assert shape["n"] == 6
+    assert shape["cut_at_cap"] == pytest.approx(1 / 3, abs=1e-15)
+    assert shape["no_close_tag"] == pytest.approx(1 / 3, abs=1e-15)
+    assert shape["text_after_close"] == pytest.approx(1 / 3, abs=1e-15)
+    assert shape["wrote_on"] == pytest.approx(1 / 3, abs=1e-15)
+    assert shape["chars_after_close"] == pytest.approx(25 / 3, abs=1e-15)
+    assert shape["share_after_close"] == pytest.approx(25 / len(trailing) / 3, abs=1e-15)
+    # words: clean 2 (no 4-gram: left out), trailing 6 (3 4-grams, 2 unique: "blah blah blah blah" twice),
+    # cut 5 (2 4-grams, both unique)
+    assert len(clean.split()) == 2
+    assert shape["distinct_ngrams"] == pytest.approx((2 / 3 + 1) / 2, abs=1e-15)
+    assert shape["close_tag"] == "</advice>" and shape["split"] == "first"
+    assert results["extra"]["truncated_frac"] == pytest.approx(1 / 3, abs=1e-15)
+    stored = json.loads((tmp_path / "results.json").read_text())
+    assert stored["answers"] == shape
+    markdown = (tmp_path / "results.md").read_text()
+    assert "## Answer shape: what no score sees" in markdown
+    assert "| scripted | 6 | 0.33 | 0.33 | 0.33 | 0.33 | 8.3 | 0.15 | 0.83 |" in markdown
+
+    # another answer tag: the closing tag follows the format scorer's
+    scorers["format"] = make_reward("format", tags=["think", "answer"], prefix="<think>")
+    again = evaluate(
+        records,
+        ["A<think>", "B<think>"],
+        scorers,
+        tmp_path,
+        model="scripted",
+        data="hand",
+        generator=never,
+        settings=SamplingSettings(k=3, max_new_tokens=16, n_resamples=50),
+    )
+    assert again["answers"]["close_tag"] == "</answer>" and again["answers"]["no_close_tag"] == 1.0
+    assert "| Model | Answers | Cut at the cap | No `</answer>` |" in (tmp_path / "results.md").read_text()

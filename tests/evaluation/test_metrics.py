@@ -175,6 +175,7 @@ def test_results_markdown_marks_the_bi_encoder_stand_in():
     assert "bi-encoder stand-in (all-MiniLM-L6-v2" in markdown
     assert "LAAJ" not in markdown.split("Rouge-L / Reranker")[0]  # no judge: no LAAJ column or table
     assert "Avg: mean of Rouge-L, Reranker, RL@3 and RR@3" in markdown
+    assert "## Answer shape" not in markdown  # results.json without "answers" (written before the key)
     # the footnotes name what was scored and how many samples each scorer could not score
     assert "Scored text: Rouge-L: the <advice> part (extract=advice); Reranker: the <advice> part" in markdown
     assert (

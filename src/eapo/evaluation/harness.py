@@ -8,7 +8,8 @@ Files in the output directory::
                        finished, stop_reason (string, eos or cap: eapo.runtime.stop), scores{...};
                        appended, flushed and fsynced one prompt at a time
     results.json       {"metrics", "ci95", "k", "n_prompts", "model", "data", "avg_of", "labels",
-                       "extract", "n_scored", "n_samples", "unscored", "extra", "settings", ...}
+                       "extract", "n_scored", "n_samples", "unscored", "extra", "answers",
+                       "settings", ...}
     results.csv        the same numbers as one CSV row
     results.md         the paper-layout Markdown tables
 
@@ -19,7 +20,9 @@ response each scorer read (``advice`` / ``whole``); ``unscored`` counts, per sco
 could not score (``None`` or NaN, e.g. a judge call that failed after its retries), out of
 ``n_samples``; ``n_scored`` counts, per column, the prompts with at least one scored sample; ``per_prompt`` holds each
 column's per-prompt value (``ids`` in order; null: no scored sample) — what a bootstrap over prompts
-across evaluations needs (``eapo study``'s tuning-free claim) without the samples.
+across evaluations needs (``eapo study``'s tuning-free claim) without the samples. ``answers`` is the
+shape of all current samples (:mod:`eapo.evaluation.answers`: cut at the cap, text after the format
+reward's closing tag, distinct 4-grams), the trailing-text exploit that no score sees.
 
 Resuming: a prompt whose ``k`` samples are all in ``samples.jsonl`` (keyed by record id and sample
 index, with the same prompt text) is not generated again. A torn last line or a prompt with fewer
@@ -48,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from eapo.evaluation.answers import answer_shape_of_samples, close_tag_of_scorers, cut_at_cap
 from eapo.evaluation.metrics import (
     AVG_COLUMNS,
     FORMAT_SCORER,
@@ -536,6 +540,7 @@ def _results(
         "n_samples": len(all_samples),
         "unscored": unscored_counts(per_prompt_scores),
         "extra": _extra_means(all_samples, scorers),
+        "answers": answer_shape_of_samples(all_samples, close_tag=close_tag_of_scorers(scorers)),
         "settings": {**asdict(settings), **dict(details or {})},
         "samples": SAMPLES_FILE,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -553,5 +558,5 @@ def _extra_means(samples: Sequence[Mapping[str, Any]], scorers: Mapping[str, Any
         extra[name] = sum(values) / len(values) if values else None
     if samples:
         extra["completion_tokens"] = sum(s.get("num_tokens", 0) for s in samples) / len(samples)
-        extra["truncated_frac"] = sum(not s.get("finished", True) for s in samples) / len(samples)
+        extra["truncated_frac"] = sum(cut_at_cap(s) for s in samples) / len(samples)
     return extra

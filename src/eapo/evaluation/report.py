@@ -11,6 +11,10 @@ samples each scorer could not score.
 Beside the paper's layout, a strict table (ours) with the same columns, in which an answer that
 failed the format check (no ``<advice>`` block) scores 0 on Rouge-L and the reranker, and its Avg
 ``avg_strict`` (:data:`eapo.evaluation.metrics.STRICT_COLUMNS`); shown when the format scorer ran.
+
+Under the scores, the shape of the answers (:mod:`eapo.evaluation.answers`, ``results.json["answers"]``):
+cut at the cap, text after the closing tag, distinct 4-grams — what no score sees
+(:func:`answer_shape_table`, shared with ``eapo summary``).
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ __all__ = [
     "results_markdown",
     "results_csv",
     "csv_text",
+    "answer_shape_table",
+    "answer_shape_note",
+    "ANSWER_SHAPE_TITLE",
 ]
 
 _TITLES = {"rouge_l": "Rouge-L", "reranker": "Reranker", "laaj": "LAAJ", "avg": "Avg", "avg_laaj": "Avg"}
@@ -73,6 +80,8 @@ _AVG_TABLES = {
 _AVGS: dict[str, tuple[str, ...]] = {**AVG_COLUMNS, **STRICT_AVG_COLUMNS}
 #: The heading of the strict table (``results.md`` and ``comparison.md``).
 STRICT_TITLE = "## Strict: an answer without its <advice> block scores 0"
+#: The heading of the answer-shape table in ``results.md``.
+ANSWER_SHAPE_TITLE = "## Answer shape: what no score sees"
 
 
 def column_title(key: str, k: int | None) -> str:
@@ -318,6 +327,67 @@ def _results_table(results: Mapping[str, Any], avg: str) -> str:
     return markdown_table(header, [row])
 
 
+def _shape_tag(shapes: Sequence[Mapping[str, Any]]) -> str:
+    """The closing tag the shapes were measured at (``</advice>``), or ``the closing tag`` when they differ."""
+    tags = {shape.get("close_tag") for shape in shapes}
+    return str(tags.pop()) if len(tags) == 1 else "the closing tag"
+
+
+def answer_shape_table(rows: Sequence[tuple[str, Mapping[str, Any] | None]]) -> str:
+    """One row per ``(name, results.json["answers"])``; a ``None`` shape reads ``not recorded``.
+
+    Columns: answers, the shares cut at the cap, without the closing tag, with text after it and that
+    wrote on after it (more than ``wrote_on_chars`` characters), the mean characters after it, the mean
+    share of an answer's characters after it, and the distinct word n-gram ratio.
+    """
+    shapes = [shape for _, shape in rows if shape is not None]
+    tag = _shape_tag(shapes) if shapes else "</advice>"
+    ngram = shapes[0].get("ngram", 4) if shapes else 4
+    wrote_on = shapes[0].get("wrote_on_chars", 20) if shapes else 20
+    header = [
+        "Model",
+        "Answers",
+        "Cut at the cap",
+        f"No `{tag}`",
+        f"Text after `{tag}`",
+        f"Wrote on (> {wrote_on} chars)",
+        "Chars after it",
+        "Share of chars after it",
+        f"Distinct {ngram}-grams",
+    ]
+    table = []
+    for name, shape in rows:
+        if shape is None:
+            table.append([name, "not recorded", *["–"] * (len(header) - 2)])
+            continue
+        keys = ("cut_at_cap", "no_close_tag", "text_after_close", "wrote_on")
+        table.append(
+            [
+                name,
+                str(shape.get("n")),
+                *(format_value(shape.get(key), 2) for key in keys),
+                format_value(shape.get("chars_after_close"), 1),
+                format_value(shape.get("share_after_close"), 2),
+                format_value(shape.get("distinct_ngrams"), 2),
+            ]
+        )
+    return markdown_table(header, table)
+
+
+def answer_shape_note(shapes: Sequence[Mapping[str, Any]]) -> str:
+    """What the answer-shape columns are (:mod:`eapo.evaluation.answers`)."""
+    tag = _shape_tag(shapes) if shapes else "</advice>"
+    splits = {shape.get("split", "first") for shape in shapes} or {"first"}
+    where = splits.pop() if len(splits) == 1 else "first or last"
+    return (
+        f"Answer shape (shares of the answers): Cut at the cap: ended at max_new_tokens. Text after `{tag}`: "
+        f"non-whitespace text after the {where} `{tag}`, which no score reads (the scorers read the "
+        "first block); wrote on: more characters after it than the column says. Chars "
+        f"after it: the mean count (0 without `{tag}`); share: of each answer's characters. Distinct "
+        "n-grams: unique word n-grams over all, per answer, averaged; low when answers repeat themselves."
+    )
+
+
 def results_markdown(results: Mapping[str, Any]) -> str:
     """``results.md``: one evaluation in the paper's layouts, with 95% CIs and the scorers used.
 
@@ -344,6 +414,10 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     if has_strict([results]):
         lines += [STRICT_TITLE, "", _results_table(results, "avg_strict")]
     lines += comparison_notes([results], results.get("labels", {}), k=k, judged=judged)
+    shape = results.get("answers")
+    if isinstance(shape, Mapping):
+        name = str(results.get("display_name") or results["model"])
+        lines += ["", ANSWER_SHAPE_TITLE, "", answer_shape_table([(name, shape)]), answer_shape_note([shape])]
     extra = results.get("extra", {})
     if extra:
         lines += [
