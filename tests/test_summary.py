@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from eapo.summary import STRICT_AVG_NOTE, eval_table, first_last_thirds, render_summary, summarize_run
+from eapo.summary import (
+    STRICT_AVG_NOTE,
+    eval_table,
+    first_last_thirds,
+    read_answer_shape,
+    render_summary,
+    summarize_run,
+)
 
 # Six steps: thirds are steps 1-2 and 5-6. Step 4 reused step 3's generation (rollout/fresh false)
 # and is left out of the trends, so the thirds are over the 5 fresh steps: k = 5 // 3 = 1.
@@ -182,7 +189,13 @@ def test_rendered_summary(run_dir):
         == "| trained: run/final | 0.200 | 0.500 | 0.300 | 0.600 | 0.400 | 0.300 | 0.750 | 97.2 | 0.125 |"
     )
     # one line under the table says what the strict Avg is
-    assert lines[lines.index(table[-1]) + 1] == STRICT_AVG_NOTE
+    assert lines[lines.index(table[3]) + 1] == STRICT_AVG_NOTE
+    # neither results.json has the answers' shape, nor a samples.jsonl to compute it from
+    shape = lines.index("answer shape:")
+    assert lines[shape + 3 : shape + 5] == [
+        "| base: smollm2-135m-instruct | not recorded | – | – | – | – | – | – | – |",
+        "| trained: run/final | not recorded | – | – | – | – | – | – | – |",
+    ]
     assert STRICT_AVG_NOTE == (
         "Avg (strict): the same mean, but an answer without its <advice> block scores 0 "
         "(Avg scores the text after </think>, or the whole response, instead)"
@@ -200,6 +213,69 @@ def test_results_without_strict_columns_show_no_strict_avg(run_dir):
     text = render_summary(summarize_run(run_dir, base_eval_dir=run_dir / "base-eval"))
     assert "Avg (strict)" not in text
     assert "| Model | Rouge-L | Reranker† | RL@4 | RR@4† | Avg | Format | Tokens | Truncated |" in text
+
+
+def test_the_answers_shape_of_each_evaluation(run_dir):
+    """The trained evaluation's results.json carries its shape; the base's, written before the key, has
+    its samples.jsonl: the shape is computed from them, at the closing tag its format label names."""
+    trained = json.loads((run_dir / "eval" / "results.json").read_text())
+    trained["answers"] = {
+        "n": 28,
+        "cut_at_cap": 0.75,
+        "no_close_tag": 0.0,
+        "text_after_close": 0.5,
+        "wrote_on": 0.25,
+        "chars_after_close": 123.45,
+        "share_after_close": 0.4,
+        "distinct_ngrams": 0.7,
+        "close_tag": "</advice>",
+        "split": "first",
+        "ngram": 4,
+        "wrote_on_chars": 20,
+    }
+    (run_dir / "eval" / "results.json").write_text(json.dumps(trained))
+    base = run_dir / "base-eval"
+    samples = [
+        ("x</think><advice>drink water</advice>", "eos", True),
+        ("x</think><advice>rest</advice> blah blah blah blah blah", "eos", True),  # 25 characters after
+        ("x</think><advice>rest and rest and rest", None, False),  # before stop_reason: finished false
+        ("x</think><advice>sleep</advice>\n", "string", True),  # only whitespace after
+    ]
+    (base / "samples.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {"id": str(i), "sample": 0, "completion": text, "finished": finished, "scores": {}}
+                | ({"stop_reason": reason} if reason else {})
+            )
+            + "\n"
+            for i, (text, reason, finished) in enumerate(samples)
+        )
+    )
+    summary = summarize_run(run_dir, base_eval_dir=base)
+    (base_name, base_shape), (trained_name, trained_shape) = summary["answers"]
+    assert (base_name, trained_name) == ("base", "trained") and trained_shape == trained["answers"]
+    assert base_shape["n"] == 4 and base_shape["close_tag"] == "</advice>"
+    assert base_shape["cut_at_cap"] == 0.25 and base_shape["no_close_tag"] == 0.25
+    assert base_shape["text_after_close"] == 0.25 and base_shape["wrote_on"] == 0.25
+    assert base_shape["chars_after_close"] == pytest.approx((0 + 25 + 0 + 1) / 4, abs=1e-15)
+    assert base_shape["share_after_close"] == pytest.approx((25 / 55 + 1 / 32) / 4, abs=1e-15)
+    assert base_shape["distinct_ngrams"] == pytest.approx((2 / 3 + 1) / 2, abs=1e-15)
+    lines = render_summary(summary).splitlines()
+    shape = lines.index("answer shape:")
+    assert lines[shape + 1] == (
+        "| Model | Answers | Cut at the cap | No `</advice>` | Text after `</advice>` | Wrote on (> 20 chars) "
+        "| Chars after it | Share of chars after it | Distinct 4-grams |"
+    )
+    assert lines[shape + 3 : shape + 5] == [
+        "| base: smollm2-135m-instruct | 4 | 0.25 | 0.25 | 0.25 | 0.25 | 6.5 | 0.12 | 0.83 |",
+        "| trained: run/final | 28 | 0.75 | 0.00 | 0.50 | 0.25 | 123.5 | 0.40 | 0.70 |",
+    ]
+    assert lines[shape + 5].startswith("Answer shape (shares of the answers): Cut at the cap")
+    # another answer tag, named by the format scorer's label
+    results = json.loads((base / "results.json").read_text())
+    results["labels"]["format"] = "format (<think> then <answer>; present in order, non-empty)"
+    assert read_answer_shape(base, results)["no_close_tag"] == 1.0
+    assert read_answer_shape(run_dir / "nowhere", results) is None
 
 
 def test_differently_evaluated_rows_are_flagged(run_dir):

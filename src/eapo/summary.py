@@ -7,7 +7,10 @@ evaluation directories (``RUN_DIR/eval`` and, given, the base model's) it builds
 base model's row above the trained model's. Beside the paper's (lenient) Avg the table shows the
 strict Avg (``avg_strict``, :mod:`eapo.evaluation.metrics`: an answer without its ``<advice>`` block
 scores 0) wherever the format scorer ran, so a model that learnt to drop the tags cannot pass for a
-better one. Steps that reused an earlier generation (``rollout/fresh: false``) carry that
+better one. Under it, the shape of each evaluation's answers (:mod:`eapo.evaluation.answers`: cut at the
+cap, text after the closing tag, distinct 4-grams), so a model that learnt to close ``</advice>`` and
+write on to the cap cannot pass unseen either: from ``results.json["answers"]``, else computed from the
+evaluation's ``samples.jsonl`` (results written before the key), else "not recorded". Steps that reused an earlier generation (``rollout/fresh: false``) carry that
 generation's values and are left out of the thirds.
 """
 
@@ -21,7 +24,7 @@ from typing import Any
 
 from eapo.run_dir import METRICS_FILE, read_metrics
 
-__all__ = ["first_last_thirds", "summarize_run", "render_summary", "eval_table"]
+__all__ = ["first_last_thirds", "summarize_run", "render_summary", "eval_table", "read_answer_shape"]
 
 #: ``metrics.jsonl`` keys compared between the first and the last third (label, key).
 TREND_KEYS = (
@@ -112,6 +115,10 @@ def summarize_run(
         evals.append(("trained", _read_results(eval_dir)))
         dirs.append((eval_dir, "the trained model's evaluation (samples.jsonl: its answers)"))
     summary["evals"] = evals
+    summary["answers"] = [
+        (name, read_answer_shape(directory, results))
+        for (name, results), (directory, _) in zip(evals, dirs, strict=True)
+    ]
     for directory, what in dirs:
         shown = directory / "results.md"
         if shown.is_relative_to(run_dir):
@@ -141,6 +148,27 @@ def _read_results(eval_dir: Path) -> dict[str, Any]:
     if "metrics" not in results:
         raise ValueError(f"{path} has no 'metrics': is it an `eapo eval` results file?")
     return results
+
+
+def read_answer_shape(eval_dir: str | Path, results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An evaluation's answer shape: ``results["answers"]``, else computed from ``eval_dir/samples.jsonl``
+    (at the closing tag its format scorer's label names, :func:`eapo.evaluation.answers.close_tag_of_label`),
+    else ``None`` (not recorded)."""
+    from eapo.evaluation.answers import answer_shape_of_samples, close_tag_of_label
+
+    shape = results.get("answers")
+    if isinstance(shape, Mapping):
+        return dict(shape)
+    path = Path(eval_dir) / "samples.jsonl"
+    if not path.exists():
+        return None
+    from eapo.evaluation.harness import load_samples
+
+    samples, _ = load_samples(path)
+    if not samples:
+        return None
+    close_tag = close_tag_of_label((results.get("labels") or {}).get("format"))
+    return answer_shape_of_samples(samples, close_tag=close_tag)
 
 
 def eval_table(evals: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
@@ -230,6 +258,18 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         ]
         if differing:
             lines.append("warning: the rows were evaluated differently; " + "; ".join(differing))
+    answers = summary.get("answers") or []
+    if answers:
+        from eapo.evaluation.report import answer_shape_note, answer_shape_table
+
+        rows = [
+            (f"{name}: {r.get('display_name') or r.get('model')}", shape)
+            for (name, r), (_, shape) in zip(evals, answers, strict=True)
+        ]
+        lines += ["", "answer shape:", answer_shape_table(rows).rstrip("\n")]
+        recorded = [shape for _, shape in answers if shape is not None]
+        if recorded:
+            lines.append(answer_shape_note(recorded))
     return "\n".join(lines) + "\n"
 
 
