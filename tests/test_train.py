@@ -18,7 +18,7 @@ import torch
 
 from eapo.config import ConfigError, load_config
 from eapo.core import make_weighting
-from eapo.run_dir import REQUIRED_METRIC_KEYS, read_metrics
+from eapo.run_dir import REQUIRED_METRIC_KEYS, read_metrics, read_rollouts
 from eapo.train import RunError, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +170,7 @@ run(load_config(sys.argv[1], sys.argv[3:]), sys.argv[2], callbacks=[KillAfterChe
 @pytest.mark.parametrize("method", ["eapo", "eapo_pi"])
 def test_kill_after_step_2_and_resume_matches_uninterrupted(method, tmp_path):
     """SIGKILL after step 2, then --resume: H_0, w+ and (eapo_pi) the integral continue as uninterrupted."""
-    overrides = [*FAST, "train.save_steps=1", f"algorithm.method={method}"]
+    overrides = [*FAST, "train.save_steps=1", f"algorithm.method={method}", "logging.rollouts=1"]
     reference = read_metrics(run(load_config(TINY, overrides), tmp_path / "straight"))
 
     killed = tmp_path / "killed"
@@ -182,6 +182,7 @@ def test_kill_after_step_2_and_resume_matches_uninterrupted(method, tmp_path):
     )
     assert proc.returncode == 137, proc.stderr.decode()[-2000:]
     assert [row["step"] for row in read_metrics(killed)] == [1, 2]
+    assert [row["step"] for row in read_rollouts(killed)] == [1] * 8 + [2] * 8
     assert not (killed / "final").exists()
 
     with pytest.raises(RunError, match="--resume"):
@@ -189,6 +190,14 @@ def test_kill_after_step_2_and_resume_matches_uninterrupted(method, tmp_path):
     resumed = read_metrics(run(load_config(TINY, overrides), killed, resume=True))
 
     assert [row["step"] for row in resumed] == [1, 2, 3]
+    # rollouts.jsonl: each step once, no gap, and the resumed step's rollouts are the uninterrupted run's
+    rollouts, straight = read_rollouts(killed), read_rollouts(tmp_path / "straight")
+    assert (
+        [row["step"] for row in rollouts] == [row["step"] for row in straight] == [1] * 8 + [2] * 8 + [3] * 8
+    )
+    assert [row["completion"] for row in rollouts] == [row["completion"] for row in straight]
+    for mine, theirs in zip(rollouts, straight, strict=True):
+        assert mine["advantage"] == pytest.approx(theirs["advantage"], rel=1e-5, abs=1e-7)
     keys = ("eapo/H0", "eapo/w_pos", "entropy/rollout") + (("eapo/integral",) if method == "eapo_pi" else ())
     for key in keys:
         assert resumed[2][key] == pytest.approx(reference[2][key], rel=1e-6, abs=1e-9), key

@@ -324,6 +324,8 @@ class EAPOStep:
         self.first_entropy: float | None = None
         #: the metrics the control states reported at the last :meth:`control_inputs` (logged by the engines)
         self.control_metrics: dict[str, float] = {}
+        #: ``(positive, scored)`` of the last :meth:`step` (``[B]`` bool each): each rollout's polarity
+        self.last_split: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def h0(self) -> float | None:
@@ -383,6 +385,8 @@ class EAPOStep:
             eps=eps,  # type: ignore[arg-type]
             quantile_k=self.quantile_k,
         )
+        # the split the step made, for an engine that logs each rollout's polarity (rollouts.jsonl)
+        self.last_split = (positive, scored)
         return advantages, {**self.weight_metrics(entropy, w_pos, w_neg), **split_metrics(positive, scored)}
 
     def control_inputs(

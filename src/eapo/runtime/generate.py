@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from eapo.runtime.stop import cut_text, stop_token_count
+from eapo.runtime.stop import cut_text, end_completion, first_stop, stop_token_count
 
 logger = logging.getLogger(__name__)
 
@@ -230,10 +230,9 @@ class TransformersGenerator:
                 eos_token_id=self.eos_token_ids or None,
                 cache_implementation=self.cache_implementation,
                 disable_compile=not self.compile,
-                # transformers stops each row at a stop string itself (it needs the tokenizer for that);
-                # _group then cuts every row by eapo.runtime.stop's rule, as on the other backends
-                stop_strings=list(stop) or None,
-                tokenizer=self.tokenizer if stop else None,
+                # each row stops once its text holds a stop string (stop_criteria); _group then cuts every
+                # row by eapo.runtime.stop's rule, as on the other backends
+                stopping_criteria=stop_criteria(self.tokenizer, stop),
             )  # [len(prompts) * k, prompt_length + new]
         return self._group(output[:, prompt_length:].tolist(), len(prompts), k, stop)
 
@@ -250,15 +249,10 @@ class TransformersGenerator:
 
     def _completion(self, row: list[int], stop: Sequence[str]) -> Completion:
         end = next((i for i, token in enumerate(row) if token in self.eos_token_ids), None)
-        body = row if end is None else row[:end]  # the tokens before the EOS
-        kept = stop_token_count(body, self._decode, stop)
-        if kept is not None:  # a stop string ended it: its text ends with the string
-            text, _ = cut_text(self._decode(body[:kept]), stop)
-            return Completion(text=text, num_tokens=kept, finished=True, stop_reason="string")
-        text = self._decode(body)
-        if end is None:
-            return Completion(text=text, num_tokens=len(row), finished=False, stop_reason="cap")
-        return Completion(text=text, num_tokens=end + 1, finished=True, stop_reason="eos")
+        ids, text, reason = end_completion(
+            row if end is None else row[: end + 1], self._decode, stop, self.eos_token_ids
+        )
+        return Completion(text=text, num_tokens=len(ids), finished=reason != "cap", stop_reason=reason)
 
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -478,6 +472,41 @@ def make_generator(
     return TransformersGenerator(
         model_path, dtype=dtype, cache_implementation=cache_implementation, compile=compile
     )
+
+
+def stop_criteria(tokenizer, stops: Sequence[str]):
+    """A ``StoppingCriteriaList`` for ``model.generate`` that ends each row once the text it generated holds
+    a stop string (``None`` without stop strings), so that ``generate`` stops where vLLM stops.
+
+    transformers' own ``stop_strings`` is not used: it matches the stop string against the vocabulary's
+    token strings, and with a byte-level vocabulary (``Ċ`` for a newline) it stopped a row of newlines
+    early, before it held ``"\n\n\n"`` (measured on the tiny model). Here the row's last tokens are
+    decoded, as :mod:`eapo.runtime.stop` decodes: a window of the longest stop string's length in UTF-8
+    bytes plus 8 tokens (every token adds at least one byte), so the check costs the same at every step.
+    What it stops is then cut by :func:`eapo.runtime.stop.end_completion`'s rule."""
+    if not stops:
+        return None
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    window = max(len(stop.encode("utf-8")) for stop in stops) + 8
+
+    class _StopAtStrings(StoppingCriteria):
+        def __init__(self) -> None:
+            self.start: int | None = None  # where the generated tokens begin (set at the first call)
+
+        def __call__(self, input_ids, scores, **kwargs):
+            import torch
+
+            if self.start is None:
+                self.start = input_ids.shape[1] - 1
+            tails = input_ids[:, max(self.start, input_ids.shape[1] - window) :].tolist()
+            done = [
+                first_stop(tokenizer.decode(tail, skip_special_tokens=True), stops) is not None
+                for tail in tails
+            ]
+            return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([_StopAtStrings()])
 
 
 def merge_adapter(adapter_dir: str | Path, *, dtype: str = "float32"):

@@ -2,7 +2,7 @@
 
 A completion ends at the first stop string it writes, which stays in it (vLLM's
 ``include_stop_str_in_output``). Backends differ in how they stop: vLLM checks each new token's text and
-stops itself, ``model.generate`` stops through transformers' ``stop_strings``, continuous batching
+stops itself, ``model.generate`` stops through :func:`eapo.runtime.generate.stop_criteria`, continuous batching
 (``paged``) cannot stop at a string and generates on to EOS or the cap. Each backend's raw tokens are
 therefore cut here, by one rule, so that all of them return the same completion for the same tokens:
 
@@ -23,7 +23,7 @@ token) or ``cap`` (the length cap, ``rollout.max_completion_tokens``). Nothing h
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "stop_token_count",
     "cut_tokens",
     "stop_reason",
+    "end_completion",
 ]
 
 #: Why a completion ended: a stop string, an end-of-sequence token, or the length cap.
@@ -116,3 +117,25 @@ def stop_reason(*, stopped_by_string: bool, ended_with_eos: bool) -> str:
     if stopped_by_string:
         return "string"
     return "eos" if ended_with_eos else "cap"
+
+
+def end_completion(
+    token_ids: Sequence[int],
+    decode: Callable[[Sequence[int]], str],
+    stops: Sequence[str],
+    eos_ids: Collection[int],
+) -> tuple[list[int], str, str]:
+    """One generated row as a completion: ``(tokens, text, reason)``.
+
+    ``token_ids`` are a row as a backend returned it, ending at its first end-of-sequence token or at the
+    cap (a backend that cannot stop at a string may have written on past one). The tokens are cut after
+    the one that completes the first stop string (:func:`stop_token_count`; the EOS, if any, goes with
+    what follows); ``text`` is the decoded tokens (EOS not included) cut at the stop string's end
+    (:func:`cut_text`); ``reason`` is one of :data:`STOP_REASONS`."""
+    ids = list(token_ids)
+    ended = bool(ids) and ids[-1] in eos_ids
+    body = ids[:-1] if ended else ids
+    kept = stop_token_count(body, decode, stops)
+    if kept is not None:
+        return body[:kept], cut_text(decode(body[:kept]), stops)[0], "string"
+    return ids, decode(body), "eos" if ended else "cap"

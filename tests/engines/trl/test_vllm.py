@@ -17,20 +17,24 @@ from __future__ import annotations
 
 import json
 import os
+import string
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from eapo.run_dir import read_metrics
+from eapo.run_dir import read_metrics, read_rollouts
 from eapo.runtime.backends import device_facts, vllm_runs_here
+from eapo.runtime.stop import first_stop
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "configs" / "tiny.yaml"
 FAST = ["logging.progress=false", "logging.plot=false", "logging.tensorboard=false"]
 VLLM = ["rollout.backend=vllm", *FAST]
 TIMEOUT_S = 300
+LETTERS = list(string.ascii_lowercase)  # the tiny model writes random bytes: one of these within a few tokens
+STOP_AND_LOG = ["rollout.stop=[" + ",".join(repr(c) for c in LETTERS) + "]", "logging.rollouts=1"]
 # fp32 floor x 50 (see the module docstring); a missing sync or a stale tied head is 100-1000x above
 FLOOR_MEAN, FLOOR_MAX = 1e-5, 1e-4
 DIFF_MEAN, DIFF_MAX = "sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max"
@@ -130,12 +134,28 @@ def test_the_agreement_check_catches_a_broken_sync(mode, bound, tmp_path):
 
 
 def test_kill_and_resume_on_vllm_serves_the_checkpoint_weights(tmp_path):
+    """Also vLLM's stop strings in training (vLLM stops at a string itself) and rollouts.jsonl across a kill."""
     out = tmp_path / "run"
-    killed = train(out, "train.save_steps=1", mode="kill-after-2", expect=137)
+    killed = train(out, "train.save_steps=1", *STOP_AND_LOG, mode="kill-after-2", expect=137)
     assert [row["step"] for row in killed] == [1, 2]
-    rows = train(out, "train.save_steps=1", mode="resume")
+    assert [row["step"] for row in read_rollouts(out)] == [1] * 8 + [2] * 8
+    rows = train(out, "train.save_steps=1", *STOP_AND_LOG, mode="resume")
     assert [row["step"] for row in rows] == [1, 2, 3]  # nothing lost, nothing twice
     assert rows[:2] == killed
+    rollouts = read_rollouts(out)
+    assert [row["step"] for row in rollouts] == [1] * 8 + [2] * 8 + [3] * 8  # ... in rollouts.jsonl too
+    for row in rollouts:
+        found = first_stop(row["completion"], LETTERS)
+        if row["stop_reason"] == "string":
+            assert found is not None and found[0] == len(row["completion"])  # ends with its first stop string
+        else:
+            assert found is None
+    for metrics in rows:
+        mine = [row for row in rollouts if row["step"] == metrics["step"]]
+        share = sum(row["stop_reason"] == "string" for row in mine) / len(mine)
+        assert metrics["completions/stopped_by_string"] == pytest.approx(share)
+        assert sum(r["reward"] for r in mine) / len(mine) == pytest.approx(metrics["reward"], rel=1e-6)
+    assert sum(row["stop_reason"] == "string" for row in rollouts) >= 12
     h0 = killed[0]["entropy/rollout"]
     assert rows[2]["eapo/H0"] == pytest.approx(h0, rel=1e-12)  # the scheme's anchor came back
     assert rows[2]["eapo/w_pos"] == pytest.approx(min(max(0.2 * rows[2]["entropy/rollout"] / h0, 0), 2))
@@ -163,16 +183,42 @@ def _adapter_with_large_updates(tmp_path: Path) -> Path:
     return tmp_path / "lora"
 
 
-def _eval_texts(target: list[str], backend: str, out: Path) -> list[str]:
+def _eval_samples(target: list[str], backend: str, out: Path, *extra: str) -> list[dict]:
     command = [sys.executable, "-m", "eapo.cli", "eval", *target, "--backend", backend]
     command += ["--k", "1", "--limit", "3", "--temperature", "0", "--max-new-tokens", "16"]
-    command += ["--scorers", "rouge_l", "--output-dir", str(out)]
+    command += ["--scorers", "rouge_l", "--output-dir", str(out), *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((out / "results.json").read_text())
     assert results["settings"]["backend"] == backend
-    return [json.loads(line)["completion"] for line in (out / "samples.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+
+
+def _eval_texts(target: list[str], backend: str, out: Path) -> list[str]:
+    return [sample["completion"] for sample in _eval_samples(target, backend, out)]
+
+
+def test_eval_stops_at_a_string_alike_on_vllm_generate_and_paged(tmp_path):
+    """Greedy answers of one model with stop strings: vLLM (which stops itself), model.generate (through
+    eapo's stopping criteria) and continuous batching (cut afterwards) give the same completions. Greedy,
+    the tiny model writes newlines: the stop string "\n\n\n" is completed by its third token."""
+    stops = ["--stop", "\n\n\n", "--stop", "zz"]
+    samples = {
+        backend: _eval_samples(["--config", str(TINY)], backend, tmp_path / backend, *stops)
+        for backend in ("vllm", "transformers", "paged")
+    }
+    seen = {
+        backend: [(s["completion"], s["num_tokens"], s["stop_reason"]) for s in rows]
+        for backend, rows in samples.items()
+    }
+    assert seen["vllm"] == seen["transformers"] == seen["paged"]
+    assert any(reason == "string" for _, _, reason in seen["vllm"])
+    for text, tokens, reason in seen["vllm"]:
+        found = first_stop(text, ["\n\n\n", "zz"])
+        assert (found is not None and found[0] == len(text)) if reason == "string" else found is None
+        if text == "\n\n\n":
+            assert (tokens, reason) == (3, "string")  # one byte a token: the third completes it
 
 
 def test_eval_backend_vllm_serves_the_merged_lora_run(tmp_path):

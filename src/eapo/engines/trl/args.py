@@ -49,13 +49,22 @@ def check_batch_split(config: RunConfig, num_processes: int) -> None:
 
 
 def reward_function(composite):
-    """Adapt the composite scorer to TRL's reward-function interface (logs per-component metrics)."""
+    """Adapt the composite scorer to TRL's reward-function interface (logs per-component metrics; the
+    completions' lengths in tokens reach the components as ``completion_lengths``; the last batch's
+    component scores stay on the function as ``last_components``, which the trainer's ``rollouts.jsonl``
+    reads)."""
 
-    def eapo_reward(prompts, completions, reference, question=None, log_metric=None, **_: Any):
-        result = composite.score(prompts, completions, reference, questions=question)
+    def eapo_reward(
+        prompts, completions, reference, question=None, log_metric=None, completion_ids=None, **_: Any
+    ):
+        lengths = None if completion_ids is None else [len(ids) for ids in completion_ids]
+        result = composite.score(
+            prompts, completions, reference, questions=question, completion_lengths=lengths
+        )
         if log_metric is not None:
             for key, value in result.metrics.items():
                 log_metric(key, value)
+        eapo_reward.last_components = result.components  # each component's scores: rollouts.jsonl
         return result.rewards
 
     return eapo_reward
@@ -116,6 +125,9 @@ def grpo_args(
         max_completion_length=r.max_completion_tokens,
         temperature=r.temperature,
         top_p=r.top_p,
+        stop=list(r.stop) or None,
+        log_rollouts=config.logging.rollouts,
+        mask_truncated_completions=False,
         learning_rate=t.learning_rate,
         lr_scheduler_type=t.lr_scheduler,
         warmup_steps=t.warmup_ratio,

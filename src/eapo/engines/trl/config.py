@@ -50,6 +50,7 @@ from eapo.core import (
     scheme_defaults,
 )
 from eapo.core.settings import derive_fields
+from eapo.runtime.stop import check_stops
 
 
 def _trl_field(spec: Setting, nullable: bool) -> Any:
@@ -111,7 +112,53 @@ class EAPOConfig(GRPOConfig):
         },
     )
 
+    # --- rollouts ---------------------------------------------------------------------------------------
+    stop: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Stop strings: a rollout ends at the first one it writes, which stays in its text (vLLM's "
+            "include_stop_str_in_output), on every backend (vLLM colocate or server, generate, continuous "
+            "batching); e.g. ['</advice>']. The rule for a token that straddles the string: "
+            "eapo.runtime.stop. None: no stop strings (the paper's setting)."
+        },
+    )
+
+    log_rollouts: int = field(
+        default=0,
+        metadata={
+            "help": "Every this many steps, append the step's rollouts to output_dir/rollouts.jsonl (prompt, "
+            "completion, each reward, the total, the advantage, the polarity, the weight, why it ended: "
+            "eapo.run_dir.ROLLOUT_KEYS); 0: never. eapo train's logging.rollouts."
+        },
+    )
+
     def __post_init__(self) -> None:
+        if (
+            not isinstance(self.log_rollouts, int)
+            or isinstance(self.log_rollouts, bool)
+            or self.log_rollouts < 0
+        ):
+            raise ValueError(
+                f"EAPOConfig.log_rollouts={self.log_rollouts!r}: an integer >= 0 (every this many steps; 0: never)"
+            )
+        self.stop = list(check_stops(self.stop, where="EAPOConfig.stop")) or None
+        if self.stop and self.mask_truncated_completions:
+            raise ValueError(
+                "EAPOConfig.mask_truncated_completions=True with stop strings: TRL takes every completion that "
+                "does not end in an EOS token for a truncated one, so the rollouts that ended at a stop string "
+                "would be masked out of the loss; set mask_truncated_completions=False (the overlong reward "
+                "penalises answers that run to the cap instead)"
+            )
+        if self.stop and self.use_vllm:
+            # vLLM stops at the strings itself (colocated: TRL's SamplingParams; server: TRL's request)
+            kwargs = dict(self.generation_kwargs or {})
+            given = kwargs.get("stop")
+            if given is not None and list(given) != self.stop:
+                raise ValueError(
+                    f"EAPOConfig.stop={self.stop!r} and generation_kwargs['stop']={given!r} disagree: give stop only"
+                )
+            kwargs.update(stop=self.stop, include_stop_str_in_output=True)
+            self.generation_kwargs = kwargs
         if self.method not in WEIGHTING_SCHEMES:
             raise ValueError(
                 f"EAPOConfig.method={self.method!r} is unknown; valid: {', '.join(WEIGHTING_SCHEMES)}"

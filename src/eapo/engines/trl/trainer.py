@@ -63,13 +63,16 @@ from eapo.core.step import EAPOStep, combined_rewards, contiguous_index
 from eapo.engines.trl.entropy_control import _COV_AGGREGATION, EntropyControlMixin, EntropyControlSettings
 from eapo.run_dir import (
     FINAL_DIR,
+    ROLLOUTS_FILE,
     WriteFailedError,
+    append_jsonl,
     complete_checkpoints,
     describe_write_error,
     fail_together,
     read_step_state,
     write_step_state,
 )
+from eapo.runtime.stop import STOP_REASONS, cut_text, end_completion, first_stop
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +141,26 @@ def _weighting_from_args(
         split_by if split_by is not None else "mean",
         entropy_agg if entropy_agg is not None else "token-mean",
     )
+
+
+def _finite(value: Any) -> float | None:
+    """A score as ``rollouts.jsonl`` writes it: None where it is None or NaN (unscored)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if value == value else None
+
+
+def _prompt_text(prompt: Any) -> str:
+    from eapo.rewards import prompt_text
+
+    return prompt_text(prompt)
+
+
+def _completion_text(completion: Any) -> str:
+    from eapo.rewards import as_text
+
+    return as_text(completion)
 
 
 class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
@@ -239,6 +262,12 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
                 f"bnpo, got {self.loss_type!r}"
             )
         self._loss_entropies: torch.Tensor | None = None  # the loss pass's per-token entropies, for metrics
+        # stop strings (EAPOConfig.stop): vLLM stops at them itself (generation_kwargs); model.generate through
+        # eapo's stopping criteria; every backend's tokens are then cut by eapo.runtime.stop's rule
+        self.stop: tuple[str, ...] = tuple(getattr(self.args, "stop", None) or ())
+        self.rollouts_every: int = int(getattr(self.args, "log_rollouts", 0) or 0)
+        self._step_rollouts: dict[str, Any] | None = None  # this process's rollouts of the step (texts, ends)
+        self._pending_rollouts: list[dict[str, Any]] | None = None  # rollouts.jsonl lines of the step to log
 
     def _install_completion_head(self, lm_head: str, share_frozen_layers: bool):
         """eapo's log-prob forward in place of TRL's fused LM head (see :mod:`eapo.engines.trl.policy_forward`)."""
@@ -293,6 +322,101 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         )
 
     # --- hooks into TRL's generation step and loss pass ------------------------------------------
+
+    def _generate_single_turn(
+        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
+    ):
+        """TRL's generation, each completion then cut after the token that completes its first stop string
+        (:func:`eapo.runtime.stop.end_completion`: the straddling token kept, what follows it dropped, with
+        its sampling log-prob). vLLM has stopped there itself and ``model.generate`` through
+        :func:`eapo.runtime.generate.stop_criteria`; continuous batching cannot stop at a string, so its
+        rows are cut here only."""
+        if not self.stop:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        with self._generate_stops_at_strings():
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        eos = set(self.eos_token_ids)
+        cut_ids = [end_completion(ids, self._decode, self.stop, eos)[0] for ids in completion_ids]
+        if logprobs is not None:
+            logprobs = [list(row)[: len(ids)] for row, ids in zip(logprobs, cut_ids, strict=True)]
+        return cut_ids, logprobs
+
+    @contextmanager
+    def _generate_stops_at_strings(self):
+        """``model.generate`` stops each row at a stop string (:func:`eapo.runtime.generate.stop_criteria`,
+        which TRL has no way to pass): the unwrapped policy's ``generate`` gets it while TRL generates.
+        vLLM stops by itself; continuous batching cannot stop at a string."""
+        if self.use_vllm or self.use_transformers_continuous_batching:
+            yield
+            return
+        import functools
+
+        from eapo.runtime.generate import stop_criteria
+
+        model = self.accelerator.unwrap_model(self.model_wrapped)
+        shadowed = "generate" in vars(model)
+        original = vars(model).get("generate")
+        model.generate = functools.partial(
+            model.generate, stopping_criteria=stop_criteria(self._tokenizer, self.stop)
+        )
+        try:
+            yield
+        finally:
+            if shadowed:
+                model.generate = original
+            else:
+                del model.generate
+
+    def _decode(self, ids) -> str:
+        return self._tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def _generate(self, prompts: list):
+        """TRL's ``_generate``, then each completion's text cut at the end of its first stop string (the
+        straddling token's trailing characters dropped: what the rewards see), and why each ended
+        logged: ``completions/stopped_by_string``, ``completions/stopped_by_eos``,
+        ``completions/stopped_by_cap`` (shares of the step's rollouts, all processes; TRL's
+        ``completions/clipped_ratio`` counts a stop string as a cut, since no EOS ends it)."""
+        output = super()._generate(prompts)
+        prompt_ids, completion_ids, tool_mask, completions, *rest = output
+        if self.stop:
+            completions = [self._cut_completion(completion) for completion in completions]
+        eos = set(self.eos_token_ids)
+        reasons = [
+            "string"
+            if self.stop and first_stop(self._decode(ids), self.stop) is not None
+            else ("eos" if ids and ids[-1] in eos else "cap")
+            for ids in completion_ids
+        ]
+        mode = "train" if self.model.training else "eval"
+        counts = torch.tensor(
+            [[reason == name for name in STOP_REASONS] for reason in reasons],
+            dtype=torch.float32,
+            device=self.accelerator.device,
+        ).reshape(-1, len(STOP_REASONS))
+        shares = self.accelerator.gather(counts).mean(dim=0)  # [3] over every process's rollouts
+        for name, share in zip(STOP_REASONS, shares.tolist(), strict=True):
+            self._metrics[mode][f"completions/stopped_by_{name}"].append(share)
+        if mode == "train":
+            self._step_rollouts = {
+                "prompts": [_prompt_text(prompt) for prompt in prompts],
+                "completions": [_completion_text(completion) for completion in completions],
+                "stop_reasons": reasons,
+            }
+        return (prompt_ids, completion_ids, tool_mask, completions, *rest)
+
+    def _cut_completion(self, completion):
+        if isinstance(completion, str):
+            return cut_text(completion, self.stop)[0]
+        if isinstance(completion, list) and completion and isinstance(completion[-1], dict):  # conversational
+            last = dict(completion[-1])
+            if isinstance(last.get("content"), str):
+                last["content"] = cut_text(last["content"], self.stop)[0]
+            return [*completion[:-1], last]
+        return completion
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -387,6 +511,64 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         ):
             logs = {**logs, **validation.run(self)}
         super().log(logs, start_time)
+        if "loss" in logs and self.model.training and self._pending_rollouts is not None:
+            # after metrics.jsonl's line of the step (MetricsCallback runs inside super().log)
+            rows, self._pending_rollouts = self._pending_rollouts, None
+            if self.accelerator.is_main_process:
+                append_jsonl(
+                    Path(self.args.output_dir) / ROLLOUTS_FILE,
+                    rows,
+                    what=f"the rollouts of step {rows[0]['step']}",
+                )
+
+    # --- rollouts.jsonl -------------------------------------------------------------------------
+
+    def _rollouts_due(self) -> bool:
+        """Whether this step's rollouts go to ``rollouts.jsonl``: every ``log_rollouts``-th step."""
+        return self.rollouts_every > 0 and (self.state.global_step + 1) % self.rollouts_every == 0
+
+    def _collect_rollouts(
+        self, rewards: torch.Tensor, advantages: torch.Tensor, metrics: dict[str, float]
+    ) -> None:
+        """This step's ``rollouts.jsonl`` lines (:data:`eapo.run_dir.ROLLOUT_KEYS`), from every process's
+        rollouts (gathered; a collective, so every process calls it), kept until the step's log."""
+        from accelerate.utils import gather_object
+
+        local = self._step_rollouts or {"prompts": [], "completions": [], "stop_reasons": []}
+        texts = {key: gather_object(list(values)) for key, values in local.items()}
+        components: dict[str, list[float | None]] = {}
+        for column, function in enumerate(self.reward_funcs):
+            own = getattr(function, "last_components", None)
+            if isinstance(own, dict):  # eapo's composite: each of its components
+                for name, scores in own.items():
+                    components[name] = gather_object(list(scores))
+            else:
+                name = self.reward_func_names[column]
+                components[name] = self._gathered_rewards[:, column].tolist()
+        if not self.accelerator.is_main_process:
+            return
+        positive, scored = (t.tolist() for t in self.eapo_step.last_split)
+        w_pos, w_neg = metrics["eapo/w_pos"], metrics["eapo/w_neg"]
+        step, group = self.state.global_step + 1, self.num_generations
+        rows = []
+        for i, total in enumerate(rewards.tolist()):
+            is_scored = bool(scored[i])
+            rows.append(
+                {
+                    "step": step,
+                    "prompt_index": i // group,
+                    "sample": i % group,
+                    "prompt": texts["prompts"][i],
+                    "completion": texts["completions"][i],
+                    "rewards": {name: _finite(scores[i]) for name, scores in components.items()},
+                    "reward": _finite(total),
+                    "advantage": float(advantages[i]),
+                    "polarity": ("D+" if positive[i] else "D-") if is_scored else None,
+                    "weight": (w_pos if positive[i] else w_neg) if is_scored else None,
+                    "stop_reason": texts["stop_reasons"][i],
+                }
+            )
+        self._pending_rollouts = rows
 
     # --- the three EAPO quantities --------------------------------------------------------------
 
@@ -409,6 +591,8 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         )
         for key, value in metrics.items():
             self._metrics["train"][key].append(value)
+        if self._rollouts_due():
+            self._collect_rollouts(rewards, advantages, metrics)
         # the run states of the controls TRL lacks: their inputs to this update, then moved by H_t
         self._step_inputs = self.eapo_step.control_inputs(entropy, moved_by_engine=self._trl_moves)
         for key, value in self.eapo_step.control_metrics.items():
