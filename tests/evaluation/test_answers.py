@@ -68,6 +68,15 @@ def test_first_and_last_closing_tag():
     assert first["chars_after_close"] == 21.0 and last["chars_after_close"] == 2.0
     assert first["share_after_close"] == pytest.approx(21 / 39, abs=1e-15)
     assert last["share_after_close"] == pytest.approx(2 / 39, abs=1e-15)
+    # each result carries the other split's two figures too
+    assert (first["text_after_last_close"], first["chars_after_last_close"]) == (1.0, 2.0)
+    assert (last["text_after_first_close"], last["chars_after_first_close"]) == (1.0, 21.0)
+    clean = answer_shape(["<advice>a</advice>  "], [False])
+    assert (clean["text_after_close"], clean["text_after_last_close"], clean["chars_after_last_close"]) == (
+        0.0,
+        0.0,
+        2.0,
+    )
     with pytest.raises(ValueError, match="'first' or 'last'"):
         answer_shape([looped], [True], split="middle")
 

@@ -30,7 +30,10 @@ Definitions, over ``n`` answers (each completion's text as generated; a response
   whitespace, over the whole completion), averaged over the answers with at least one n-gram; 1 when an
   answer never repeats a phrase, low when it loops. ``None`` when no answer has ``ngram`` words.
 
-The result also records ``close_tag``, ``split``, ``ngram`` and ``wrote_on_chars``, so a reader of
+With the default ``split="first"`` the result also holds ``text_after_last_close`` and
+``chars_after_last_close`` (the same two figures after the *last* closing tag; with ``split="last"``:
+``text_after_first_close`` and ``chars_after_first_close``). The result also records ``close_tag``,
+``split``, ``ngram`` and ``wrote_on_chars``, so a reader of
 ``results.json`` knows what was measured. Pure Python: no torch, no NumPy.
 """
 
@@ -158,10 +161,25 @@ def answer_shape(
             chars / len(text) if text else 0.0 for chars, text in zip(after, texts, strict=True)
         ),
         "distinct_ngrams": mean(ratios),
+        # the other split's two figures, whichever ``split`` is: "after the last closing tag" (the
+        # issue's wording) and "after the first" (what no score sees) are both in every result
+        **_other_split(texts, close_tag, split),
         "close_tag": close_tag,
         "split": split,
         "ngram": ngram,
         "wrote_on_chars": wrote_on_chars,
+    }
+
+
+def _other_split(texts: Sequence[str], close_tag: str, split: Split) -> dict[str, float | None]:
+    other: Split = "last" if split == "first" else "first"
+    tails = [tail_after_close(text, close_tag, other) for text in texts]
+    if not texts:
+        return {f"text_after_{other}_close": None, f"chars_after_{other}_close": None}
+    return {
+        f"text_after_{other}_close": sum(bool(tail and tail.strip()) for tail in tails) / len(texts),
+        f"chars_after_{other}_close": sum(len(tail) if tail is not None else 0 for tail in tails)
+        / len(texts),
     }
 
 
