@@ -38,6 +38,8 @@ In one run:
     python bench/step.py --quick     # the tiny model with LoRA, generate, 2 steps: checks the script (CI)
     python bench/step.py --methods grpo,entropy_bonus,adaptive_entropy,clip_higher,clip_cov,kl_cov,top_entropy
                      # each algorithm.method once (first backend, last variant), its step time against the first's
+    python bench/step.py --backends auto --variants eapo --arms "rollout.stop=[]" "rollout.stop=['</advice>']"
+                     # each override once: what stopping at the closing tag saves per step
 
 Timings mean something only on a quiet machine. The run fails only on errors, never on a ratio.
 """
@@ -422,6 +424,13 @@ def main() -> int:
         help="Comma-separated algorithm.method values, each run once on the first backend and the last variant, "
         "in this order; prints each one's step time against the first's (e.g. grpo,clip_cov,top_entropy).",
     )
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        help="Config overrides, each one arm run once on the first backend and the last variant, in this order; "
+        "prints each arm's step, generation time and completion length against the first's (e.g. "
+        '"rollout.stop=[]" "rollout.stop=[\'</advice>\']": what stopping at the tag saves).',
+    )
     parser.add_argument("--worker", nargs=5, metavar=("CONFIG", "BACKEND", "VARIANT", "STEPS", "OVERRIDES"))
     args = parser.parse_args()
 
@@ -469,7 +478,13 @@ def main() -> int:
             overrides = [*weights, *args.overrides, f"algorithm.method={method}"]
             result = _spawn(args.config, backends[0], variants[-1], str(args.steps), json.dumps(overrides))
             results.append({**result, "method": method})
-    for backend in backends if not methods else []:
+    arms = list(args.arms or [])
+    for arm in arms:
+        print(f"running {arm}, backend {backends[0]}, log-probs {variants[-1]} ...", flush=True)
+        overrides = [*args.overrides, arm]
+        result = _spawn(args.config, backends[0], variants[-1], str(args.steps), json.dumps(overrides))
+        results.append({**result, "arm": arm})
+    for backend in backends if not (methods or arms) else []:
         for variant in variants:
             print(f"running backend {backend}, log-probs {variant} ...", flush=True)
             results.append(_spawn(args.config, backend, variant, str(args.steps), json.dumps(args.overrides)))
@@ -487,6 +502,9 @@ def main() -> int:
         if "method" in result:
             report["method"] = result["method"]
             print(f"\n# algorithm.method={result['method']}")
+        if "arm" in result:
+            report["arm"] = result["arm"]
+            print(f"\n# {result['arm']}")
         reports.append(report)
         print_table(report)
     if methods:
@@ -499,6 +517,22 @@ def main() -> int:
             print(
                 f"| {report['method']:<18} | {report['step']['s']:7.2f} | "
                 f"{report['step']['s'] / base['step']['s']:9.3f} | {_fmt(other, '7.2f')} |"
+            )
+
+    if arms:
+        base = reports[0]
+        gen = "generation"
+        print(f"\n## against {base['arm']} (same run, median of {base['timed_steps']} step(s) each)")
+        print(
+            f"| {'arm':<32} | {'step s':>7} | {'× first':>7} | {'gen s':>7} | {'× first':>7} | {'tokens':>7} |"
+        )
+        print(f"|{'-' * 34}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|")
+        for report in reports:
+            g, g0 = report["phases"].get(gen, {}).get("s"), base["phases"].get(gen, {}).get("s")
+            print(
+                f"| {report['arm']:<32} | {report['step']['s']:7.2f} | {report['step']['s'] / base['step']['s']:7.3f} | "
+                f"{_fmt(g, '7.2f')} | {_fmt(g / g0 if g and g0 else None, '7.3f')} | "
+                f"{report['tokens']['completion_mean']:7.1f} |"
             )
 
     print(f"\n## whole step: time / floor (target <= {TARGET_RATIO:.1f})")

@@ -57,3 +57,25 @@ def test_step_bench_quick_reports_every_phase_against_its_floor(tmp_path):
     assert runs["eapo"]["losses"][0] == pytest.approx(runs["trl"]["losses"][0], abs=1e-5)
     assert runs["eapo"]["entropies"][0] == pytest.approx(runs["trl"]["entropies"][0], abs=1e-5)
     assert "whole step: time / floor" in proc.stdout and "| **step**" in proc.stdout
+
+
+@pytest.mark.slow
+def test_step_bench_arms_compare_stop_strings_side_by_side(tmp_path):
+    """`--arms`: each override one run in the same invocation; stopping the tiny model's random bytes at
+    any lowercase letter leaves shorter completions than no stop strings, and the table says so."""
+    out = tmp_path / "arms.json"
+    letters = "rollout.stop=[" + ",".join(repr(c) for c in "abcdefghijklmnopqrstuvwxyz") + "]"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, str(ROOT / "bench" / "step.py"), "--quick", "--variants", "eapo"]
+    proc = subprocess.run(
+        [*command, "--arms", "rollout.stop=[]", letters, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [run["arm"] for run in runs] == ["rollout.stop=[]", letters]
+    assert runs[1]["tokens"]["completion_mean"] < runs[0]["tokens"]["completion_mean"]
+    assert "## against rollout.stop=[]" in proc.stdout
