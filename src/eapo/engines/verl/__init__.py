@@ -20,7 +20,11 @@ entry-point group ``verl.plugins`` (``verl/__init__.py`` imports every plugin it
   outside it (:mod:`eapo.engines.verl.settings`);
 * the reward function :func:`compute_score`
   (``reward.custom_reward_function.path=pkg://eapo.engines.verl``): the paper's composite of
-  format, Rouge-L, reranker and LLM judge (:mod:`eapo.engines.verl.reward`).
+  format, Rouge-L, reranker and LLM judge (:mod:`eapo.engines.verl.reward`);
+* the agent loop ``eapo_single_turn_agent``
+  (``actor_rollout_ref.rollout.agent.default_agent_loop=eapo_single_turn_agent``): verl's single-turn
+  loop with stop strings (``+actor_rollout_ref.rollout.custom.stop=[...]``), which verl has no setting
+  for (:mod:`eapo.engines.verl.agent_loop`, :mod:`eapo.engines.verl.rollouts`).
 
 verl swallows a plugin's import error (it logs it at DEBUG); if ``adv_estimator=eapo`` is reported
 unknown, ``python -c "import eapo.engines.verl"`` shows why.
@@ -50,11 +54,14 @@ from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettin
 VERL_INSTALLED = importlib.util.find_spec("verl") is not None
 
 #: Names that exist only where verl is installed (the trainer module imports verl at its top).
-_TRAINER_NAMES = ("ENTROPY_FIELD", "WEIGHTING_STATE_FILE", "EAPOVerlTrainer")
+_TRAINER_NAMES = ("ENTROPY_FIELD", "WEIGHTING_STATE_FILE", "EAPOVerlTrainer", "EAPOSingleTurnAgentLoop")
 
 if VERL_INSTALLED:
     register_estimators()
     register_policy_losses()
+    from eapo.engines.verl.agent_loop import (  # noqa: F401  (registers the agent loop; in __all__ below)
+        EAPOSingleTurnAgentLoop,
+    )
     from eapo.engines.verl.trainer import (  # noqa: F401  (registers the trainer; in __all__ below)
         ENTROPY_FIELD,
         WEIGHTING_STATE_FILE,

@@ -77,12 +77,17 @@ __all__ = [
 @dataclasses.dataclass
 class StepCall:
     """What the ``eapo`` trainer hands the estimator for one step: core's step (the run's
-    :class:`eapo.core.EAPOStep`) and ``H_t``; the estimator leaves the step's metrics here."""
+    :class:`eapo.core.EAPOStep`) and ``H_t``; the estimator leaves here the step's metrics and, per
+    row in verl's order, the weighted advantage, the polarity and whether the row was scored (each
+    ``(B,)``: what ``rollouts.jsonl`` records)."""
 
     step: EAPOStep
     entropy: float | None
     estimator: str
     metrics: dict[str, float] | None = None
+    advantages: torch.Tensor | None = None
+    positive: torch.Tensor | None = None
+    scored: torch.Tensor | None = None
 
 
 _ACTIVE_STEP: contextvars.ContextVar[StepCall | None] = contextvars.ContextVar("eapo_step_call", default=None)
@@ -180,6 +185,9 @@ def _estimate(
     )
     if call is not None:
         call.metrics = metrics
+        call.advantages = advantages
+        call.positive, _ = step.split(scores, list(index))  # the split step() made, per row
+        call.scored = ~torch.isnan(scores)
     token_advantages = advantages.unsqueeze(-1) * response_mask  # [B, T]
     return token_advantages, token_advantages
 

@@ -19,7 +19,9 @@ The recipe, top to bottom (:func:`run_verl`):
    - the estimator and ``algorithm.eapo.*``;
    - the objective: ``loss_agg_mode``, the KL loss, clip, ``ppo_epochs``, advantage scaling;
    - optimiser, rollout, data, checkpoints and validation;
-   - eapo's reward through ``compute_score``.
+   - eapo's reward through ``compute_score``;
+   - eapo's agent loop, which applies ``rollout.stop`` (:mod:`eapo.engines.verl.rollouts`), and
+     ``logging.rollouts`` as ``trainer.eapo.rollouts`` into ``RUN_DIR/rollouts.jsonl``.
    On a CPU, eapo's platform settings are added (:mod:`eapo.engines.verl.platform`).
 4. **Launch.** ``python -m verl.trainer.main_ppo`` runs as a child that dies with this process.
    verl's per-step metrics are translated to eapo's keys (:data:`METRIC_KEYS`) and appended to
@@ -30,7 +32,7 @@ The recipe, top to bottom (:func:`run_verl`):
 
 ``--resume`` continues a killed run from its last complete checkpoint (verl's ``resume_mode=auto``).
 eapo's trainer restores ``H_0`` and the controls' state from that checkpoint's ``eapo_state.json``,
-and ``metrics.jsonl`` is cut back to it. The run directory is the TRL engine's (``config.yaml``,
+and ``metrics.jsonl`` and ``rollouts.jsonl`` are cut back to it. The run directory is the TRL engine's (``config.yaml``,
 ``metrics.jsonl``, ``eapo_state.json``, ``final/``, ``summary.json``), so ``eapo eval``, ``eapo plot``,
 ``eapo sweep`` and ``eapo study`` read it unchanged.
 """
@@ -55,11 +57,13 @@ from typing import Any
 
 from eapo.config import ConfigError, RunConfig, dump_config
 from eapo.core import CONTROL_SETTINGS, WEIGHTING_SCHEMES, resolve_controls
+from eapo.engines.verl.rollouts import AGENT_LOOP_NAME, STOP_SETTING
 from eapo.engines.verl.settings import EapoSettings, estimator_of
 from eapo.run_dir import (
     CONFIG_FILE,
     FINAL_DIR,
     METRICS_FILE,
+    ROLLOUTS_FILE,
     STEP_METRICS_FILE,
     SUMMARY_FILE,
     WriteFailedError,
@@ -242,6 +246,12 @@ def verl_problems(config: RunConfig) -> list[str]:
         problems.append(f"model.dtype={m.dtype!r}: verl's FSDP engine runs float32 or bfloat16 here")
     if t.eval_steps and t.eval_sampling not in ("greedy", "sample"):
         problems.append(f"train.eval_sampling={t.eval_sampling!r}: verl validates greedy or sampled")
+    interpolated = [stop for stop in r.stop if "${" in stop]
+    if interpolated:
+        problems.append(
+            f"rollout.stop={interpolated!r}: verl's Hydra config would read '${{' as an interpolation; "
+            "drop the '${' from the stop string"
+        )
     return problems
 
 
@@ -346,7 +356,10 @@ def hydra_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, list | tuple):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    # Hydra's quoted strings keep a backslash as written, except in a run of them before a quote (the
+    # escaped one, or the closing one): there each is doubled, and the quote escaped
+    text = re.sub(r"(\\*)'", lambda match: match.group(1) * 2 + "\\'", str(value))
+    text = re.sub(r"(\\+)$", lambda match: match.group(1) * 2, text)
     return f"'{text}'"
 
 
@@ -461,6 +474,9 @@ def verl_overrides(
         f"{rollout}.val_kwargs.do_sample={t.eval_sampling == 'sample'}",
         f"{rollout}.val_kwargs.temperature={r.temperature if t.eval_sampling == 'sample' else 0}",
         f"{rollout}.val_kwargs.n=1",
+        # eapo's agent loop: verl's single-turn loop with rollout.stop (verl has no stop setting), which also
+        # hands the reward each response's length in tokens (completion_lengths)
+        f"{rollout}.agent.default_agent_loop={AGENT_LOOP_NAME}",
         # data
         f"data.train_files={hydra_value(str(data['train']))}",
         f"data.val_files={hydra_value(str(data['val']))}",
@@ -509,9 +525,22 @@ def verl_overrides(
             # eapo's CPU platform has no adapter sync
             "actor_rollout_ref.model.lora.merge=True",
         ]
+    if r.stop:
+        args.append(f"+{STOP_SETTING}={hydra_value(list(r.stop))}")
+    if config.logging.rollouts > 0:
+        args += _nested(
+            "trainer.eapo",
+            {
+                "rollouts": config.logging.rollouts,
+                "rollouts_file": str(layout.run_dir.resolve() / ROLLOUTS_FILE),
+            },
+        )
     weights, options, missing = reward_settings(config, layout.run_dir)
     reward = "reward.custom_reward_function.reward_kwargs"
-    args += _nested(reward, {"weights": weights, "options": options, "missing": missing})
+    kwargs = {"weights": weights, "options": options, "missing": missing}
+    if r.stop:
+        kwargs["stop"] = list(r.stop)  # also in the agent loop's extra_info; explicit for any reward manager
+    args += _nested(reward, kwargs)
     if cpu:
         from eapo.engines.verl.platform import cpu_overrides
 
@@ -794,10 +823,9 @@ def run_verl(
     cpu = not torch.cuda.is_available()
     layout.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / CONFIG_FILE, dump_config(config))
+    truncate_metrics(run_dir, start_step)  # metrics.jsonl and rollouts.jsonl: nothing after the checkpoint
     if start_step:
         restore_metrics(layout, start_step)
-    elif (run_dir / METRICS_FILE).exists():
-        truncate_metrics(run_dir, 0)
     try:
         model_path = resolve_model(config.model.name_or_path, seed=config.train.seed)
     except Exception as error:

@@ -20,7 +20,17 @@ and ``eapo eval`` use, and returns ``{"score": total, "<component>": raw score, 
 * ``options``: component → its options, e.g. ``{"llm_judge": {"base_url": ..., "model": ...},
   "reranker": {"backend": "cross-encoder"}, "format": {"prefix": "<think>"}}``;
 * ``missing``: ``unscorable`` (default, as ``reward.missing`` of ``eapo train``) or ``renormalize``
-  — the composite's total for a rollout a weighted component could not score.
+  — the composite's total for a rollout a weighted component could not score;
+* ``stop``: stop strings; the response's text is cut at the end of the first one
+  (:func:`eapo.runtime.stop.cut_text`), the text the TRL engine's rewards see. Default: the strings
+  eapo's agent loop stopped on (``extra_info["eapo_stop"]``, from ``actor_rollout_ref.rollout.custom.stop``).
+
+**From eapo's agent loop** (``eapo_single_turn_agent``, :mod:`eapo.engines.verl.agent_loop`): verl's
+``naive`` and ``limited`` reward managers add the rollout's ``extra_fields`` to ``extra_info``; the loop
+writes there the stop strings and the response's length in tokens (``eapo_completion_tokens``), which
+reaches the composite as ``completion_lengths`` (what the ``overlong`` penalty reads). verl passes no
+length of its own to ``compute_score``: without eapo's agent loop (or with a reward manager that drops
+``extra_fields``, ``dapo``, ``gdpo``) a component that needs the length fails, naming it.
 
 The judge's ``{query}`` is ``extra_info["question"]``, which ``eapo data export-verl`` writes.
 
@@ -39,12 +49,26 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["compute_score", "composite_for", "default_weights"]
+from eapo.engines.verl.rollouts import COMPLETION_TOKENS_FIELD, STOP_FIELD
+from eapo.runtime.stop import check_stops, cut_text
+
+__all__ = [
+    "SCORE_KEY",
+    "UNSCORED_KEY",
+    "compute_score",
+    "component_scores",
+    "composite_for",
+    "default_weights",
+]
 
 logger = logging.getLogger(__name__)
+
+#: The keys of ``compute_score``'s result that are not a component's score: the total, the unscored flag.
+SCORE_KEY = "score"
+UNSCORED_KEY = "reward_unscored"
 
 _COMPOSITES: dict[str, Any] = {}
 _COMPOSITES_LOCK = threading.Lock()
@@ -111,6 +135,7 @@ async def compute_score(
     weights: Mapping[str, float] | None = None,
     options: Mapping[str, Any] | None = None,
     missing: str = "unscorable",
+    stop: Sequence[str] | None = None,
     **unused: Any,
 ) -> dict[str, float]:
     """Score one rollout with the composite reward (verl's ``compute_score`` interface).
@@ -120,7 +145,7 @@ async def compute_score(
         solution_str: the decoded response.
         ground_truth: ``reward_model.ground_truth`` of the row, the reference answer.
         extra_info: the row's ``extra_info``; ``question`` is the judge's query.
-        weights, options, missing: see the module docstring (from ``reward_kwargs``).
+        weights, options, missing, stop: see the module docstring (from ``reward_kwargs``).
         unused: other keywords verl may pass (``reward_router_address``, ...).
 
     Returns:
@@ -128,13 +153,33 @@ async def compute_score(
         same keys for every rollout.
     """
     composite = composite_for(weights, options, missing)
-    question = (extra_info or {}).get("question")
+    extra_info = extra_info or {}
+    question = extra_info.get("question")
     prompts = [question] if question is not None else None
-    result = await asyncio.to_thread(composite.score, prompts, [solution_str], [ground_truth])
+    stops = check_stops(
+        _plain(stop) if stop is not None else extra_info.get(STOP_FIELD),
+        where="reward_kwargs.stop" if stop is not None else f"extra_info[{STOP_FIELD!r}]",
+    )
+    text, _ = cut_text(solution_str, stops)
+    kwargs: dict[str, Any] = {}
+    length = extra_info.get(COMPLETION_TOKENS_FIELD)
+    if length is not None:
+        kwargs["completion_lengths"] = [int(length)]
+    result = await asyncio.to_thread(composite.score, prompts, [text], [ground_truth], **kwargs)
     total = result.rewards[0]
     if total is None:
         logger.warning("the composite could not score a rollout of %s: score NaN, no advantage", data_source)
-    scores = {"score": _number(total)}
+    scores = {SCORE_KEY: _number(total)}
     scores.update({name: _number(values[0]) for name, values in result.components.items()})
-    scores["reward_unscored"] = 1.0 if total is None else 0.0
+    scores[UNSCORED_KEY] = 1.0 if total is None else 0.0
     return scores
+
+
+def component_scores(reward_extra_info: Mapping[str, Any]) -> dict[str, float]:
+    """Each component's raw score from what :func:`compute_score` returned (verl keeps it as the rollout's
+    ``reward_extra_info``): every key but the total and the unscored flag."""
+    return {
+        str(name): float(value)
+        for name, value in reward_extra_info.items()
+        if name not in (SCORE_KEY, UNSCORED_KEY)
+    }

@@ -36,6 +36,17 @@ add ``entropy_control/coef``, ``entropy_control/clip_low_frac``, ``entropy_contr
 Each control's state (the adaptive coefficient: its value, anchored target and last entropy) is saved in
 ``eapo_state.json`` with the scheme's state.
 
+Stop strings and rollouts (:mod:`eapo.engines.verl.rollouts`): ``step`` ends by reading the step's
+rollouts back from the TransferQueue and logging why each ended, as shares of the step's rollouts::
+
+    completions/stopped_by_string  completions/stopped_by_eos  completions/stopped_by_cap
+
+and, every ``trainer.eapo.rollouts`` steps, appends them to ``trainer.eapo.rollouts_file``
+(``rollouts.jsonl``: prompt, completion cut at its stop string, each reward component, the total, the
+weighted advantage, the polarity and weight of eapo's split, the stop reason), from the driver, before
+the step's checkpoint. The stop strings (``actor_rollout_ref.rollout.custom.stop``) are checked at
+``__init__``, with the agent loop that applies them.
+
 verl's own ``actor/entropy`` is aggregated with the actor's ``loss_agg_mode`` (``seq-mean-token-mean``
 in the paper's setting); ``entropy/rollout`` (``H_t``) follows ``entropy_agg`` instead (default
 ``token-mean``, as on TRL), so the two differ when response lengths differ and
@@ -65,8 +76,22 @@ from eapo.engines.verl.entropy_control import (
     entropy_control_loss,
 )
 from eapo.engines.verl.estimators import step_call
+from eapo.engines.verl.reward import component_scores
+from eapo.engines.verl.rollouts import (
+    AGENT_LOOP_NAME,
+    STOP_SETTING,
+    RolloutLog,
+    RolloutRow,
+    eos_token_ids,
+    rollout_records,
+    rollout_stops,
+    stop_reason_metrics,
+    stop_reason_of,
+)
 from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettings
-from eapo.run_dir import STEP_METRICS_FILE, read_step_state, write_step_state
+from eapo.rewards.base import prompt_text
+from eapo.run_dir import STEP_METRICS_FILE, append_jsonl, read_step_state, write_step_state
+from eapo.runtime.stop import cut_text
 
 __all__ = [
     "ENTROPY_FIELD",
@@ -122,6 +147,28 @@ def _load_state(folder: str, step: EAPOStep) -> None:
         )
 
 
+def _column(data: Any, name: str) -> list[Any]:
+    """A field of a TransferQueue batch as a plain list, one entry per row (``[]`` when absent): tensors
+    and NonTensorStacks through ``tolist``, TransferQueue's other containers through ``list``."""
+    if name not in data.keys():
+        return []
+    value = data[name]
+    return value.tolist() if hasattr(value, "tolist") else list(value)
+
+
+def _rows(data: Any, name: str) -> list[list[Any]]:
+    """A jagged tensor field (``responses``, ``rm_scores``) as one Python list per row."""
+    return [row.tolist() for row in data[name].unbind()]
+
+
+def _session(key: str) -> int:
+    """The rollout's place in its group from its TransferQueue key ``{uid}_{session}_{output}``."""
+    parts = key.rsplit("_", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        raise ValueError(f"unexpected TransferQueue key {key!r}: verl's are {{uid}}_{{session}}_{{output}}")
+    return int(parts[1])
+
+
 def _plain_number(value: Any) -> float | int | None:
     """A metric as a JSON number (numpy and torch scalars included), or None for anything else."""
     try:
@@ -170,6 +217,19 @@ class EAPOVerlTrainer(PPOTrainerSync):
         # Where verl has the control, its own option carries eapo's value (entropy_coeff, clip_ratio_high,
         # policy_loss.*); verl's __init__ then validates the result as any user setting.
         self.verl_options = apply_to_actor_config(config.actor_rollout_ref.actor, self.controls)
+        rollout = config.actor_rollout_ref.rollout
+        self.stops: tuple[str, ...] = rollout_stops(rollout)
+        agent = rollout.get("agent", None) or {}
+        if self.stops and agent.get("default_agent_loop", None) == "single_turn_agent":
+            raise ValueError(
+                f"{STOP_SETTING} is set, but verl's single_turn_agent (actor_rollout_ref.rollout.agent."
+                "default_agent_loop) would ignore it: verl has no stop-string setting of its own. Set "
+                f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}, eapo's agent loop"
+            )
+        self.rollout_log = RolloutLog.from_trainer_config(config.trainer)
+        #: this step's rows as the estimator left them, by TransferQueue key: (advantage, positive, scored)
+        self._step_split: dict[str, tuple[float, bool, bool]] = {}
+        self._step_weights: tuple[float, float] = (math.nan, math.nan)
         super().__init__(config)
 
     def init(self) -> None:
@@ -220,6 +280,13 @@ class EAPOVerlTrainer(PPOTrainerSync):
                 "verl computed advantages some other way (check algorithm.adv_estimator)"
             )
         metrics.update(call.metrics)
+        self._step_weights = (call.metrics["eapo/w_pos"], call.metrics["eapo/w_neg"])
+        for key, row in zip(
+            batch.keys,
+            zip(call.advantages.tolist(), call.positive.tolist(), call.scored.tolist(), strict=True),
+            strict=True,
+        ):
+            self._step_split[key] = row
         if self.controls.active:
             try:  # each run state's inputs to this update, then moved by H_t
                 self.step_inputs = self.eapo_step.control_inputs(entropy)
@@ -268,9 +335,82 @@ class EAPOVerlTrainer(PPOTrainerSync):
     # --- checkpoints: the scheme's state beside verl's -------------------------------------------
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
+        self._step_split = {}
         batch = super().step(metrics, timing_raw)
+        metrics.update(self._log_rollouts(batch))  # before the checkpoint, which records them too
         self._last_step = (metrics, batch)  # what the checkpoint of this step records (below)
         return batch
+
+    # --- why rollouts ended, and rollouts.jsonl ---------------------------------------------------
+
+    @functools.cached_property
+    def eos_token_ids(self) -> frozenset[int]:
+        """The ids vLLM ends a response at: the tokenizer's EOS and the model's generation config's."""
+        from verl.utils.fs import copy_to_local
+        from verl.utils.model import get_generation_config
+
+        model = self.config.actor_rollout_ref.model
+        path = copy_to_local(model.path, use_shm=model.get("use_shm", False))
+        generation = get_generation_config(path, trust_remote_code=model.get("trust_remote_code", False))
+        return eos_token_ids(self.tokenizer, generation)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)  # as verl's reward managers decode
+
+    def _log_rollouts(self, batch: Any) -> dict[str, float]:
+        """The step's ``completions/stopped_by_*`` shares; on a step ``trainer.eapo.rollouts`` names, its
+        rollouts appended to ``rollouts.jsonl``. verl's padding rows (``is_padding``) count in neither."""
+        fields = ["uid", "index", "raw_prompt", "responses", "rm_scores", "extra_fields"]
+        data = trainer_base.tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+        )
+        rows = [
+            i for i, tag in enumerate(batch.tags or [{}] * len(batch)) if not tag.get("is_padding", False)
+        ]
+        responses = _rows(data, "responses")
+        texts = [self._decode(responses[i]) for i in rows]
+        reasons = [
+            stop_reason_of(text, responses[i], self.stops, self.eos_token_ids)
+            for text, i in zip(texts, rows, strict=True)
+        ]
+        if self.rollout_log.due(self.global_steps):
+            self._write_rollouts(batch, data, rows, texts, reasons)
+        return stop_reason_metrics(reasons)
+
+    def _write_rollouts(
+        self, batch: Any, data: Any, rows: list[int], texts: list[str], reasons: list[str]
+    ) -> None:
+        uids, indices = _column(data, "uid"), _column(data, "index")
+        prompts, extra_fields = _column(data, "raw_prompt"), _column(data, "extra_fields")
+        scores = [sum(row) for row in _rows(data, "rm_scores")]  # the reward sits on the last token
+        records = []
+        for i, text, reason in zip(rows, texts, reasons, strict=True):
+            key = batch.keys[i]
+            if key not in self._step_split:
+                raise RuntimeError(
+                    f"rollout {key} has no advantage from the {self.settings.estimator!r} estimator"
+                )
+            advantage, positive, scored = self._step_split[key]
+            extra = extra_fields[i] if extra_fields and isinstance(extra_fields[i], dict) else {}
+            index = indices[i] if indices else 0
+            records.append(
+                RolloutRow(
+                    group=(index if isinstance(index, int | float) else 0, str(uids[i])),
+                    sample=_session(key),
+                    prompt=prompt_text(prompts[i]) if prompts else "",
+                    completion=cut_text(text, self.stops)[0],
+                    rewards=component_scores(extra.get("reward_extra_info") or {}),
+                    reward=scores[i],
+                    advantage=advantage,
+                    positive=positive,
+                    scored=scored,
+                    stop_reason=reason,
+                )
+            )
+        lines = rollout_records(self.global_steps, records, *self._step_weights)
+        path = self.rollout_log.rollouts_file
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        append_jsonl(path, lines, what=f"the rollouts of step {self.global_steps}")
 
     def _save_checkpoint(self) -> None:
         # Written before verl's own save, which ends by updating latest_checkpointed_iteration.txt:

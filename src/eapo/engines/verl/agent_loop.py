@@ -1,0 +1,66 @@
+"""``eapo_single_turn_agent``: verl's single-turn agent loop with stop strings (:mod:`eapo.engines.verl.rollouts`).
+
+verl 0.9.1 has no stop-string setting: its agent loops build vLLM's sampling parameters themselves.
+This loop is verl's ``single_turn_agent`` with three additions, so that a run with stop strings ends
+every rollout by :mod:`eapo.runtime.stop`'s rule, as the TRL engine and ``eapo eval`` do:
+
+1. vLLM gets ``stop`` (``actor_rollout_ref.rollout.custom.stop``) and ``include_stop_str_in_output=True``;
+2. the response is cut after the token that completes the first stop string (vLLM stopped there
+   already; a token that straddles the string is kept, as vLLM keeps it), its log-probs and mask with it;
+3. ``extra_fields`` carries the stop strings and the response's length in tokens, which verl's ``naive``
+   reward manager passes to :func:`eapo.engines.verl.compute_score` in ``extra_info``.
+
+Select it with ``actor_rollout_ref.rollout.agent.default_agent_loop=eapo_single_turn_agent`` (``eapo train
+--engine verl`` does). verl instantiates an agent loop per rollout in its agent-loop workers, which load
+eapo's plugin as every verl process does; the registration below is what they find there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+from eapo.engines.verl.rollouts import (
+    AGENT_LOOP_NAME,
+    COMPLETION_TOKENS_FIELD,
+    STOP_FIELD,
+    kept_tokens,
+    rollout_stops,
+    with_stops,
+)
+
+__all__ = ["EAPOSingleTurnAgentLoop", "cut_output"]
+
+
+def cut_output(output: AgentLoopOutput, decode: Any, stops: tuple[str, ...]) -> AgentLoopOutput:
+    """``output`` with its response cut by :mod:`eapo.runtime.stop`'s rule and the stop strings and the
+    response length (in tokens) written into its ``extra_fields``."""
+    kept = kept_tokens(output.response_ids, decode, stops) if stops else len(output.response_ids)
+    if kept < len(output.response_ids):
+        output.response_ids = output.response_ids[:kept]
+        output.response_mask = output.response_mask[:kept]
+        if output.response_logprobs is not None:
+            output.response_logprobs = output.response_logprobs[:kept]
+        if output.routed_experts is not None:
+            output.routed_experts = output.routed_experts[: len(output.prompt_ids) + kept]
+    output.extra_fields[STOP_FIELD] = list(stops)
+    output.extra_fields[COMPLETION_TOKENS_FIELD] = len(output.response_ids)
+    return output
+
+
+@register(AGENT_LOOP_NAME)
+class EAPOSingleTurnAgentLoop(SingleTurnAgentLoop):
+    """verl's single-turn loop that stops at ``actor_rollout_ref.rollout.custom.stop`` (see the module)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stops = rollout_stops(self.rollout_config)
+
+    def _decode(self, ids: Any) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
+        output = await super().run(with_stops(sampling_params, self.stops), priority=priority, **kwargs)
+        return cut_output(output, self._decode, self.stops)
