@@ -473,9 +473,15 @@ def test_step_logs_the_stop_reasons_and_appends_only_on_its_steps(
 
 
 def test_padding_rows_are_neither_logged_nor_counted(logging_trainer, in_memory_tq, tiny_tokenizer, tmp_path):
+    """verl pads a batch to the data-parallel size with synthetic rows (``is_padding``; score 0, one EOS
+    token, a uid of their own): they are no rollouts, so neither the split's metrics, the stop reasons
+    nor rollouts.jsonl count them."""
     trainer = logging_trainer
     batch = put_step(in_memory_tq, tiny_tokenizer, 1, padding=True)
-    trainer._compute_advantage(batch, metrics={})
+    metrics = {}
+    trainer._compute_advantage(batch, metrics=metrics)
+    assert metrics["eapo/frac_positive"] == pytest.approx(3 / 5)  # with the padding row: 4 / 6
+    assert metrics["eapo/num_unscored"] == 1
     metrics = trainer._log_rollouts(batch)
     assert metrics["completions/stopped_by_eos"] == pytest.approx(1 / 6)  # the padding row's EOS left out
     assert len(read_rollouts(tmp_path / "run")) == 6

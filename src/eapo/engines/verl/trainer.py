@@ -62,11 +62,12 @@ import math
 import os
 from typing import Any
 
+import torch
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer, trainer_base
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
 from eapo.core import WeightingScheme, rollout_entropy
-from eapo.core.step import STATE_FILE, EAPOStep
+from eapo.core.step import STATE_FILE, EAPOStep, split_metrics
 from eapo.engines.verl.entropy_control import (
     CONTROL_INPUTS_KEY,
     METRIC_PREFIX,
@@ -268,6 +269,10 @@ class EAPOVerlTrainer(PPOTrainerSync):
 
     def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
         entropy = self._rollout_entropy(batch)  # H_t, from this step's old-log-prob pass
+        # verl's synthetic rows (a batch padded to the data-parallel size), by the tags of the batch sampled
+        padding = torch.tensor(
+            [bool(tag.get("is_padding", False)) for tag in batch.tags or []], dtype=torch.bool
+        )
         if entropy is None and self.weighting.needs_entropy:
             raise RuntimeError(_missing_entropy_message(self.settings.method))
         with step_call(
@@ -280,6 +285,8 @@ class EAPOVerlTrainer(PPOTrainerSync):
                 "verl computed advantages some other way (check algorithm.adv_estimator)"
             )
         metrics.update(call.metrics)
+        if padding.any():  # they are no rollouts: the split's metrics without them
+            metrics.update(split_metrics(call.positive[~padding], call.scored[~padding]))
         self._step_weights = (call.metrics["eapo/w_pos"], call.metrics["eapo/w_neg"])
         for key, row in zip(
             batch.keys,
