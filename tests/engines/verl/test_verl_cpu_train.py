@@ -58,6 +58,9 @@ pytestmark = [
 TIMEOUT_S = 600
 STEPS = 3
 W0, W_MIN, W_MAX = 0.2, 0.0, 2.0
+#: Stop strings the random tiny model writes often: it samples its 259 byte tokens about uniformly (H_0
+#: is about ln 259), so one of these 16 letters ends about 3 rollouts in 4 within its 24 tokens.
+STOPS = list("abcdefghijklmnop")
 #: ``eapo train --engine verl`` overrides on the packaged ``tiny`` config.
 OVERRIDES = [
     "engine=verl",
@@ -77,6 +80,8 @@ OVERRIDES = [
     "algorithm.adaptive_entropy=true",
     "logging.tensorboard=false",
     "logging.progress=false",
+    f"rollout.stop={json.dumps(STOPS)}",
+    "logging.rollouts=1",
 ]
 
 
@@ -127,13 +132,16 @@ def log_tail(out: Path) -> str:
 
 
 def read_run(out: Path, wall_s: float = 0.0) -> dict:
+    """The run's metrics by step, verl's dumped rollouts by step, eapo's ``rollouts.jsonl`` lines."""
+    from eapo.run_dir import read_rollouts
+
     steps = {row["step"]: row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
     rollouts = {}
     for step in steps:
         dump = out / "verl" / "rollouts" / f"{step}.jsonl"
         if dump.exists():
             rollouts[step] = [json.loads(line) for line in dump.read_text().splitlines()]
-    return {"steps": steps, "rollouts": rollouts, "wall_s": wall_s, "out": out}
+    return {"steps": steps, "rollouts": rollouts, "lines": read_rollouts(out), "wall_s": wall_s, "out": out}
 
 
 def frac_positive(rollouts: list[dict]) -> float:
@@ -174,6 +182,56 @@ def test_every_step_logged_with_eapos_keys_and_dumped(run):
         assert sorted(uids.count(uid) for uid in set(uids)) == [4, 4]
         assert all(0.0 <= r["score"] <= 1.0 for r in rollouts)
         assert row["reward/mean"] == pytest.approx(sum(r["score"] for r in rollouts) / 8, abs=1e-5)
+
+
+def test_rollouts_end_at_their_first_stop_string(run):
+    """rollout.stop through eapo's agent loop: every rollouts.jsonl completion that a stop string ended
+    ends with it, and holds no earlier one; the others hold none (vLLM would have stopped). The shares
+    logged as completions/stopped_by_* are the lines' own, and stop strings did end rollouts."""
+    from eapo.run_dir import ROLLOUT_KEYS
+    from eapo.runtime.stop import first_stop
+
+    for line in run["lines"]:
+        assert tuple(line) == ROLLOUT_KEYS
+        found = first_stop(line["completion"], STOPS)
+        if line["stop_reason"] == "string":
+            assert found is not None and found[0] == len(line["completion"]), line
+        else:
+            assert found is None, line
+    for step, metrics in run["steps"].items():
+        lines = [line for line in run["lines"] if line["step"] == step]
+        for reason in ("string", "eos", "cap"):
+            share = sum(line["stop_reason"] == reason for line in lines) / len(lines)
+            assert metrics[f"completions/stopped_by_{reason}"] == pytest.approx(share, abs=1e-12), (
+                step,
+                reason,
+            )
+    assert sum(run["steps"][step]["completions/stopped_by_string"] for step in run["steps"]) > 0
+
+
+def test_rollouts_jsonl_holds_each_steps_rollouts_as_the_update_saw_them(run):
+    """logging.rollouts=1: each step's 8 rollouts once; their rewards average to the logged reward mean
+    (and are verl's dumped scores), their D+ share is eapo/frac_positive, and each weight is the step's
+    w+ or w- by polarity."""
+    lines = run["lines"]
+    assert [line["step"] for line in lines] == [step for step in range(1, STEPS + 1) for _ in range(8)]
+    for step, metrics in run["steps"].items():
+        rows = [line for line in lines if line["step"] == step]
+        assert sorted((r["prompt_index"], r["sample"]) for r in rows) == [
+            (p, s) for p in range(2) for s in range(4)
+        ]
+        assert all(r["prompt"] and r["reward"] is not None for r in rows)
+        rewards = [r["reward"] for r in rows]
+        assert sum(rewards) / len(rewards) == pytest.approx(metrics["reward/mean"], abs=1e-6), step
+        assert sorted(rewards) == pytest.approx(sorted(r["score"] for r in run["rollouts"][step]), abs=1e-6)
+        assert sum(r["polarity"] == "D+" for r in rows) / len(rows) == pytest.approx(
+            metrics["eapo/frac_positive"], abs=1e-12
+        )
+        for r in rows:
+            assert set(r["rewards"]) == {"format", "rouge_l"}, r
+            expected = metrics["eapo/w_pos"] if r["polarity"] == "D+" else metrics["eapo/w_neg"]
+            assert r["weight"] == expected
+            assert (r["advantage"] >= 0) == (r["polarity"] == "D+") or r["advantage"] == 0
 
 
 def test_prompts_end_with_the_response_prefix(run):
@@ -360,6 +418,11 @@ def test_resume_continues_from_the_checkpoint(resumed):
     assert sorted(after["steps"]) == [1, 2, 3]
     for step in before["steps"]:
         assert after["steps"][step] == before["steps"][step]
+    # rollouts.jsonl (logging.rollouts=1): each step once, those before the checkpoint as first written
+    assert [line["step"] for line in after["lines"]] == [step for step in (1, 2, 3) for _ in range(8)]
+    assert [line for line in after["lines"] if line["step"] <= 2] == [
+        line for line in before["lines"] if line["step"] <= 2
+    ]
     log = (after["out"] / "verl" / "main_ppo.log").read_text()
     assert "===== launch 1" in log and "from step 2" in log
 
