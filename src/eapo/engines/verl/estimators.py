@@ -186,8 +186,7 @@ def _estimate(
     if call is not None:
         call.metrics = metrics
         call.advantages = advantages
-        call.positive, _ = step.split(scores, list(index))  # the split step() made, per row
-        call.scored = ~torch.isnan(scores)
+        call.positive, call.scored = step.last_split  # the split step() made, per row
     token_advantages = advantages.unsqueeze(-1) * response_mask  # [B, T]
     return token_advantages, token_advantages
 
