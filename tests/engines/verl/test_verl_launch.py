@@ -196,6 +196,7 @@ def test_the_plugin_reads_the_section_as_the_config_means_it(method):
         ("train.lr_scheduler=linear", "train.lr_scheduler"),
         ("train.max_steps=-1", "train.max_steps"),
         ("rollout.vllm_importance_correction=token_mask", "rollout.vllm_importance_correction"),
+        ('rollout.stop=["${x}"]', "rollout.stop"),  # Hydra would read it as an interpolation
     ],
 )
 def test_a_setting_verl_cannot_honour_is_refused_before_anything_is_written(tmp_path, override, named):
@@ -243,6 +244,10 @@ def test_hydra_values_keep_strings_strings():
     assert hydra_value(True) == "true"
     assert hydra_value(0.25) == "0.25"
     assert hydra_value(["x", 1]) == "['x',1]"
+    # Hydra keeps a backslash as written unless a run of them ends at a quote (escaped or closing)
+    assert hydra_value("a\\n") == "'a\\n'"
+    assert hydra_value("a\\") == "'a\\\\'"
+    assert hydra_value("b\\'c") == "'b\\\\\\'c'"
 
 
 def test_a_verl_step_becomes_a_row_with_eapos_keys():
