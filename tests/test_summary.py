@@ -149,7 +149,8 @@ def test_summary_numbers(run_dir):
     assert (reward["first"], reward["last"], reward["k"], reward["n"]) == (0.10, 0.50, 1, 5)
     assert summary["trends"]["reward/format/mean"]["first"] == 0.0
     assert summary["trends"]["reward/format/mean"]["last"] == 1.0
-    assert summary["trends"]["completions/clipped_ratio"]["first"] == 0.75
+    # the cap's share: TRL's clipped_ratio for a run that did not log eapo's stopped_by_cap
+    assert summary["trends"]["completions/stopped_by_cap"]["first"] == 0.75
     assert "reward/rouge_l/mean" not in summary["trends"]  # not logged by this run
     assert summary["entropy"] == {"H0": 2.0, "last": 1.5}
     assert summary["w_pos"] == {"min": 0.15, "max": 0.22, "first": 0.20, "last": 0.15}
@@ -342,3 +343,27 @@ def test_cli(run_dir):
         [sys.executable, "-m", "eapo.cli", "summary", str(run_dir / "nope")], capture_output=True, text=True
     )
     assert missing.returncode == 1 and "metrics.jsonl does not exist" in missing.stderr
+
+
+def test_the_truncated_share_is_the_caps_not_trls_clipped_ratio_under_stop_strings(tmp_path):
+    """With stop strings TRL's clipped_ratio counts every rollout a stop string ended (no EOS): the
+    summary, the study's claims and the plots read eapo's stopped_by_cap where it was logged."""
+    from eapo.run_dir import cap_share
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [
+        {
+            "step": step,
+            "reward/mean": 0.1,
+            "completions/clipped_ratio": 1.0,
+            "completions/stopped_by_cap": cap,
+        }
+        for step, cap in ((1, 0.25), (2, 0.0), (3, 0.0))
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    trend = summarize_run(run)["trends"]["completions/stopped_by_cap"]
+    assert (trend["first"], trend["last"]) == (0.25, 0.0)
+    assert cap_share({"completions/clipped_ratio": 0.5}) == 0.5
+    assert cap_share({"completions/clipped_ratio": 0.5, "completions/stopped_by_cap": 0.0}) == 0.0
+    assert cap_share({}) is None

@@ -28,7 +28,7 @@ from matplotlib.ticker import MaxNLocator
 
 from eapo.core.controls import control_panels
 from eapo.evaluation.labels import run_label
-from eapo.run_dir import atomic_write_bytes, read_metrics
+from eapo.run_dir import CAP_SHARE_KEY, atomic_write_bytes, cap_share, read_metrics
 
 __all__ = [
     "plot_runs",
@@ -257,7 +257,8 @@ BAND_PANELS: tuple[tuple[str, str], ...] = (
     ("entropy/rollout_over_h0", "Entropy ÷ the run's H_0 (r_t)"),
     ("reward/mean", "Reward"),
     ("completion/mean_length", "Response length (tokens)"),
-    ("completions/clipped_ratio", "Share cut at the length cap"),
+    # eapo.run_dir.cap_share: completions/stopped_by_cap, else TRL's clipped_ratio (older runs)
+    (CAP_SHARE_KEY, "Share cut at the length cap"),
     ("eapo/w_pos", "w+ (positive weight)"),
     # the closed-loop controls' own actuators, drawn when a run logged them (the controls study)
     ("entropic/alpha", "EntroPIC α (applied)"),
@@ -271,7 +272,9 @@ RATIO_KEY = "entropy/rollout_over_h0"
 
 def with_entropy_ratio(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` with :data:`RATIO_KEY` added: rollout entropy ÷ the run's ``H_0`` (its first logged
-    ``eapo/H0``). Seeds start at different entropies, so a band over seeds is read on this ratio."""
+    ``eapo/H0``). Seeds start at different entropies, so a band over seeds is read on this ratio. The
+    cap's share is filled in too (:func:`eapo.run_dir.cap_share`)."""
+    rows = [row | {CAP_SHARE_KEY: cap_share(row)} if cap_share(row) is not None else row for row in rows]
     h0 = next((row["eapo/H0"] for row in rows if isinstance(row.get("eapo/H0"), int | float)), None)
     if not h0:
         return list(rows)

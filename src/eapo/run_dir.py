@@ -81,6 +81,21 @@ ROLLOUT_KEYS = (
 )
 
 
+#: The share of a step's rollouts that ended at the length cap, as eapo logs it (``completions/stopped_by_cap``).
+CAP_SHARE_KEY = "completions/stopped_by_cap"
+#: TRL's share of a step's rollouts that did not end with an EOS token: the cap's share without stop
+#: strings, but a rollout that ended at a stop string counts too.
+CLIPPED_RATIO_KEY = "completions/clipped_ratio"
+
+
+def cap_share(row: dict[str, Any]) -> Any:
+    """The share of a step's rollouts cut at the length cap: ``completions/stopped_by_cap`` where the run
+    logged it, else TRL's ``completions/clipped_ratio`` (runs from before eapo logged the stop reasons, and
+    without stop strings the two agree); ``None`` when neither was logged."""
+    value = row.get(CAP_SHARE_KEY)
+    return row.get(CLIPPED_RATIO_KEY) if value is None else value
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

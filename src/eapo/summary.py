@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from eapo.run_dir import METRICS_FILE, read_metrics
+from eapo.run_dir import CAP_SHARE_KEY, METRICS_FILE, cap_share, read_metrics
 
 __all__ = ["first_last_thirds", "summarize_run", "render_summary", "eval_table", "read_answer_shape"]
 
@@ -34,7 +34,9 @@ TREND_KEYS = (
     ("  reranker", "reward/reranker/mean"),
     ("  llm_judge", "reward/llm_judge/mean"),
     ("length (tokens)", "completion/mean_length"),
-    ("truncated frac", "completions/clipped_ratio"),
+    # eapo.run_dir.cap_share: completions/stopped_by_cap, else TRL's clipped_ratio (which counts a rollout
+    # that ended at a stop string as clipped)
+    ("truncated frac", CAP_SHARE_KEY),
 )
 
 #: The line under the table that says what the strict Avg is.
@@ -83,7 +85,9 @@ def summarize_run(
     rows = read_metrics(run_dir)
     if not rows:
         raise ValueError(f"{run_dir / METRICS_FILE} has no steps: did the run start?")
-    fresh = [row for row in rows if row.get("rollout/fresh", True) is not False]
+    fresh = [
+        row | {CAP_SHARE_KEY: cap_share(row)} for row in rows if row.get("rollout/fresh", True) is not False
+    ]
     trends = {}
     for label, key in TREND_KEYS:
         values = _series(fresh, key)

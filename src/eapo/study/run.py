@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from eapo.evaluation.settings import DEFAULT_SCORERS, EvalSettings
-from eapo.run_dir import SUMMARY_FILE, atomic_write_text, read_metrics, training_finished
+from eapo.run_dir import SUMMARY_FILE, atomic_write_text, cap_share, read_metrics, training_finished
 from eapo.study.claims import (
     CLIPPED_KEY,
     CUT_SHARE,
@@ -276,7 +276,10 @@ def collect_method_data(
         d.runs.append(run.name)
         if rows:
             for key in SERIES_KEYS:
-                d.series.setdefault(key, []).append([row.get(key) for row in rows])
+                # the cap's share: eapo's stopped_by_cap where logged (TRL's clipped_ratio also counts a
+                # rollout ended by a stop string), else clipped_ratio (eapo.run_dir.cap_share)
+                values = [cap_share(row) if key == CLIPPED_KEY else row.get(key) for row in rows]
+                d.series.setdefault(key, []).append(values)
             d.h0.append(next((row[H0_KEY] for row in rows if row.get(H0_KEY) is not None), None))
             d.seeds.append(run.seed)
         if results is not None and training_finished(run_dir):
