@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[3]
 RECORDED = Path(__file__).parent / "fixtures" / "tiny_eapo_3steps.json"
 WALL_CLOCK = {"step_time", "time"}
 #: Keys the refactor added to the TRL log (the verl plugin already logged them): none may disappear.
-ADDED = {"eapo/num_unscored"}
+#: Then why each rollout ended (issue 46): without stop strings, the cap's share is TRL's clipped_ratio.
+STOP_REASONS = {"completions/stopped_by_string", "completions/stopped_by_eos", "completions/stopped_by_cap"}
+ADDED = {"eapo/num_unscored"} | STOP_REASONS
 
 
 def test_tiny_run_logs_the_recorded_metrics(tmp_path):
@@ -44,5 +46,9 @@ def test_tiny_run_logs_the_recorded_metrics(tmp_path):
                 assert got == pytest.approx(value, rel=1e-6, abs=1e-9), (row["step"], key)
             else:
                 assert got == value, (row["step"], key)
-        for key in ADDED & set(row):
-            assert row[key] == 0.0  # tiny's rewards score every rollout
+        assert row["eapo/num_unscored"] == 0.0  # tiny's rewards score every rollout
+        assert row["completions/stopped_by_string"] == 0.0  # tiny.yaml sets no stop strings
+        assert row["completions/stopped_by_cap"] + row["completions/stopped_by_eos"] == pytest.approx(1.0)
+        # TRL's clipped_ratio also takes a row whose last sampled token is the pad token for a finished one
+        # (the random model samples it: 1 of 8 rollouts here); eapo counts only an EOS as ending a rollout
+        assert row["completions/stopped_by_cap"] >= expected["completions/clipped_ratio"]
