@@ -19,15 +19,17 @@ Every ``metrics.jsonl`` line has at least the keys in :data:`REQUIRED_METRIC_KEY
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
+import math
 import os
 import re
 import secrets
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,65 @@ def cap_share(row: dict[str, Any]) -> Any:
     without stop strings the two agree); ``None`` when neither was logged."""
     value = row.get(CAP_SHARE_KEY)
     return row.get(CLIPPED_RATIO_KEY) if value is None else value
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutRow:
+    """One rollout of a step as the trainer reads it back, before it is a ``rollouts.jsonl`` line.
+
+    ``group``: what orders the step's prompts (the dataset row's ``index``, then verl's ``uid``);
+    ``sample``: the rollout's place in its group (verl's session id, ``{uid}_{session}_{output}``);
+    ``rewards``: each component's raw score (NaN for one that could not score); ``reward``: the total
+    the estimator used (NaN: unscored); ``advantage``, ``positive``, ``scored``: the estimator's."""
+
+    group: tuple[Any, ...]
+    sample: int
+    prompt: str
+    completion: str
+    rewards: Mapping[str, float]
+    reward: float
+    advantage: float
+    positive: bool
+    scored: bool
+    stop_reason: str
+
+
+def finite_or_none(value: Any) -> float | None:
+    """A score as ``rollouts.jsonl`` writes it: None where it is None or not finite (unscored)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def rollout_records(
+    step: int, rows: Sequence[RolloutRow], w_pos: float, w_neg: float
+) -> list[dict[str, Any]]:
+    """The ``rollouts.jsonl`` lines of step ``step`` (:data:`eapo.run_dir.ROLLOUT_KEYS`), ordered by prompt
+    then sample; ``prompt_index`` is the prompt's place in that order. An unscored rollout has reward,
+    polarity and weight None; a scored one is D+ (weight ``w_pos``) or D- (``w_neg``)."""
+    ordered = sorted(rows, key=lambda row: (row.group, row.sample))
+    places: dict[tuple[Any, ...], int] = {}
+    records = []
+    for row in ordered:
+        places.setdefault(row.group, len(places))
+        polarity = ("D+" if row.positive else "D-") if row.scored else None
+        records.append(
+            {
+                "step": step,
+                "prompt_index": places[row.group],
+                "sample": row.sample,
+                "prompt": row.prompt,
+                "completion": row.completion,
+                "rewards": {name: finite_or_none(score) for name, score in row.rewards.items()},
+                "reward": finite_or_none(row.reward) if row.scored else None,
+                "advantage": float(row.advantage),
+                "polarity": polarity,
+                "weight": None if polarity is None else (w_pos if row.positive else w_neg),
+                "stop_reason": row.stop_reason,
+            }
+        )
+    return records
 
 
 def _umask() -> int:

@@ -35,10 +35,15 @@ __all__ = [
     "cut_tokens",
     "stop_reason",
     "end_completion",
+    "stop_reason_of",
+    "stop_reason_metrics",
+    "STOP_REASON_METRICS",
 ]
 
 #: Why a completion ended: a stop string, an end-of-sequence token, or the length cap.
 STOP_REASONS = ("string", "eos", "cap")
+#: One metric per stop reason, in :data:`STOP_REASONS`' order: the share of a step's rollouts it ended.
+STOP_REASON_METRICS = {reason: f"completions/stopped_by_{reason}" for reason in STOP_REASONS}
 
 
 def check_stops(stops: Any, *, where: str = "rollout.stop") -> tuple[str, ...]:
@@ -139,3 +144,28 @@ def end_completion(
     if kept is not None:
         return body[:kept], cut_text(decode(body[:kept]), stops)[0], "string"
     return ids, decode(body), "eos" if ended else "cap"
+
+
+def stop_reason_of(
+    text: str, response_ids: Sequence[int], stops: Sequence[str], eos_ids: Collection[int]
+) -> str:
+    """Why a rollout ended (:data:`STOP_REASONS`): its decoded ``text`` holds a stop
+    string, else its last token is an end-of-sequence id, else it ran to the cap."""
+    return stop_reason(
+        stopped_by_string=bool(stops) and first_stop(text, stops) is not None,
+        ended_with_eos=bool(response_ids) and int(response_ids[-1]) in eos_ids,
+    )
+
+
+def stop_reason_metrics(reasons: Sequence[str]) -> dict[str, float]:
+    """The share of the rollouts each reason ended (:data:`STOP_REASON_METRICS`; they sum to 1). An empty
+    step has none."""
+    if not reasons:
+        return {}
+    unknown = sorted(set(reasons) - set(STOP_REASONS))
+    if unknown:
+        raise ValueError(f"unknown stop reasons {unknown}; known: {list(STOP_REASONS)}")
+    return {
+        key: sum(reason == name for reason in reasons) / len(reasons)
+        for name, key in STOP_REASON_METRICS.items()
+    }

@@ -64,15 +64,17 @@ from eapo.engines.trl.entropy_control import _COV_AGGREGATION, EntropyControlMix
 from eapo.run_dir import (
     FINAL_DIR,
     ROLLOUTS_FILE,
+    RolloutRow,
     WriteFailedError,
     append_jsonl,
     complete_checkpoints,
     describe_write_error,
     fail_together,
     read_step_state,
+    rollout_records,
     write_step_state,
 )
-from eapo.runtime.stop import STOP_REASONS, cut_text, end_completion, first_stop
+from eapo.runtime.stop import STOP_REASONS, cut_text, end_completion, stop_reason_of
 
 logger = logging.getLogger(__name__)
 
@@ -141,14 +143,6 @@ def _weighting_from_args(
         split_by if split_by is not None else "mean",
         entropy_agg if entropy_agg is not None else "token-mean",
     )
-
-
-def _finite(value: Any) -> float | None:
-    """A score as ``rollouts.jsonl`` writes it: None where it is None or NaN (unscored)."""
-    if value is None:
-        return None
-    value = float(value)
-    return value if value == value else None
 
 
 def _prompt_text(prompt: Any) -> str:
@@ -386,9 +380,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
             completions = [self._cut_completion(completion) for completion in completions]
         eos = set(self.eos_token_ids)
         reasons = [
-            "string"
-            if self.stop and first_stop(self._decode(ids), self.stop) is not None
-            else ("eos" if ids and ids[-1] in eos else "cap")
+            stop_reason_of(self._decode(ids) if self.stop else "", ids, self.stop, eos)
             for ids in completion_ids
         ]
         mode = "train" if self.model.training else "eval"
@@ -548,27 +540,25 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         if not self.accelerator.is_main_process:
             return
         positive, scored = (t.tolist() for t in self.eapo_step.last_split)
-        w_pos, w_neg = metrics["eapo/w_pos"], metrics["eapo/w_neg"]
-        step, group = self.state.global_step + 1, self.num_generations
-        rows = []
-        for i, total in enumerate(rewards.tolist()):
-            is_scored = bool(scored[i])
-            rows.append(
-                {
-                    "step": step,
-                    "prompt_index": i // group,
-                    "sample": i % group,
-                    "prompt": texts["prompts"][i],
-                    "completion": texts["completions"][i],
-                    "rewards": {name: _finite(scores[i]) for name, scores in components.items()},
-                    "reward": _finite(total),
-                    "advantage": float(advantages[i]),
-                    "polarity": ("D+" if positive[i] else "D-") if is_scored else None,
-                    "weight": (w_pos if positive[i] else w_neg) if is_scored else None,
-                    "stop_reason": texts["stop_reasons"][i],
-                }
+        group = self.num_generations
+        rows = [
+            RolloutRow(
+                group=(i // group,),
+                sample=i % group,
+                prompt=texts["prompts"][i],
+                completion=texts["completions"][i],
+                rewards={name: scores[i] for name, scores in components.items()},
+                reward=total,
+                advantage=float(advantages[i]),
+                positive=bool(positive[i]),
+                scored=bool(scored[i]),
+                stop_reason=texts["stop_reasons"][i],
             )
-        self._pending_rollouts = rows
+            for i, total in enumerate(rewards.tolist())
+        ]
+        self._pending_rollouts = rollout_records(
+            self.state.global_step + 1, rows, metrics["eapo/w_pos"], metrics["eapo/w_neg"]
+        )
 
     # --- the three EAPO quantities --------------------------------------------------------------
 

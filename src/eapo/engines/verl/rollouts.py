@@ -18,7 +18,7 @@ verl's extension point of the rollout config, which verl itself never reads) and
   hand those fields to ``compute_score`` in ``extra_info``: the reward cuts the text at the stop string
   and passes the length to the composite as ``completion_lengths`` (what the ``overlong`` penalty reads).
 
-**Why a rollout ended** (:func:`stop_reason_of`, :data:`eapo.runtime.stop.STOP_REASONS`): ``string`` when
+**Why a rollout ended** (:func:`eapo.runtime.stop.stop_reason_of`, :data:`eapo.runtime.stop.STOP_REASONS`): ``string`` when
 its decoded text contains a stop string, else ``eos`` when its last token is an end-of-sequence id (the
 tokenizer's or the generation config's, the ids vLLM stops on), else ``cap``. The trainer logs the shares
 of the step's rollouts (:func:`stop_reason_metrics`): ``completions/stopped_by_string``,
@@ -26,18 +26,23 @@ of the step's rollouts (:func:`stop_reason_metrics`): ``completions/stopped_by_s
 
 **rollouts.jsonl** (:data:`eapo.run_dir.ROLLOUT_KEYS`): with ``trainer.eapo.rollouts=N`` (N > 0) eapo's
 trainer appends every N-th step's rollouts to ``trainer.eapo.rollouts_file`` (:class:`RolloutLog`),
-built by :func:`rollout_records` from the rows the trainer reads back from the TransferQueue.
+built by :func:`eapo.run_dir.rollout_records` from the rows the trainer reads back from the TransferQueue.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from eapo.run_dir import ROLLOUTS_FILE
-from eapo.runtime.stop import STOP_REASONS, check_stops, first_stop, stop_reason, stop_token_count
+from eapo.run_dir import ROLLOUTS_FILE, RolloutRow, rollout_records
+from eapo.runtime.stop import (
+    STOP_REASON_METRICS,
+    check_stops,
+    stop_reason_metrics,
+    stop_reason_of,
+    stop_token_count,
+)
 
 __all__ = [
     "AGENT_LOOP_NAME",
@@ -63,8 +68,6 @@ STOP_SETTING = "actor_rollout_ref.rollout.custom.stop"
 #: ``extra_fields`` keys eapo's agent loop writes (``extra_info`` keys in ``compute_score``).
 STOP_FIELD = "eapo_stop"
 COMPLETION_TOKENS_FIELD = "eapo_completion_tokens"
-#: One metric per stop reason, in :data:`~eapo.runtime.stop.STOP_REASONS`' order.
-STOP_REASON_METRICS = {reason: f"completions/stopped_by_{reason}" for reason in STOP_REASONS}
 
 
 def _get(config: Any, key: str, default: Any = None) -> Any:
@@ -116,31 +119,6 @@ def eos_token_ids(tokenizer: Any, generation_config: Any = None) -> frozenset[in
     return frozenset(ids)
 
 
-def stop_reason_of(
-    text: str, response_ids: Sequence[int], stops: Sequence[str], eos_ids: frozenset[int]
-) -> str:
-    """Why a rollout ended (:data:`~eapo.runtime.stop.STOP_REASONS`): its decoded ``text`` holds a stop
-    string, else its last token is an end-of-sequence id, else it ran to the cap."""
-    return stop_reason(
-        stopped_by_string=bool(stops) and first_stop(text, stops) is not None,
-        ended_with_eos=bool(response_ids) and int(response_ids[-1]) in eos_ids,
-    )
-
-
-def stop_reason_metrics(reasons: Sequence[str]) -> dict[str, float]:
-    """The share of the rollouts each reason ended (:data:`STOP_REASON_METRICS`; they sum to 1). An empty
-    step has none."""
-    if not reasons:
-        return {}
-    unknown = sorted(set(reasons) - set(STOP_REASONS))
-    if unknown:
-        raise ValueError(f"unknown stop reasons {unknown}; known: {list(STOP_REASONS)}")
-    return {
-        key: sum(reason == name for reason in reasons) / len(reasons)
-        for name, key in STOP_REASON_METRICS.items()
-    }
-
-
 # ---------------------------------------------------------------------------------------------
 # rollouts.jsonl
 # ---------------------------------------------------------------------------------------------
@@ -182,61 +160,3 @@ class RolloutLog:
     def due(self, step: int) -> bool:
         """Whether step ``step`` (1-based) writes its rollouts."""
         return self.rollouts > 0 and step % self.rollouts == 0
-
-
-@dataclasses.dataclass(frozen=True)
-class RolloutRow:
-    """One rollout of a step as the trainer reads it back, before it is a ``rollouts.jsonl`` line.
-
-    ``group``: what orders the step's prompts (the dataset row's ``index``, then verl's ``uid``);
-    ``sample``: the rollout's place in its group (verl's session id, ``{uid}_{session}_{output}``);
-    ``rewards``: each component's raw score (NaN for one that could not score); ``reward``: the total
-    the estimator used (NaN: unscored); ``advantage``, ``positive``, ``scored``: the estimator's."""
-
-    group: tuple[Any, ...]
-    sample: int
-    prompt: str
-    completion: str
-    rewards: Mapping[str, float]
-    reward: float
-    advantage: float
-    positive: bool
-    scored: bool
-    stop_reason: str
-
-
-def _finite(value: Any) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def rollout_records(
-    step: int, rows: Sequence[RolloutRow], w_pos: float, w_neg: float
-) -> list[dict[str, Any]]:
-    """The ``rollouts.jsonl`` lines of step ``step`` (:data:`eapo.run_dir.ROLLOUT_KEYS`), ordered by prompt
-    then sample; ``prompt_index`` is the prompt's place in that order. An unscored rollout has reward,
-    polarity and weight None; a scored one is D+ (weight ``w_pos``) or D- (``w_neg``)."""
-    ordered = sorted(rows, key=lambda row: (row.group, row.sample))
-    places: dict[tuple[Any, ...], int] = {}
-    records = []
-    for row in ordered:
-        places.setdefault(row.group, len(places))
-        polarity = ("D+" if row.positive else "D-") if row.scored else None
-        records.append(
-            {
-                "step": step,
-                "prompt_index": places[row.group],
-                "sample": row.sample,
-                "prompt": row.prompt,
-                "completion": row.completion,
-                "rewards": {name: _finite(score) for name, score in row.rewards.items()},
-                "reward": _finite(row.reward) if row.scored else None,
-                "advantage": float(row.advantage),
-                "polarity": polarity,
-                "weight": None if polarity is None else (w_pos if row.positive else w_neg),
-                "stop_reason": row.stop_reason,
-            }
-        )
-    return records
