@@ -603,6 +603,8 @@ def markdown(report: dict[str, Any]) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, r in report["rollout"].items():
+        if set(r) <= {"speedup_vs_generate"}:  # a backend timed for steps only
+            continue
         if "tokens_per_s" not in r:
             lines.append(f"| {name} | {r.get('skipped') or r.get('error') or '-'} | | | | | |")
             continue

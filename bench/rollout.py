@@ -2,13 +2,15 @@
 
 In one run, on SmolLM2-135M-Instruct (the embedded weights, float32) and the bundled demo prompts:
 
-1. this machine's fp32 matmul rate, measured first (``torch.matmul`` 2048 x 2048 and ``F.linear`` at
-   the model's MLP shape): the physical ceiling every share below is taken of;
+1. this machine's ceilings, measured first (bench/roofline.py): the fp32 matmul rate (``torch.matmul``
+   2048 x 2048 and ``F.linear`` at the model's MLP shape) and the memory bandwidth (a copy and a sum);
 2. rollout throughput at each ``--sizes`` entry (prompts x samples x new tokens; default 8x4x80 and
    16x4x256): generated tokens (EOS included) / wall time of one batched call, median over
-   ``--repeats`` calls after an untimed one-prompt warm-up, for every ``--backends`` entry; each as a
-   share of the ceiling (tokens/s x FLOPs per token from the model's shapes / matmul FLOP/s), and
-   vLLM's ratio to ``generate``;
+   ``--repeats`` calls after an untimed one-prompt warm-up, for every ``--backends`` entry; each
+   against its roofline floor (``x floor``: the call's time / the floor of its prefill and of every
+   decoding step, max(FLOPs / matmul rate, bytes / bandwidth), from the rows' real lengths; decoding a
+   135M model at these batches reads every weight once a step and is bound by memory), as a share of
+   the matmul rate alone (tokens/s x FLOPs per token / matmul FLOP/s), and vLLM's ratio to ``generate``;
 3. full training steps through the real recipe (``eapo.train.run`` on ``--step-config``, default
    configs/demo.yaml: LoRA, 2 prompts x 4 rollouts, 80 tokens) with each backend: the median step time
    after the first step, and inside it the generation phase (TRL's ``transformers.generate`` or
@@ -44,6 +46,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 BACKENDS = ("generate", "vllm", "vllm-compiled")
 TARGET_ROLLOUT_RATIO = 1.5
 TARGET_STEP_GENERATION_RATIO = 2.0
@@ -112,14 +115,16 @@ def rollout_worker(backend: str, model: str, size: str, repeats: int, config_pat
     begin = time.perf_counter()
     generator.generate(prompts[:1], k=1, max_new_tokens=8, seed=0, **sampling)  # warm-up
     warmup_s = time.perf_counter() - begin
-    calls = []
+    calls, lengths = [], []
     for seed in range(1, repeats + 1):
         begin = time.perf_counter()
         groups = generator.generate(prompts, k=k, max_new_tokens=new_tokens, seed=seed, **sampling)
         seconds = time.perf_counter() - begin
         calls.append((seconds, sum(c.num_tokens for group in groups for c in group)))
+        lengths.append([c.num_tokens for group in groups for c in group])
     tokenizer = load_tokenizer(model_path)
-    prompt_tokens = statistics.mean(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts)
+    prompt_lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    prompt_tokens = statistics.mean(prompt_lengths)
     mean_new = statistics.mean(tokens for _, tokens in calls) / (n_prompts * k)
     return {
         "tokens_per_s": statistics.median(tokens / seconds for seconds, tokens in calls),
@@ -130,6 +135,11 @@ def rollout_worker(backend: str, model: str, size: str, repeats: int, config_pat
         "mean_prompt_tokens": prompt_tokens,
         "mean_new_tokens": mean_new,
         "flops_per_token": flops_per_token(model_path, prompt_tokens + mean_new / 2),
+        "model_path": model_path,
+        "group": k,
+        "prompt_lengths": [n for n in prompt_lengths for _ in range(k)],
+        "completion_lengths": lengths,
+        "call_seconds": [seconds for seconds, _ in calls],
     }
 
 
@@ -250,11 +260,15 @@ def main() -> int:
         print(f"no vLLM build for this device: {', '.join(skipped) or 'nothing'} skipped")
 
     import torch
+    from transformers import AutoConfig
 
-    from ceiling import matmul_gflops
+    from roofline import Shapes, measure_ceilings
 
-    ceiling = matmul_gflops(1960, 576, 1536)  # SmolLM2's MLP over a demo step's tokens
-    rate = max(ceiling.values())
+    ceilings = measure_ceilings(
+        "cpu", "float32", linear_shape=(1960, 576, 1536)
+    )  # SmolLM2's MLP, a demo step
+    ceiling = ceilings.detail
+    rate = ceilings.flops_per_s / 1e9
     report: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -262,17 +276,23 @@ def main() -> int:
             "cuda": torch.cuda.is_available(),
         },
         "matmul_gflops": ceiling,
+        "ceilings": ceilings.as_dict(),
         "settings": {"model": args.model, "sizes": args.sizes, "repeats": args.repeats, "steps": args.steps},
         "rollout": {},
         "steps": {},
     }
     print(
-        f"fp32 matmul: {ceiling['matmul_2048']:.0f} GFLOP/s (2048^2), {ceiling['linear_1960x576x1536']:.0f} "
-        f"GFLOP/s (F.linear 1960x576x1536); ceiling {rate:.0f} GFLOP/s"
+        f"fp32 matmul: {ceiling['matmul_2048_gflops']:.0f} GFLOP/s (2048^2), {ceiling['linear_1960x576x1536_gflops']:.0f} "
+        f"GFLOP/s (F.linear 1960x576x1536); memory {ceiling['copy_gbytes_per_s']:.1f} GB/s (copy), "
+        f"{ceiling['sum_gbytes_per_s']:.1f} GB/s (sum): rate {rate:.0f} GFLOP/s, bandwidth "
+        f"{ceilings.bytes_per_s / 1e9:.1f} GB/s"
     )
-    print(f"\nrollout, {args.model} float32, tokens/s (median of {args.repeats}) and share of the ceiling:")
     print(
-        f"{'size':>10}  {'backend':<14} {'tokens/s':>9} {'s/call':>7} {'load s':>7} {'share':>6} {'x generate':>10}"
+        f"\nrollout, {args.model} float32, tokens/s (median of {args.repeats}), x its roofline floor, share of the matmul rate:"
+    )
+    print(
+        f"{'size':>10}  {'backend':<14} {'tokens/s':>9} {'s/call':>7} {'load s':>7} {'floor s':>7} {'x floor':>7} "
+        f"{'share':>6} {'x generate':>10}"
     )
     for size in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         results = report["rollout"].setdefault(size, {})
@@ -283,12 +303,23 @@ def main() -> int:
                 print(f"{size:>10}  {backend:<14} failed: {result['error'].strip().splitlines()[-1]}")
                 continue
             result["share_of_ceiling"] = result["tokens_per_s"] * result["flops_per_token"] / (rate * 1e9)
+            shapes = Shapes(AutoConfig.from_pretrained(result["model_path"]), weight_bytes=4)
+            floors = [
+                shapes.generation_floor(result["prompt_lengths"], completions, result["group"], ceilings)[
+                    "floor_s"
+                ]
+                for completions in result["completion_lengths"]
+            ]
+            result["floor_s"] = statistics.median(floors)
+            result["x_floor"] = statistics.median(
+                seconds / floor for seconds, floor in zip(result["call_seconds"], floors, strict=True)
+            )
             base = results.get("generate", {}).get("tokens_per_s")
             if base and backend != "generate":
                 result["ratio_to_generate"] = result["tokens_per_s"] / base
             print(
                 f"{size:>10}  {backend:<14} {result['tokens_per_s']:9.1f} {result['seconds_per_call']:7.1f} "
-                f"{result['load_s']:7.1f} {result['share_of_ceiling']:6.1%} "
+                f"{result['load_s']:7.1f} {result['floor_s']:7.2f} {result['x_floor']:7.1f} {result['share_of_ceiling']:6.1%} "
                 f"{result.get('ratio_to_generate', 1.0) if backend != 'generate' else 1.0:10.2f}"
             )
     if args.steps > 0:

@@ -2,8 +2,9 @@
 
 In one run:
 
-1. this machine's fp32 matmul rate (``torch.matmul`` 2048 x 2048 and ``F.linear`` at the model's
-   MLP shape over the step's tokens; the faster of the two is the rate every floor below uses);
+1. this machine's ceilings (bench/roofline.py): the fp32 matmul rate (``torch.matmul`` 2048 x 2048
+   and ``F.linear`` at the model's MLP shape over the step's tokens; the faster) and the memory
+   bandwidth (a copy and a sum of 512 MiB; the faster), measured in the same run after the steps;
 2. for every ``--backends`` entry (``auto``: what ``rollout.backend`` resolves to here; ``generate``)
    and every ``--variants`` entry (``trl``: TRL's fused LM head over every position; ``eapo``:
    eapo.engines.trl.policy_forward, completion positions only and the frozen layers shared with the reference),
@@ -18,19 +19,20 @@ In one run:
    old log-probs        TRL's no-grad policy pass (importance correction, mu > 1), or eapo's
                         extra entropy pass
    policy forward       the loss pass's forward (log-probs and entropies, with gradients)
-   backward             ``accelerator.backward``
+   backward             ``accelerate.backward``
    optimizer            ``optimizer.step()``
    other                the rest of the step (loss maths, H_t and weights, clipping, logging)
    ===================  =========================================================================
 
-   and the arithmetic each phase needs, counted from the model's shapes and the step's real
-   (unpadded) tokens, 2 FLOPs per multiply-add: decoder matmuls and causal attention per token, the
-   LM head only where a token is scored (each completion token; the last prompt token in
-   generation), one prefill per distinct prompt; a backward of a LoRA run is the input gradient
-   through the adapted layers and the LM head (adapter FLOPs, < 2% here, are left out), of a full
-   fine-tune twice the forward. The floor is that count at the measured rate; the ratio is time /
-   floor. The step's floor is the sum of its phases' (reward, optimizer, sync and other have no
-   matmul floor, so their time counts against it). The first step of each run (warm-up, start-up)
+   and the FLOPs and bytes each phase needs, counted from the model's shapes and the step's real
+   (unpadded) tokens (bench/roofline.py): 2 FLOPs per multiply-add of the decoder's matmuls and
+   causal attention, the LM head only where a token is scored, one prefill per distinct prompt;
+   every weight read once per pass and micro-batch, once per decoding step, the KV cache once per
+   decoded token; a LoRA backward is the input gradient through the adapted layers and the LM head,
+   a full fine-tune's twice the forward; AdamW 28 bytes per trainable parameter. A phase's floor is
+   max(FLOPs / matmul rate, bytes / bandwidth) (decoding: summed step by step); the ratio is time /
+   floor. The step's floor is the sum of its phases' (reward, sync and other have none, so their time
+   counts against it). The first step of each run (warm-up, start-up)
    is not timed; the table shows the median of the others.
 
     python bench/step.py [--config configs/demo.yaml] [--backends auto,generate] [--variants trl,eapo]
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -75,7 +78,6 @@ PHASES = (
     "optimizer",
     "other",
 )
-MATMUL_PHASES = ("generation", "reference log-probs", "old log-probs", "policy forward", "backward")
 VARIANTS = {
     "trl": ["train.lm_head=trl"],
     "eapo": ["train.lm_head=eapo", "train.share_frozen_layers=true"],
@@ -89,67 +91,48 @@ QUICK_OVERRIDES = [
 ]
 TARGET_RATIO = 2.0
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from roofline import Ceilings, Shapes, measure_ceilings, optimizer_cost  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------
 # The floor: the machine's matmul rate and each phase's arithmetic
 # ----------------------------------------------------------------------------------------------
 
 
-class Shapes:
-    """FLOP counts of one causal decoder from its config (2 FLOPs per multiply-add)."""
-
-    def __init__(self, config: Any) -> None:
-        self.hidden = config.hidden_size
-        self.layers = config.num_hidden_layers
-        self.vocab = config.vocab_size
-        self.intermediate = config.intermediate_size
-        heads = config.num_attention_heads
-        self.head_dim = getattr(config, "head_dim", None) or self.hidden // heads
-        kv = getattr(config, "num_key_value_heads", None) or heads
-        self.heads = heads
-        linear = self.hidden * heads * self.head_dim * 2 + 2 * self.hidden * kv * self.head_dim
-        self.layer_linear = 2 * (linear + 3 * self.hidden * self.intermediate)  # per token, one layer
-
-    def layer_forward(self, length: int) -> float:
-        """One layer over a causal sequence of ``length`` tokens (matmuls + QK^T and AV)."""
-        attention = 2 * 2 * self.heads * self.head_dim * length * (length + 1) / 2
-        return self.layer_linear * length + attention
-
-    def lm_head(self, tokens: int) -> float:
-        return 2.0 * self.hidden * self.vocab * tokens
-
-    def decode(self, prompt: int, completion: int) -> float:
-        """``completion`` tokens decoded one by one after a cached ``prompt``."""
-        contexts = completion * prompt + completion * (completion + 1) / 2
-        attention = 2 * 2 * self.heads * self.head_dim * contexts
-        return self.layers * (self.layer_linear * completion + attention) + self.lm_head(completion)
-
-
-def phase_flops(shapes: Shapes, batch: dict[str, Any], adapted_layers: int | None) -> dict[str, float]:
-    """The arithmetic each phase of one step needs (see the module docstring)."""
+def phase_floors(
+    shapes: Shapes,
+    batch: dict[str, Any],
+    adapted_layers: int | None,
+    micro_batch_size: int,
+    trainable_params: int,
+    ceilings: Ceilings,
+) -> dict[str, dict[str, float]]:
+    """Each phase's FLOPs, bytes and floor in one step (see the module docstring)."""
     prompts, completions, group = batch["prompt_lengths"], batch["completion_lengths"], batch["group_size"]
-    scored = sum(completions)
-    forward = sum(
-        shapes.layers * shapes.layer_forward(p + c) for p, c in zip(prompts, completions, strict=True)
-    )
-    forward += shapes.lm_head(scored)
-    distinct = prompts[::group]
-    generation = sum(shapes.layers * shapes.layer_forward(p) + shapes.lm_head(1) for p in distinct)
-    generation += sum(shapes.decode(p, c) for p, c in zip(prompts, completions, strict=True))
-    if adapted_layers is None:  # full fine-tune: input and weight gradients everywhere
-        backward = 2 * forward
-    else:
-        backward = sum(
-            adapted_layers * shapes.layer_forward(p + c) for p, c in zip(prompts, completions, strict=True)
-        )
-        backward += shapes.lm_head(scored)
-    return {
-        "generation": generation,
-        "reference log-probs": forward if batch["reference"] else 0.0,
-        "old log-probs": forward if batch["old_logps"] else 0.0,
+    micro = math.ceil(len(prompts) / max(micro_batch_size, 1))
+    generation = shapes.generation_floor(prompts, completions, group, ceilings)
+    forward = shapes.forward_cost(prompts, completions, micro)
+    costs = {
+        "reference log-probs": forward if batch["reference"] else (0.0, 0.0),
+        "old log-probs": forward if batch["old_logps"] else (0.0, 0.0),
         "policy forward": forward,
-        "backward": backward,
+        "backward": shapes.backward_cost(prompts, completions, micro, adapted_layers),
+        "optimizer": optimizer_cost(trainable_params),
     }
+    out = {
+        "generation": {
+            "flops": generation["flops"],
+            "bytes": generation["bytes"],
+            "floor_s": generation["floor_s"],
+        }
+    }
+    for name, (flops, bytes_) in costs.items():
+        out[name] = {
+            "flops": flops,
+            "bytes": bytes_,
+            "floor_s": ceilings.floor_s(flops, bytes_) if flops or bytes_ else 0.0,
+        }
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -271,14 +254,17 @@ def step_worker(
     clock = PhaseClock()
     batches: list[dict[str, Any]] = []
     _instrument(clock, batches)
+    trainable = {"params": 0}
 
     class Steps(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             clock.current = defaultdict(float)
             clock.started = time.perf_counter()
 
-        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
             self._optimizer = time.perf_counter()
+            if model is not None and not trainable["params"]:
+                trainable["params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
 
         def on_optimizer_step(self, args, state, control, **kwargs):
             clock.add("optimizer", time.perf_counter() - self._optimizer)
@@ -321,6 +307,8 @@ def step_worker(
         "batches": batches,
         "adapted_layers": adapted,
         "model_path": model_path,
+        "micro_batch_size": config.train.micro_batch_size,
+        "trainable_params": trainable["params"],
         "losses": [row["loss"] for row in metrics if "loss" in row],
         "entropies": [row["entropy/rollout"] for row in metrics if "entropy/rollout" in row],
     }
@@ -341,26 +329,48 @@ def _spawn(*args: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 
-def summarise(result: dict[str, Any], rate_gflops: float) -> dict[str, Any]:
-    """Median phase times over the timed steps, with FLOPs, floors and ratios."""
+def summarise(result: dict[str, Any], ceilings: Ceilings) -> dict[str, Any]:
+    """Median phase times over the timed steps, with FLOPs, bytes, floors and ratios."""
     from transformers import AutoConfig
 
-    shapes = Shapes(AutoConfig.from_pretrained(result["model_path"]))
+    shapes = Shapes(AutoConfig.from_pretrained(result["model_path"]), weight_bytes=4)  # fp32 on a CPU
     timed = list(range(1, len(result["steps"]))) or [0]  # the first step warms up
-    flops = [phase_flops(shapes, result["batches"][i], result["adapted_layers"]) for i in timed]
-    phases: dict[str, dict[str, float | None]] = {}
+    floors = [
+        phase_floors(
+            shapes,
+            result["batches"][i],
+            result["adapted_layers"],
+            result["micro_batch_size"],
+            result["trainable_params"],
+            ceilings,
+        )
+        for i in timed
+    ]
+    phases: dict[str, dict[str, Any]] = {}
     for name in PHASES:
         if name == "other":
             continue
         seconds = statistics.median(result["steps"][i].get(name, 0.0) for i in timed)
-        gflop = None
-        if name in MATMUL_PHASES:
-            gflop = statistics.median(step[name] / 1e9 for step in flops)
-        phases[name] = {"s": seconds, "gflop": gflop}
+        phase: dict[str, Any] = {"s": seconds, "gflop": None, "gb": None, "floor_s": None, "bound": None}
+        if name in floors[0] and (floors[0][name]["flops"] or floors[0][name]["bytes"]):
+            flops = statistics.median(f[name]["flops"] for f in floors)
+            bytes_ = statistics.median(f[name]["bytes"] for f in floors)
+            phase.update(
+                gflop=flops / 1e9,
+                gb=bytes_ / 1e9,
+                floor_s=statistics.median(f[name]["floor_s"] for f in floors),
+                bound=ceilings.bound(flops, bytes_),
+            )
+        phases[name] = phase
     step_s = statistics.median(result["steps"][i]["step"] for i in timed)
-    phases["other"] = {"s": max(step_s - sum(p["s"] for p in phases.values()), 0.0), "gflop": None}
+    phases["other"] = {
+        "s": max(step_s - sum(p["s"] for p in phases.values()), 0.0),
+        "gflop": None,
+        "gb": None,
+        "floor_s": None,
+        "bound": None,
+    }
     for phase in phases.values():
-        phase["floor_s"] = phase["gflop"] / rate_gflops if phase["gflop"] else None
         phase["ratio"] = phase["s"] / phase["floor_s"] if phase["floor_s"] else None
     floor = sum(p["floor_s"] or 0.0 for p in phases.values())
     return {
@@ -369,7 +379,12 @@ def summarise(result: dict[str, Any], rate_gflops: float) -> dict[str, Any]:
         "variant": result["variant"],
         "timed_steps": len(timed),
         "phases": {name: phase for name, phase in phases.items() if phase["s"] > 0 or phase["gflop"]},
-        "step": {"s": step_s, "gflop": sum(p["gflop"] or 0.0 for p in phases.values()), "floor_s": floor},
+        "step": {
+            "s": step_s,
+            "gflop": sum(p["gflop"] or 0.0 for p in phases.values()),
+            "gb": sum(p["gb"] or 0.0 for p in phases.values()),
+            "floor_s": floor,
+        },
         "step_ratio": step_s / floor if floor else None,
         "losses": result["losses"],
         "entropies": result["entropies"],
@@ -394,17 +409,19 @@ def print_table(report: dict[str, Any]) -> None:
         f"median of {report['timed_steps']} step(s), {report['tokens']['sequences']} sequences, "
         f"prompt {report['tokens']['prompt_mean']:.0f} + completion {report['tokens']['completion_mean']:.0f} tokens"
     )
-    print(f"| {'phase':<20} | {'time s':>7} | {'GFLOP':>7} | {'floor s':>7} | {'× floor':>7} |")
-    print(f"|{'-' * 22}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|")
+    print(
+        f"| {'phase':<20} | {'time s':>7} | {'GFLOP':>7} | {'GB':>7} | {'floor s':>7} | {'bound':>7} | {'× floor':>7} |"
+    )
+    print(f"|{'-' * 22}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|")
     for name, phase in report["phases"].items():
         print(
-            f"| {name:<20} | {phase['s']:7.2f} | {_fmt(phase['gflop'], '7.1f')} | "
-            f"{_fmt(phase['floor_s'], '7.2f')} | {_fmt(phase['ratio'], '7.1f')} |"
+            f"| {name:<20} | {phase['s']:7.2f} | {_fmt(phase['gflop'], '7.1f')} | {_fmt(phase['gb'], '7.2f')} | "
+            f"{_fmt(phase['floor_s'], '7.3f')} | {phase['bound'] or '—':>7} | {_fmt(phase['ratio'], '7.1f')} |"
         )
     step = report["step"]
     print(
-        f"| {'**step**':<20} | {step['s']:7.2f} | {step['gflop']:7.1f} | {step['floor_s']:7.2f} | "
-        f"{_fmt(report['step_ratio'], '7.2f')} |"
+        f"| {'**step**':<20} | {step['s']:7.2f} | {step['gflop']:7.1f} | {step['gb']:7.2f} | {step['floor_s']:7.3f} | "
+        f"{'':>7} | {_fmt(report['step_ratio'], '7.2f')} |"
     )
 
 
@@ -460,8 +477,6 @@ def main() -> int:
 
     from transformers import AutoConfig
 
-    from ceiling import matmul_gflops
-
     print(f"# bench/step.py: {args.config}, {args.steps} steps per run")
     results = []
     methods = [m.strip() for m in (args.methods or "").split(",") if m.strip()]
@@ -493,12 +508,18 @@ def main() -> int:
     model_config = AutoConfig.from_pretrained(results[0]["model_path"])
     first = results[0]["batches"][0]
     tokens = int(sum(first["prompt_lengths"]) + sum(first["completion_lengths"]))
-    rates = matmul_gflops(tokens, model_config.hidden_size, model_config.intermediate_size)
-    rate = max(rates.values())
-    print("matmul ceiling (fp32, best of 5): " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items()))
+    ceilings = measure_ceilings(
+        "cpu", "float32", linear_shape=(tokens, model_config.hidden_size, model_config.intermediate_size)
+    )
+    print(
+        f"ceilings (fp32, best of 5): matmul {ceilings.flops_per_s / 1e9:.0f} GFLOP/s, memory "
+        f"{ceilings.bytes_per_s / 1e9:.1f} GB/s ("
+        + ", ".join(f"{k} {v:.1f}" for k, v in ceilings.detail.items())
+        + ")"
+    )
     reports = []
     for result in results:
-        report = summarise(result, rate)
+        report = summarise(result, ceilings)
         if "method" in result:
             report["method"] = result["method"]
             print(f"\n# algorithm.method={result['method']}")
@@ -554,9 +575,7 @@ def main() -> int:
                 f"{after['entropies'][:1]}"
             )
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"rates_gflops": rates, "rate_gflops": rate, "runs": reports}, indent=2)
-        )
+        Path(args.json).write_text(json.dumps({"ceilings": ceilings.as_dict(), "runs": reports}, indent=2))
     return 0
 
 

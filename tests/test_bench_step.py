@@ -30,7 +30,12 @@ def test_step_bench_quick_reports_every_phase_against_its_floor(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["rate_gflops"] == max(report["rates_gflops"].values()) > 0
+    ceilings = report["ceilings"]  # the roofline's two rates, measured in the same run
+    rates = [v for k, v in ceilings["detail"].items() if k.endswith("_gflops")]
+    assert ceilings["flops_per_s"] == max(rates) * 1e9 > 0
+    bandwidths = [ceilings["detail"]["copy_gbytes_per_s"], ceilings["detail"]["sum_gbytes_per_s"]]
+    assert ceilings["bytes_per_s"] == max(bandwidths) * 1e9 > 0
+    flops_s, bytes_s = ceilings["flops_per_s"], ceilings["bytes_per_s"]
     runs = {run["variant"]: run for run in report["runs"]}
     assert set(runs) == {"trl", "eapo"} and all(run["backend_ran"] == "generate" for run in runs.values())
     for run in runs.values():
@@ -44,9 +49,21 @@ def test_step_bench_quick_reports_every_phase_against_its_floor(tmp_path):
             "optimizer",
         ):
             assert phases[name]["s"] > 0, name
-        for name in ("generation", "reference log-probs", "policy forward", "backward"):
-            assert phases[name]["gflop"] > 0 and phases[name]["floor_s"] > 0, name
-            assert phases[name]["ratio"] == phases[name]["s"] / phases[name]["floor_s"]
+        for name in ("generation", "reference log-probs", "policy forward", "backward", "optimizer"):
+            phase = phases[name]
+            assert phase["gflop"] > 0 and phase["gb"] > 0 and phase["floor_s"] > 0, name
+            assert phase["ratio"] == phase["s"] / phase["floor_s"]
+            # a roofline: no less than either side (generation sums each decoding step's larger side)
+            roof = max(phase["gflop"] * 1e9 / flops_s, phase["gb"] * 1e9 / bytes_s)
+            if name == "generation":
+                assert phase["floor_s"] >= roof * (1 - 1e-9)
+            else:
+                assert phase["floor_s"] == pytest.approx(roof, rel=1e-9)
+                assert phase["bound"] == (
+                    "compute" if phase["gflop"] * 1e9 / flops_s >= phase["gb"] * 1e9 / bytes_s else "memory"
+                )
+        # decoding the tiny model at this batch reads every weight once a step: bound by memory
+        assert phases["generation"]["gb"] * 1e9 / bytes_s > phases["generation"]["gflop"] * 1e9 / flops_s
         # the reference and the policy pass do the same arithmetic; LoRA on 1 of 2 layers: the backward
         # is the input gradient through one layer and the LM head, less than the forward
         assert phases["reference log-probs"]["gflop"] == phases["policy forward"]["gflop"]
