@@ -69,7 +69,7 @@ print("device:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else
 EOF
 
 if [[ $MODE == dry ]]; then
-    MODEL=random:qwen2.5-mini; PROMPTS=4; GEN=2; NEW=16; STEPS=3; REPEATS=1; MB=8
+    MODEL=random:qwen2.5-mini; PROMPTS=2; GEN=2; NEW=8; STEPS=3; REPEATS=1; MB=4
     T_TESTS=300; T_TRAIN=300; T_BENCH=300
     EXTRA=(--allow-cpu)
 else
