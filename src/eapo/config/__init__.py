@@ -1,6 +1,6 @@
 """The typed configuration tree of an ``eapo train`` run, loaded from YAML with ``key=value`` overrides.
 
-Sections: ``model``, ``data``, ``rollout``, ``reward``, ``algorithm``, ``train``, ``logging``. Every
+Sections: ``model``, ``data``, ``rollout``, ``reward``, ``algorithm``, ``train``, ``logging``, ``verl``. Every
 field has a one-line help string and states, next to it, what it admits: ``valid=`` one of
 :func:`at_least`, :func:`above`, :func:`between`, :func:`one_of`, :data:`NON_EMPTY`,
 :func:`satisfies`, or :data:`ANY_OF_TYPE` where every value of its type is valid (a new field
@@ -17,6 +17,7 @@ One module per concern; every name is importable from ``eapo.config``:
 * :mod:`eapo.config.reward` — the ``reward`` section and its LLM judge (``reward.judge``);
 * :mod:`eapo.config.algorithm` — the ``algorithm`` section: method, weights, objective, entropy controls;
 * :mod:`eapo.config.train` — the ``train`` and ``logging`` sections;
+* :mod:`eapo.config.verl` — the ``verl`` section (``verl.workers``);
 * :mod:`eapo.config.tree` — :class:`RunConfig`, the tree of sections, and its validation;
 * :mod:`eapo.config.load` — YAML files, ``key=value`` overrides, :func:`load_config`, :func:`dump_config`.
 """
@@ -57,6 +58,7 @@ from eapo.config.tree import (
     reward_settings,
     setting_fields,
 )
+from eapo.config.verl import VerlConfig
 
 # In the order the module held them before it became a package (the API reference lists them so).
 __all__ = [
@@ -86,6 +88,7 @@ __all__ = [
     "TrainConfig",
     "TRACKERS",
     "LoggingConfig",
+    "VerlConfig",
     "RunConfig",
     "setting_fields",
     "allowed",

@@ -15,6 +15,7 @@ from eapo.config.fields import ConfigError, allowed, coerce, is_section, one_of,
 from eapo.config.reward import RewardConfig
 from eapo.config.rollout import DataConfig, ModelConfig, RolloutConfig
 from eapo.config.train import LoggingConfig, TrainConfig
+from eapo.config.verl import VerlConfig
 from eapo.core.settings import SettingError
 from eapo.core.step import step_problems
 from eapo.rewards import LIGHT_COMPONENTS, make_reward
@@ -35,6 +36,7 @@ class RunConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    verl: VerlConfig = field(default_factory=VerlConfig)
 
     def validate(self) -> RunConfig:
         """Check every setting against what its field admits (``valid`` in the field's metadata), then

@@ -197,6 +197,7 @@ def test_the_plugin_reads_the_section_as_the_config_means_it(method):
         ("train.max_steps=-1", "train.max_steps"),
         ("rollout.vllm_importance_correction=token_mask", "rollout.vllm_importance_correction"),
         ('rollout.stop=["${x}"]', "rollout.stop"),  # Hydra would read it as an interpolation
+        ("verl.workers=3", "verl.workers=3"),  # 2 prompts x 4 rollouts do not split over 3 workers
     ],
 )
 def test_a_setting_verl_cannot_honour_is_refused_before_anything_is_written(tmp_path, override, named):
@@ -208,6 +209,34 @@ def test_a_setting_verl_cannot_honour_is_refused_before_anything_is_written(tmp_
     with pytest.raises(ConfigError, match="cannot run on verl: " + named.replace(".", r"\.")):
         run(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_workers_are_verls_gpus_per_node_and_ray_gets_as_many(tmp_path):
+    """verl.workers sets trainer.n_gpus_per_node (one FSDP worker and one vLLM replica per logical GPU)
+    and, on a CPU, as many logical GPUs for Ray; unset it is 1 on a CPU. The step's completions must
+    split over the workers in whole micro-batches."""
+    base = ["engine=verl", "train.prompts_per_step=2", "rollout.num_generations=4"]
+    one = overrides_of(load_config(DEMO, [*base, "train.micro_batch_size=4"]), tmp_path)
+    assert (one["trainer.n_gpus_per_node"], one["+ray_kwargs.ray_init.num_gpus"]) == ("1", "1")
+    config = load_config(DEMO, [*base, "verl.workers=2", "train.micro_batch_size=4"])
+    assert verl_problems(config) == []
+    two = overrides_of(config, tmp_path)
+    assert (two["trainer.n_gpus_per_node"], two["+ray_kwargs.ray_init.num_gpus"]) == ("2", "2")
+    assert int(two["ray_kwargs.ray_init.num_cpus"]) >= 3 * 2 + 2  # a bundle of 3 per worker, the loops
+    (problem,) = verl_problems(load_config(DEMO, [*base, "verl.workers=2", "train.micro_batch_size=8"]))
+    assert problem.startswith("verl.workers=2") and "train.micro_batch_size=8" in problem
+    with pytest.raises(ConfigError, match=r"verl.workers=0 is invalid; valid: an integer >= 1"):
+        load_config(DEMO, ["verl.workers=0"])
+
+
+def test_more_workers_than_gpus_is_refused_naming_the_setting(tmp_path):
+    from eapo.engines.verl.launch import num_workers
+
+    config = load_config(DEMO, ["engine=verl", "verl.workers=64"])
+    assert num_workers(config, cpu=True) == 64
+    with pytest.raises(ConfigError, match=r"verl.workers=64 but \d+ GPUs are present"):
+        num_workers(config, cpu=False)
+    assert num_workers(load_config(DEMO, ["engine=verl"]), cpu=True) == 1
 
 
 def test_loss_types_map_to_the_same_aggregation():

@@ -42,6 +42,13 @@ def test_cpu_overrides_compose_with_verls_config():
     assert config.trainer.device == "cpu" and config.ray_kwargs.ray_init.num_gpus == 1
     assert (rollout.name, rollout.enforce_eager, rollout.enable_sleep_mode) == ("vllm", True, False)
     assert rollout.max_model_len == 128
+    assert config.trainer.n_gpus_per_node == 1
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        two = compose(config_name="ppo_trainer", overrides=platform.cpu_overrides(workers=2))
+    assert (two.trainer.n_gpus_per_node, two.ray_kwargs.ray_init.num_gpus) == (2, 2)
+    assert two.ray_kwargs.ray_init.num_cpus == 11  # a bundle of 3 CPUs per worker, 5 for the rest
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        platform.cpu_overrides(workers=0)
 
 
 def test_tested_versions_pass():

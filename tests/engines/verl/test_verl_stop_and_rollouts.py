@@ -36,15 +36,18 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from eapo.engines.verl import EAPOVerlTrainer  # noqa: E402
 from eapo.engines.verl import reward as verl_reward  # noqa: E402
+from eapo.engines.verl.agent_loop import seed_of_request  # noqa: E402
 from eapo.engines.verl.rollouts import (  # noqa: E402
     AGENT_LOOP_NAME,
     COMPLETION_TOKENS_FIELD,
     STOP_FIELD,
     RolloutLog,
     eos_token_ids,
+    request_seed,
     rollout_stops,
     stop_reason_metrics,
     stop_reason_of,
+    with_seed,
     with_stops,
 )
 from eapo.run_dir import ROLLOUT_KEYS, read_rollouts  # noqa: E402
@@ -135,8 +138,9 @@ class RecordingServer:
         return TokenOutput(token_ids=self.token_ids, log_probs=log_probs, stop_reason="completed")
 
 
-def run_agent_loop(verl_config, tokenizer, response: str, stops: list[str] | None):
-    """eapo's agent loop, instantiated from verl's registry as verl's agent-loop worker does, on one prompt."""
+def run_agent_loop(verl_config, tokenizer, response: str, stops: list[str] | None, **fields):
+    """eapo's agent loop, instantiated from verl's registry as verl's agent-loop worker does, on one prompt
+    (``fields``: what verl's v1 agent-loop worker adds to its arguments, e.g. ``global_steps``)."""
     if stops is not None:
         verl_config.actor_rollout_ref.rollout.custom = {"stop": stops}
     server = RecordingServer(words(tokenizer, response))
@@ -156,6 +160,7 @@ def run_agent_loop(verl_config, tokenizer, response: str, stops: list[str] | Non
         return await loop.run(
             {"temperature": 1.0, "top_p": 1.0, "logprobs": True},
             raw_prompt=[{"role": "user", "content": "question"}],
+            **fields,
         )
 
     return asyncio.run(run()), server
@@ -185,6 +190,34 @@ def test_the_agent_loop_without_stop_strings_is_verls(verl_config, tiny_tokenize
     assert output.response_ids == words(tiny_tokenizer, "drink water rest and see")
     assert output.extra_fields[STOP_FIELD] == []
     assert output.extra_fields[COMPLETION_TOKENS_FIELD] == 5
+
+
+def test_each_request_gets_a_seed_from_the_run_seed_step_prompt_and_sample(verl_config, tiny_tokenizer):
+    """What verl's v1 agent-loop worker passes every agent loop (the step, the dataset row and split, the
+    sample's session) and rollout.seed give vLLM's per-request seed: the same in a second run (a resume
+    included), different when any of the five differs."""
+    verl_config.actor_rollout_ref.rollout.seed = 7
+    fields = {"global_steps": 3, "index": 5, "session_id": 2, "extra_info": {"split": "train", "index": 5}}
+    _, server = run_agent_loop(verl_config, tiny_tokenizer, "drink water", None, **fields)
+    seed = server.calls[0]["sampling_params"]["seed"]
+    assert seed == request_seed(7, 3, "train", 5, 2) == seed_of_request(7, fields)
+    assert 0 <= seed < 2**63
+    _, again = run_agent_loop(verl_config, tiny_tokenizer, "drink water", None, **fields)
+    assert again.calls[0]["sampling_params"]["seed"] == seed
+    others = {
+        request_seed(8, 3, "train", 5, 2),
+        request_seed(7, 4, "train", 5, 2),
+        request_seed(7, 3, "dev", 5, 2),
+        request_seed(7, 3, "train", 6, 2),
+        request_seed(7, 3, "train", 5, 3),
+    }
+    assert seed not in others and len(others) == 5
+    group = {request_seed(0, 1, "train", 0, sample) for sample in range(64)}
+    assert len(group) == 64  # the n samples of a prompt are not one sample repeated
+    # a seed already in verl's sampling parameters is kept; without the step, verl's sampling is left alone
+    assert with_seed({"seed": 1}, seed) == {"seed": 1}
+    assert seed_of_request(7, {"index": 5, "session_id": 2}) is None
+    assert seed_of_request(None, fields) is None
 
 
 # --- the reward ------------------------------------------------------------------------------------

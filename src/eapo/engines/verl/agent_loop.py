@@ -1,13 +1,17 @@
 """``eapo_single_turn_agent``: verl's single-turn agent loop with stop strings (:mod:`eapo.engines.verl.rollouts`).
 
 verl 0.9.1 has no stop-string setting: its agent loops build vLLM's sampling parameters themselves.
-This loop is verl's ``single_turn_agent`` with three additions, so that a run with stop strings ends
+This loop is verl's ``single_turn_agent`` with four additions, so that a run with stop strings ends
 every rollout by :mod:`eapo.runtime.stop`'s rule, as the TRL engine and ``eapo eval`` do:
 
 1. vLLM gets ``stop`` (``actor_rollout_ref.rollout.custom.stop``) and ``include_stop_str_in_output=True``;
 2. the response is cut after the token that completes the first stop string (vLLM stopped there
    already; a token that straddles the string is kept, as vLLM keeps it), its log-probs and mask with it;
-3. ``extra_fields`` carries the stop strings and the response's length in tokens, which verl's ``naive``
+3. every request gets vLLM's per-request ``seed`` (:func:`eapo.engines.verl.rollouts.request_seed`), from
+   ``actor_rollout_ref.rollout.seed``, the step (``global_steps``), the prompt's split and dataset row
+   (``extra_info.split``, ``index``) and the sample's number (``session_id``), which verl's v1 trainer
+   passes to every agent loop: two runs of one seed sample the same tokens;
+4. ``extra_fields`` carries the stop strings and the response's length in tokens, which verl's ``naive``
    reward manager passes to :func:`eapo.engines.verl.compute_score` in ``extra_info``.
 
 Select it with ``actor_rollout_ref.rollout.agent.default_agent_loop=eapo_single_turn_agent`` (``eapo train
@@ -26,12 +30,15 @@ from eapo.engines.verl.rollouts import (
     AGENT_LOOP_NAME,
     COMPLETION_TOKENS_FIELD,
     STOP_FIELD,
+    _get,
     kept_tokens,
+    request_seed,
     rollout_stops,
+    with_seed,
     with_stops,
 )
 
-__all__ = ["EAPOSingleTurnAgentLoop", "cut_output"]
+__all__ = ["EAPOSingleTurnAgentLoop", "cut_output", "seed_of_request"]
 
 
 def cut_output(output: AgentLoopOutput, decode: Any, stops: tuple[str, ...]) -> AgentLoopOutput:
@@ -50,6 +57,17 @@ def cut_output(output: AgentLoopOutput, decode: Any, stops: tuple[str, ...]) -> 
     return output
 
 
+def seed_of_request(run_seed: Any, kwargs: dict[str, Any]) -> int | None:
+    """The request's seed from what verl's v1 trainer hands an agent loop (``global_steps``, ``index``,
+    ``extra_info``, ``session_id``); None where one is missing (verl's legacy agent-loop path, which
+    passes no step or sample number): vLLM then samples as verl has it."""
+    step, index, sample = kwargs.get("global_steps"), kwargs.get("index"), kwargs.get("session_id")
+    if run_seed is None or step is None or index is None or sample is None:
+        return None
+    split = _get(kwargs.get("extra_info"), "split", "") or ""
+    return request_seed(int(run_seed), int(step), str(split), int(index), int(sample))
+
+
 @register(AGENT_LOOP_NAME)
 class EAPOSingleTurnAgentLoop(SingleTurnAgentLoop):
     """verl's single-turn loop that stops at ``actor_rollout_ref.rollout.custom.stop`` (see the module)."""
@@ -62,5 +80,7 @@ class EAPOSingleTurnAgentLoop(SingleTurnAgentLoop):
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
-        output = await super().run(with_stops(sampling_params, self.stops), priority=priority, **kwargs)
+        seed = seed_of_request(_get(self.rollout_config, "seed"), kwargs)
+        params = with_seed(with_stops(sampling_params, self.stops), seed)
+        output = await super().run(params, priority=priority, **kwargs)
         return cut_output(output, self._decode, self.stops)

@@ -81,6 +81,7 @@ __all__ = [
     "VerlRunError",
     "verl_problems",
     "verl_overrides",
+    "num_workers",
     "verl_metrics_row",
     "prepare_launch",
     "prepare_model",
@@ -246,6 +247,14 @@ def verl_problems(config: RunConfig) -> list[str]:
         problems.append(f"model.dtype={m.dtype!r}: verl's FSDP engine runs float32 or bfloat16 here")
     if t.eval_steps and t.eval_sampling not in ("greedy", "sample"):
         problems.append(f"train.eval_sampling={t.eval_sampling!r}: verl validates greedy or sampled")
+    workers = config.verl.workers or 1
+    completions = t.prompts_per_step * r.num_generations
+    if completions % workers or (completions // workers) % t.micro_batch_size:
+        problems.append(
+            f"verl.workers={workers}: verl splits each step's train.prompts_per_step × rollout.num_generations "
+            f"= {completions} completions evenly over the workers, each share a multiple of "
+            f"train.micro_batch_size={t.micro_batch_size}; choose workers and micro_batch_size that divide it"
+        )
     interpolated = [stop for stop in r.stop if "${" in stop]
     if interpolated:
         problems.append(
@@ -541,25 +550,50 @@ def verl_overrides(
     if r.stop:
         kwargs["stop"] = list(r.stop)  # also in the agent loop's extra_info; explicit for any reward manager
     args += _nested(reward, kwargs)
+    workers = num_workers(config, cpu=cpu)
     if cpu:
         from eapo.engines.verl.platform import cpu_overrides
 
         max_len = config.data.max_prompt_tokens + r.max_completion_tokens
         platform = cpu_overrides(
-            max_model_len=r.vllm_max_model_length or max_len, max_num_seqs=max(completions, 16)
+            max_model_len=r.vllm_max_model_length or max_len,
+            max_num_seqs=max(completions, 16),
+            workers=workers,
         )
         ours = {arg.split("=", 1)[0] for arg in args}
         args += [arg for arg in platform if arg.split("=", 1)[0] not in ours]  # the config's value wins
     else:
-        import torch
-
         args += [
             "trainer.nnodes=1",
-            f"trainer.n_gpus_per_node={max(1, torch.cuda.device_count())}",
+            f"trainer.n_gpus_per_node={workers}",
             f"{rollout}.name=vllm",
             f"{rollout}.tensor_model_parallel_size=1",
         ]
     return args
+
+
+def num_workers(config: RunConfig, *, cpu: bool) -> int:
+    """``verl.workers``, or where unset the GPUs present (1 on a CPU): verl's ``trainer.n_gpus_per_node``.
+
+    Raises:
+        ConfigError: ``verl.workers`` asks for more GPUs than this machine has.
+    """
+    if config.verl.workers is not None:
+        if not cpu:
+            import torch
+
+            present = torch.cuda.device_count()
+            if config.verl.workers > present:
+                raise ConfigError(
+                    f"verl.workers={config.verl.workers} but {present} GPUs are present; one worker per GPU",
+                    key="verl.workers",
+                )
+        return config.verl.workers
+    if cpu:
+        return 1
+    import torch
+
+    return max(1, torch.cuda.device_count())
 
 
 # --------------------------------------------------------------------------------------------
@@ -807,6 +841,10 @@ def run_verl(
         check_versions()
     except RuntimeError as error:
         raise VerlRunError(str(error)) from None
+    import torch
+
+    cpu = not torch.cuda.is_available()
+    num_workers(config, cpu=cpu)  # more workers than GPUs: refused before anything is written
     run_dir = Path(output_dir)
     _check_resume(config, run_dir, resume)
     layout = VerlLayout(run_dir)
@@ -816,11 +854,8 @@ def run_verl(
         raise VerlRunError(f"{run_dir} has already finished (final/ exists)")
 
     # 2. Inputs.
-    import torch
-
     from eapo.runtime.models import resolve_model
 
-    cpu = not torch.cuda.is_available()
     layout.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / CONFIG_FILE, dump_config(config))
     truncate_metrics(run_dir, start_step)  # metrics.jsonl and rollouts.jsonl: nothing after the checkpoint

@@ -107,24 +107,34 @@ def cpu_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def cpu_overrides(
-    *, max_model_len: int = 256, max_num_seqs: int = 16, num_cpus: int = 8, loop_workers: int = 1
+    *,
+    max_model_len: int = 256,
+    max_num_seqs: int = 16,
+    num_cpus: int | None = None,
+    loop_workers: int = 1,
+    workers: int = 1,
 ) -> list[str]:
-    """verl's Hydra overrides of a run on this platform: one node, one logical GPU (Ray's resource pools
-    always ask for ``GPU``), FSDP2 actor and reference, SDPA attention, and vLLM's CPU build in eager
-    mode without sleep mode (which needs CUDA), sized by ``max_model_len`` and ``max_num_seqs`` (the
-    sequences vLLM batches at once).
+    """verl's Hydra overrides of a run on this platform: one node, ``workers`` logical GPUs (Ray's
+    resource pools always ask for ``GPU``: one FSDP worker per logical GPU, sharding the actor and the
+    reference over gloo, each with a vLLM replica beside it), FSDP2 actor and reference, SDPA attention,
+    and vLLM's CPU build in eager mode without sleep mode (which needs CUDA), sized by ``max_model_len``
+    and ``max_num_seqs`` (the sequences vLLM batches at once).
 
-    ``num_cpus`` is the CPU count declared to Ray (logical: each worker group's bundle asks for 3);
-    ``loop_workers`` the number of agent-loop and reward-loop workers (verl starts 8 of each, a Ray
-    process of about 0.7 GB apiece). The model, data, algorithm and batch sizes are the caller's.
+    ``num_cpus`` is the CPU count declared to Ray (logical: each worker's bundle asks for 3, the loop
+    workers 1 each; default ``5 + 3 * workers``); ``loop_workers`` the number of agent-loop and
+    reward-loop workers (verl starts 8 of each, a Ray process of about 0.7 GB apiece). The model, data,
+    algorithm and batch sizes are the caller's.
     """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     rollout = "actor_rollout_ref.rollout"
+    num_cpus = 5 + 3 * workers if num_cpus is None else num_cpus
     return [
         "trainer.device=cpu",
         "trainer.nnodes=1",
-        "trainer.n_gpus_per_node=1",
+        f"trainer.n_gpus_per_node={workers}",
         f"ray_kwargs.ray_init.num_cpus={num_cpus}",
-        "+ray_kwargs.ray_init.num_gpus=1",
+        f"+ray_kwargs.ray_init.num_gpus={workers}",
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.ref.strategy=fsdp2",
         "actor_rollout_ref.model.use_remove_padding=False",

@@ -18,6 +18,11 @@ verl's extension point of the rollout config, which verl itself never reads) and
   hand those fields to ``compute_score`` in ``extra_info``: the reward cuts the text at the stop string
   and passes the length to the composite as ``completion_lengths`` (what the ``overlong`` penalty reads).
 
+**A seed per request** (:func:`request_seed`, :func:`with_seed`): the agent loop gives each request
+vLLM's ``seed``, derived from ``actor_rollout_ref.rollout.seed`` (``train.seed``), the step, the prompt's
+split and dataset row and the sample's number, so that two runs of one config and seed, and a resumed
+run against an uninterrupted one, sample the same tokens from the same weights.
+
 **Why a rollout ended** (:func:`eapo.runtime.stop.stop_reason_of`, :data:`eapo.runtime.stop.STOP_REASONS`): ``string`` when
 its decoded text contains a stop string, else ``eos`` when its last token is an end-of-sequence id (the
 tokenizer's or the generation config's, the ids vLLM stops on), else ``cap``. The trainer logs the shares
@@ -32,6 +37,7 @@ built by :func:`eapo.run_dir.rollout_records` from the rows the trainer reads ba
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -52,6 +58,8 @@ __all__ = [
     "STOP_REASON_METRICS",
     "rollout_stops",
     "with_stops",
+    "request_seed",
+    "with_seed",
     "kept_tokens",
     "eos_token_ids",
     "stop_reason_of",
@@ -96,6 +104,29 @@ def with_stops(sampling_params: Mapping[str, Any], stops: Sequence[str]) -> dict
         earlier = list(params.get("stop") or [])
         params["stop"] = earlier + [stop for stop in stops if stop not in earlier]
         params["include_stop_str_in_output"] = True
+    return params
+
+
+def request_seed(run_seed: int, step: int, split: str, index: int, sample: int) -> int:
+    """vLLM's per-request ``seed`` for sample ``sample`` of the prompt at dataset row ``index`` of split
+    ``split`` at step ``step`` of a run seeded ``run_seed``: a 63-bit hash of the five, the same in
+    every run and launch (a resume included), different for every request of a run.
+
+    verl 0.9.1 gives vLLM no per-request seed (``rollout.seed`` seeds the server's engine, whose one
+    random stream is then consumed in whatever order requests are scheduled), or, with
+    ``rollout.full_determinism``, the same seed to every request, which makes the ``n`` samples of a
+    prompt one sample repeated. Seeded per request, a request's tokens depend only on the weights, the
+    prompt and this seed."""
+    key = f"eapo/{int(run_seed)}/{int(step)}/{split}/{int(index)}/{int(sample)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
+
+
+def with_seed(sampling_params: Mapping[str, Any], seed: int | None) -> dict[str, Any]:
+    """A copy of verl's sampling parameters with vLLM's per-request ``seed`` (unchanged for ``None``; a
+    seed already there is kept)."""
+    params = dict(sampling_params)
+    if seed is not None:
+        params.setdefault("seed", seed)
     return params
 
 
