@@ -318,7 +318,9 @@ def _why_missing(roles: Sequence[str], progress: Mapping[str, tuple[int, int]]) 
     parts = []
     for role in roles:
         done, planned = progress.get(role, (0, 0))
-        if done < planned or not planned:
+        if not planned:
+            parts.append(f"{CONFIGURATIONS.get(role, role)}: no run")
+        elif done < planned:
             parts.append(f"{CONFIGURATIONS.get(role, role)}: {done} of {planned} runs finished")
     return ("not all runs finished (" + "; ".join(parts) + ")") if parts else "the metric was not logged"
 
