@@ -172,6 +172,7 @@ def test_entropy_drives_the_positive_weight(verl_config, in_memory_tq):
     assert metrics == pytest.approx(
         {
             "entropy/rollout": 1.2,
+            "entropy/rollout_tokens": sum(LENGTHS),  # every rollout's tokens, whichever worker held it
             "eapo/w_pos": 0.2,
             "eapo/w_neg": 1.0,
             "eapo/H0": 1.2,
@@ -229,6 +230,7 @@ def test_verl_path_gives_the_shared_batch_its_hand_derived_entropy(agg, verl_con
     trainer._compute_advantage(batch, metrics=metrics)
     assert metrics["entropy/rollout"] == pytest.approx(entropy_batch.H_T[agg], rel=1e-6)
     assert metrics["eapo/H0"] == metrics["entropy/rollout"]
+    assert metrics["entropy/rollout_tokens"] == sum(map(sum, masks))  # the padding row counts in neither
 
 
 def test_entropy_agg_default_and_errors(verl_config):
@@ -358,6 +360,7 @@ def test_verl_path_gives_the_shared_step_its_hand_derived_decision(verl_config, 
             [expected["advantages"][row] if rows[row] else 0.0 for row in order]  # padding: masked to 0
         )
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        assert metrics.pop("entropy/rollout_tokens") == sum(map(sum, masks))  # verl's own, beside TRL's keys
         assert metrics == pytest.approx(expected["metrics"], rel=1e-6)
         # with TRL's epsilon (1e-4), the estimator gives the TRL trainer's advantages on the same batch
         trl = entropy_batch.step_expected(t, eps=1e-4)

@@ -148,6 +148,11 @@ def cpu_overrides(
         f"{rollout}.max_model_len={max_model_len}",
         f"{rollout}.max_num_seqs={max_num_seqs}",
         f"{rollout}.max_num_batched_tokens={max(max_model_len, max_num_seqs)}",
+        # no chunked prefill: vLLM drops the token sampled for a prompt whose prefill was cut and rewinds
+        # the request's generator (``gen.set_offset(gen.get_offset() - 4)``, v1/worker/gpu_model_runner.py),
+        # which a CPU generator cannot do: a seeded request (eapo's agent loop seeds each one) then fails
+        # with "CPU Generator does not use offset". Whole prompts only (max_num_batched_tokens >= max_model_len).
+        f"{rollout}.enable_chunked_prefill=False",
         f"{rollout}.agent.num_workers={loop_workers}",
         f"reward.num_workers={loop_workers}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",

@@ -12,6 +12,10 @@ and logs::
 
     eapo/w_pos  eapo/w_neg  eapo/H0  eapo/frac_positive  eapo/num_unscored  entropy/rollout
 
+and ``entropy/rollout_tokens``, the number of response tokens ``H_t`` averages over: the step's whole
+batch, read back from the TransferQueue, so every data-parallel worker's rollouts count (verl's
+old-log-prob pass writes each worker's shard there)
+
 (the keys of :class:`eapo.engines.trl.trainer.EAPOTrainer`; ``eapo/H0`` is the scheme's anchor for ``eapo`` and
 the first step's entropy for the fixed schemes). The step's decision — ``(w+, w-)``, ``H_0``, the
 split, these metrics and the state — is :class:`eapo.core.step.EAPOStep`'s, the one the TRL trainer
@@ -110,6 +114,11 @@ ENTROPY_FIELD = "entropy"
 WEIGHTING_STATE_FILE = STATE_FILE
 
 
+#: The number of response tokens ``H_t`` (``entropy/rollout``) averages over, the step's whole batch
+#: (every data-parallel worker's rollouts), logged by the ``eapo`` trainer.
+ENTROPY_TOKENS_METRIC = "entropy/rollout_tokens"
+
+
 def batch_entropy(data: Any, agg: str) -> float | None:
     """``H_t`` of a TransferQueue batch (a TensorDict of jagged ``entropy`` and ``response_mask``), or
     None when it has no per-token ``entropy``."""
@@ -199,6 +208,8 @@ class EAPOVerlTrainer(PPOTrainerSync):
         )  # the step's decision, H_0, the controls' state, metrics
         #: the controls' inputs to this step's update (EAPOStep.control_inputs), None before the step
         self.step_inputs: dict[str, dict[str, float]] | None = None
+        #: the response tokens this step's H_t averages over (ENTROPY_TOKENS_METRIC), None before it
+        self._entropy_tokens: int | None = None
         rollout_correction = config.algorithm.get("rollout_correction", None) or {}
         if rollout_correction.get("bypass_mode", False):
             if self.weighting.needs_entropy:
@@ -268,7 +279,11 @@ class EAPOVerlTrainer(PPOTrainerSync):
     # --- the one step EAPO changes ---------------------------------------------------------------
 
     def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        self._entropy_tokens = None
         entropy = self._rollout_entropy(batch)  # H_t, from this step's old-log-prob pass
+        if entropy is not None and self._entropy_tokens is not None:
+            # the response tokens H_t averages over: every data-parallel worker's, read back whole
+            metrics[ENTROPY_TOKENS_METRIC] = self._entropy_tokens
         # verl's synthetic rows (a batch padded to the data-parallel size), by the tags of the batch sampled
         padding = torch.tensor(
             [bool(tag.get("is_padding", False)) for tag in batch.tags or []], dtype=torch.bool
@@ -337,6 +352,8 @@ class EAPOVerlTrainer(PPOTrainerSync):
         data = trainer_base.tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=[ENTROPY_FIELD, "response_mask"]
         )
+        if "response_mask" in data.keys():
+            self._entropy_tokens = int(data.select("response_mask").to_padded_tensor()["response_mask"].sum())
         return batch_entropy(data, self.settings.entropy_agg)
 
     # --- checkpoints: the scheme's state beside verl's -------------------------------------------
