@@ -24,30 +24,27 @@ def test_controller_by_hand_with_both_clips():
     """kp = 1, ki = 0.1, target 0.8 × H_0 = 1.6. Each observe: e = H − 1.6, α ← clip(e + 0.1 · I), I ← I + e.
     H = 2.0: e = 0.4, α = 0.4, I = 0.4;  H = 1.0: e = −0.6, α = −0.6 + 0.04 = −0.56, I = −0.2;
     H = 1.3: e = −0.3, α = −0.3 − 0.02 = −0.32, I = −0.5;  H = 3.5: e = 1.9, α = clip(1.85) = 1, I = 1.4;
-    H = 0.0: e = −1.6, α = clip(−1.46) = −1, I = −0.2."""
+    H = 0.0: e = −1.6, α = clip(−1.46) = −1, I = −0.2. Core's step observes H_t first, so the update of
+    step t applies the α of step t's own error (the reference's α_k = clip(Kp · e_k + Ki · I_{k−1}))."""
     controller = EntroPICController(kp=1.0, ki=0.1, target_ratio=0.8)
-    assert controller.loss_inputs() == {"entropic_alpha": 0.0}  # step 1: nothing measured yet
+    assert controller.observe_first
     with pytest.raises(ValueError, match="anchor"):
         controller.observe(1.0)
     controller.anchor(2.0)
     assert controller.target == pytest.approx(1.6)
     controller.anchor(5.0)  # anchored once
     assert controller.target == pytest.approx(1.6)
-    applied, alphas, integrals, errors = [], [], [], []
+    applied, integrals, errors = [], [], []
     for entropy in (2.0, 1.0, 1.3, 3.5, 0.0):
+        controller.observe(entropy)  # core's order for this control: observe H_t, then the update's inputs
         applied.append(controller.loss_inputs()["entropic_alpha"])
-        controller.observe(entropy)
         metrics = controller.metrics()
-        assert metrics["entropic/alpha"] == applied[-1]  # the α this step's update applied
-        alphas.append(controller.alpha)
+        assert metrics["entropic/alpha"] == applied[-1]  # the α this step's update applies
         integrals.append(metrics["entropic/integral"])
         errors.append(metrics["entropic/error"])
     assert errors == pytest.approx([0.4, -0.6, -0.3, 1.9, -1.6])
-    assert alphas == pytest.approx([0.4, -0.56, -0.32, 1.0, -1.0])
+    assert applied == pytest.approx([0.4, -0.56, -0.32, 1.0, -1.0])
     assert integrals == pytest.approx([0.4, -0.2, -0.5, 1.4, -0.2])
-    # step t applies the α computed at step t − 1 (the reference's α of that step, one step late)
-    assert applied == pytest.approx([0.0, 0.4, -0.56, -0.32, 1.0])
-    assert controller.loss_inputs() == {"entropic_alpha": pytest.approx(-1.0)}
 
 
 def test_a_fixed_target_is_not_anchored_and_gains_zero_keep_alpha_zero():
@@ -110,9 +107,10 @@ def test_resume_keeps_the_integral_and_refuses_other_settings():
         EntroPICController(kp=0.5, ki=0.2, threshold=0.9, target=1.0).load_state_dict(state)
 
 
-def test_core_step_applies_last_steps_alpha_then_moves_the_controller():
-    """Through EAPOStep (both engines' path): anchored at H_0 by the step, α of step t from H up to t − 1,
-    the metrics logged after observe, and the state saved under controls.entropic."""
+def test_core_step_moves_the_controller_then_applies_this_steps_alpha():
+    """Through EAPOStep (both engines' path): anchored at H_0 by the step, α of step t from H up to t (the
+    controller observes H_t before the update's inputs are taken), the metrics logged after observe, and the
+    state saved under controls.entropic."""
     values = resolve_controls("entropic", {})
     states = control_states(values)
     assert set(states) == {"entropic"}
@@ -125,12 +123,17 @@ def test_core_step_applies_last_steps_alpha_then_moves_the_controller():
         step.step(scores, index, entropy)
         inputs.append(step.control_inputs(entropy))
         logged.append(step.control_metrics)
-    # target = H_0 = 2: e = 0, 0.5, −0.5; α after each: 0, 0.5, −0.5 + 0.01 · 0.5 = −0.495; I = 0, 0.5, 0
-    assert [i["entropic"]["entropic_alpha"] for i in inputs] == pytest.approx([0.0, 0.0, 0.5])
+    # target = H_0 = 2: e = 0, 0.5, −0.5; α = e + 0.01 · I_{t−1} = 0, 0.5, −0.5 + 0.01 · 0.5 = −0.495;
+    # I = 0, 0.5, 0. Each step's update applies its own α (one step earlier than before issue 48).
+    assert [i["entropic"]["entropic_alpha"] for i in inputs] == pytest.approx([0.0, 0.5, -0.495])
     assert logged == [
         {"entropic/alpha": 0.0, "entropic/integral": 0.0, "entropic/error": 0.0},
-        {"entropic/alpha": 0.0, "entropic/integral": 0.5, "entropic/error": 0.5},
-        {"entropic/alpha": 0.5, "entropic/integral": pytest.approx(0.0), "entropic/error": -0.5},
+        {"entropic/alpha": 0.5, "entropic/integral": 0.5, "entropic/error": 0.5},
+        {
+            "entropic/alpha": pytest.approx(-0.495),
+            "entropic/integral": pytest.approx(0.0),
+            "entropic/error": -0.5,
+        },
     ]
     assert step.state_dict()["controls"]["entropic"]["alpha"] == pytest.approx(-0.495)
     resumed = EAPOStep(make_weighting("grpo"), method="entropic", controls=control_states(values))
@@ -341,7 +344,7 @@ def _closed_loop_with_eapo(w0: float, start: float, *, ki: float = 0.01, steps: 
     """A stand-in for training: the rollout entropy responds to EAPO's positive weight and to EntroPIC's α
     as H_{t+1} = H_t · exp(η (w* − w+_t) − κ α_t), η = 0.05, κ = 0.3, w* = 0.5 (it rises while w+ is below
     the balancing weight w*, and α > 0 sharpens it). EntroPIC (target H_0) runs through core's step on
-    EAPO's weights: each update gets the α of the entropies before it. H_0 = 2 is anchored at step 1, then
+    EAPO's weights: each update gets the α of the entropies up to its own. H_0 = 2 is anchored at step 1, then
     the entropy starts at ``start`` × H_0. Returns every step's H / H_0."""
     controller = EntroPICController(ki=ki)
     step = EAPOStep(make_weighting("eapo", w0=w0), controls={"entropic": controller})

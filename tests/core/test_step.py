@@ -225,17 +225,66 @@ def test_control_inputs_give_each_update_its_input_then_move_the_state_with_h_t(
 
 
 def test_group_quantile_is_the_inverse_empirical_cdf_by_hand():
-    """G = 5, K = 0.4: position ceil(2) − 1 = 1, the 2nd smallest (F(x) = 2/5 >= 0.4 first there). K = 0.5:
-    ceil(2.5) − 1 = 2. K = 0 is the minimum, K = 1 the maximum; ties share the value."""
+    """inverse_cdf, G = 5, K = 0.4: position ceil(2) − 1 = 1, the 2nd smallest (F(x) = 2/5 >= 0.4 first
+    there). K = 0.5: ceil(2.5) − 1 = 2. K = 0 is the minimum, K = 1 the maximum; ties share the value."""
     from eapo.core.advantages import group_quantile
 
     rows = torch.tensor([[0.9, 0.1, 0.5, 0.3, 0.7], [1.0, 0.0, 0.0, 1.0, 1.0]], dtype=torch.float64)
-    assert group_quantile(rows, 0.4).flatten().tolist() == [0.3, 0.0]
-    assert group_quantile(rows, 0.5).flatten().tolist() == [0.5, 1.0]
-    assert group_quantile(rows, 0.0).flatten().tolist() == [0.1, 0.0]
-    assert group_quantile(rows, 1.0).flatten().tolist() == [0.9, 1.0]
+    assert group_quantile(rows, 0.4, "inverse_cdf").flatten().tolist() == [0.3, 0.0]
+    assert group_quantile(rows, 0.5, "inverse_cdf").flatten().tolist() == [0.5, 1.0]
+    assert group_quantile(rows, 0.0, "inverse_cdf").flatten().tolist() == [0.1, 0.0]
+    assert group_quantile(rows, 1.0, "inverse_cdf").flatten().tolist() == [0.9, 1.0]
     with pytest.raises(ValueError, match=r"quantile_k must lie in \[0, 1\]"):
         group_quantile(rows, 1.5)
+    with pytest.raises(ValueError, match="unknown quantile_method 'nearest'; known: linear, inverse_cdf"):
+        group_quantile(rows, 0.4, "nearest")
+
+
+def test_group_quantile_linear_interpolates_as_the_reference_by_hand():
+    """linear (the default; QAE's code, torch.quantile), G = 5: position K·(G − 1). K = 0.4: 1.6, between
+    the sorted 0.3 and 0.5: 0.3 + 0.6 · 0.2 = 0.42, and between 0 and 1 for the binary row: 0.6. K = 0.5:
+    position 2, a reward itself (0.5 and 1). K = 0 and 1: the minimum and the maximum."""
+    from eapo.core.advantages import group_quantile
+
+    rows = torch.tensor([[0.9, 0.1, 0.5, 0.3, 0.7], [1.0, 0.0, 0.0, 1.0, 1.0]], dtype=torch.float64)
+    assert group_quantile(rows, 0.4).flatten().tolist() == pytest.approx([0.42, 0.6], abs=1e-12)
+    assert group_quantile(rows, 0.4, "linear").flatten().tolist() == pytest.approx([0.42, 0.6], abs=1e-12)
+    assert group_quantile(rows, 0.5).flatten().tolist() == pytest.approx([0.5, 1.0], abs=1e-12)
+    assert group_quantile(rows, 0.0).flatten().tolist() == [0.1, 0.0]
+    assert group_quantile(rows, 1.0).flatten().tolist() == [0.9, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("method", "baseline", "positive"), [("linear", 0.2, [1, 0, 0, 1]), ("inverse_cdf", 0.0, [1, 1, 1, 1])]
+)
+def test_the_two_quantile_methods_at_the_papers_group_size(method, baseline, positive):
+    """The paper's N = 4, binary rewards with p = 0.5, QAE's K = 0.4 (issue 48): linear reads position
+    0.4 · 3 = 1.2 of [0, 0, 1, 1], 0 + 0.2 · (1 − 0) = 0.2, so the failures move too (−0.2/σ) and are D−;
+    inverse_cdf reads position ceil(1.6) − 1 = 1, the reward 0, so the failures sit at the baseline
+    (advantage 0, D+) and only the successes move. σ = std([1, 0, 0, 1]) = sqrt(1/3) (unbiased), + 1e-6."""
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
+    step = EAPOStep(make_weighting("qae"), quantile_method=method)
+    assert (step.split_by, step.quantile_k, step.quantile_method) == ("quantile", 0.4, method)
+    advantages, metrics = step.step(scores, [0] * 4, None)
+    sigma = math.sqrt(1 / 3) + 1e-6
+    expected = [(r - baseline) / sigma for r in scores.tolist()]
+    assert advantages.tolist() == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert step.last_split[0].int().tolist() == positive
+    assert metrics["eapo/frac_positive"] == sum(positive) / 4
+    assert EAPOStep(make_weighting("qae")).quantile_method == "linear"  # the qae preset's: the reference's
+
+
+def test_quantile_method_applies_only_with_the_quantile_split():
+    with pytest.raises(ValueError, match="quantile_method=inverse_cdf applies only with split_by=quantile"):
+        EAPOStep(make_weighting("grpo"), quantile_method="inverse_cdf")
+    EAPOStep(make_weighting("grpo"), quantile_method="linear")  # the default, written out: fine
+    with pytest.raises(ValueError, match="quantile_method='mode' is invalid; valid: linear, inverse_cdf"):
+        EAPOStep(make_weighting("grpo"), split_by="quantile", quantile_method="mode")
+    from eapo.config import load_config
+
+    config = load_config(None, ["algorithm.method=qae", "algorithm.quantile_method=inverse_cdf"])
+    assert config.algorithm.quantile_method == "inverse_cdf"
+    assert load_config(None, []).algorithm.quantile_method == "linear"
 
 
 def test_quantile_split_is_qaes_two_regimes_on_binary_rewards():

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 # The maths lives in one module per concern; everything is importable from ``eapo.core``.
 from eapo.core.advantages import (
+    QUANTILE_METHODS,
     AdvantageScale,
     group_advantages,
     polarity_weighted_advantages,
@@ -79,6 +80,7 @@ from eapo.core.weighting import (
 
 __all__ = [
     "AdvantageScale",
+    "QUANTILE_METHODS",
     "group_advantages",
     "positive_mask",
     "weight_advantages",
@@ -169,6 +171,7 @@ __all__ += [
 # state): :mod:`eapo.core.step`.
 from eapo.core.step import (  # noqa: E402
     METRIC_KEYS,
+    QUANTILE_SETTINGS,
     STATE_FILE,
     STEP_SETTINGS,
     EAPOStep,
@@ -180,6 +183,7 @@ from eapo.core.step import (  # noqa: E402
 
 __all__ += [
     "METRIC_KEYS",
+    "QUANTILE_SETTINGS",
     "STATE_FILE",
     "STEP_SETTINGS",
     "EAPOStep",

@@ -37,22 +37,44 @@ def _check_rewards(rewards: torch.Tensor, group_size: int) -> None:
         )
 
 
-def group_quantile(grouped: torch.Tensor, k: float) -> torch.Tensor:
-    """QAE's baseline: each row's ``K``-quantile as a sample value, ``(P, 1)`` from ``(P, G)``: the smallest
-    reward ``x`` of the row with ``F(x) = #{r <= x} / G >= K`` (the inverse of the empirical CDF: sorted
-    rewards at position ``ceil(K·G) − 1``, clamped to the row). Continuous rewards get one of their own
-    values; ties share it (every reward equal to the quantile has advantage 0). With binary rewards and
-    success rate ``p`` it is 0 when ``p <= 1 − K`` (hard prompts: only successes move) and 1 otherwise
-    (easy prompts: only failures move), QAE's two regimes (arXiv 2509.22611, K = 0.4)."""
+#: How :func:`group_quantile` reads the K-quantile off a group's rewards: ``linear`` interpolates between
+#: the two sorted rewards around position ``K·(G − 1)`` (``torch.quantile``'s default, what QAE's reference
+#: code computes); ``inverse_cdf`` takes the smallest reward ``x`` with ``#{r <= x} / G >= K``.
+QUANTILE_METHODS: tuple[str, ...] = ("linear", "inverse_cdf")
+
+
+def group_quantile(grouped: torch.Tensor, k: float, method: str = "linear") -> torch.Tensor:
+    """QAE's baseline: each row's ``K``-quantile, ``(P, 1)`` from ``(P, G)`` rewards, read as ``method``
+    (:data:`QUANTILE_METHODS`):
+
+    * ``"linear"`` (QAE's reference code, ``torch.quantile``): the sorted rewards interpolated at position
+      ``K·(G − 1)``, so between two rewards of the group when ``K·(G − 1)`` is not whole;
+    * ``"inverse_cdf"``: the inverse of the empirical CDF, the smallest reward ``x`` of the row with
+      ``F(x) = #{r <= x} / G >= K`` (sorted rewards at position ``ceil(K·G) − 1``, clamped to the row),
+      always one of the group's own rewards.
+
+    Ties at the quantile share it (every reward equal to it has advantage 0). With binary rewards, success
+    rate ``p`` and ``inverse_cdf`` it is 0 when ``p <= 1 − K`` (hard prompts: only successes move) and 1
+    otherwise (easy prompts: only failures move), QAE's two regimes (arXiv 2509.22611, K = 0.4);
+    ``linear`` agrees except where the interpolation position falls between a failure and a success
+    (G = 4, K = 0.4, p = 0.5: position 1.2 of [0, 0, 1, 1], baseline 0.2 where ``inverse_cdf`` gives 0)."""
     if not 0.0 <= k <= 1.0:
         raise ValueError(f"quantile_k must lie in [0, 1], got {k}")
+    if method == "linear":
+        return torch.quantile(grouped, k, dim=1, keepdim=True, interpolation="linear")
+    if method != "inverse_cdf":
+        raise ValueError(f"unknown quantile_method {method!r}; known: {', '.join(QUANTILE_METHODS)}")
     size = grouped.shape[1]
     position = min(max(math.ceil(k * size - 1e-9) - 1, 0), size - 1)
     return grouped.sort(dim=1).values[:, position : position + 1]
 
 
 def _centred(
-    rewards: torch.Tensor, group_size: int, by: str = "mean", quantile_k: float = 0.4
+    rewards: torch.Tensor,
+    group_size: int,
+    by: str = "mean",
+    quantile_k: float = 0.4,
+    quantile_method: str = "linear",
 ) -> torch.Tensor:
     """``r_i - centre(group)`` of shape ``(num_prompts, G)``, with rounding noise snapped to exactly 0.
 
@@ -67,7 +89,7 @@ def _centred(
     elif by == "median":
         centre = torch.quantile(grouped, 0.5, dim=1, keepdim=True)
     elif by == "quantile":
-        centre = group_quantile(grouped, quantile_k)
+        centre = group_quantile(grouped, quantile_k, quantile_method)
     else:
         raise ValueError(f"unknown split {by!r}; known: 'mean' (the paper), 'median', 'quantile'")
     centred = grouped - centre  # [P, G]
@@ -85,9 +107,11 @@ def group_advantages(
     eps: float = 1e-6,
     centre: Literal["mean", "quantile"] = "mean",
     quantile_k: float = 0.4,
+    quantile_method: str = "linear",
 ) -> torch.Tensor:
     """Group-relative advantages (GRPO; Section 2.2 of the EAPO paper, ``A_i = (r_i - r̄_x)/(σ_x + ε)``);
-    ``centre="quantile"``: QAE's ``A_i = (r_i − Q_K(x))/(σ_x + ε)`` with :func:`group_quantile`.
+    ``centre="quantile"``: QAE's ``A_i = (r_i − Q_K(x))/(σ_x + ε)`` with :func:`group_quantile`
+    (``quantile_k``, ``quantile_method``).
 
     Args:
         rewards: ``(B,)`` with ``B = num_prompts * group_size``; each prompt's rollouts contiguous.
@@ -107,7 +131,9 @@ def group_advantages(
     _check_rewards(rewards, group_size)
     if centre not in ("mean", "quantile"):
         raise ValueError(f"unknown advantage centre {centre!r}; known: 'mean' (GRPO), 'quantile' (QAE)")
-    centred = _centred(rewards, group_size, by=centre, quantile_k=quantile_k)  # [P, G] float64
+    centred = _centred(
+        rewards, group_size, by=centre, quantile_k=quantile_k, quantile_method=quantile_method
+    )  # [P, G] float64
     grouped = rewards.detach().to(torch.float64).view(-1, group_size)
     if scale == "group":
         advantages = centred / (grouped.std(dim=1, keepdim=True) + eps)
@@ -134,6 +160,7 @@ def positive_mask(
     *,
     by: Literal["mean", "median", "quantile"] = "mean",
     quantile_k: float = 0.4,
+    quantile_method: str = "linear",
 ) -> torch.Tensor:
     """The paper's polarity split: True for D+ = {i : r_i >= r̄_x}, False for D- (Section 2.2).
 
@@ -141,14 +168,15 @@ def positive_mask(
         rewards: ``(B,)``, groups contiguous.
         group_size: ``G`` (>= 2).
         by: ``"mean"`` (the paper), ``"median"`` (robust to outliers; beyond the paper) or ``"quantile"``
-            (QAE's ``K``-quantile, ``quantile_k``: :func:`group_quantile`).
+            (QAE's ``K``-quantile, ``quantile_k``, read as ``quantile_method``: :func:`group_quantile`).
 
     Returns:
         ``(B,)`` bool. A reward equal to the group centre is positive even when float rounding puts
         the computed centre a hair above it; a group of equal rewards is all positive.
     """
     _check_rewards(rewards, group_size)
-    return (_centred(rewards, group_size, by=by, quantile_k=quantile_k) >= 0).reshape(-1)
+    centred = _centred(rewards, group_size, by=by, quantile_k=quantile_k, quantile_method=quantile_method)
+    return (centred >= 0).reshape(-1)
 
 
 def weight_advantages(

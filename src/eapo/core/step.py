@@ -29,11 +29,13 @@ from typing import Any, Literal
 
 import torch
 
+from eapo.core.advantages import QUANTILE_METHODS
 from eapo.core.entropy import ENTROPY_AGGREGATIONS
 from eapo.core.settings import Setting, between, check_settings, one_of, settings_by_name
 
 __all__ = [
     "STEP_SETTINGS",
+    "QUANTILE_SETTINGS",
     "ADVANTAGE_EPS",
     "STATE_FILE",
     "METRIC_KEYS",
@@ -65,9 +67,10 @@ STEP_SETTINGS: dict[str, Setting] = settings_by_name(
         Setting(
             "quantile_k",
             float,
-            "split_by=quantile: K of the group's K-quantile baseline (the inverse empirical CDF: a reward of the "
-            "group). With binary rewards and success rate p, prompts with p <= 1 − K move only their successes, "
-            "the others only their failures.",
+            "split_by=quantile: K of the group's K-quantile baseline (read as quantile_method). With binary "
+            "rewards and success rate p, prompts with p <= 1 − K move only their successes, the others only "
+            "their failures (exactly so under inverse_cdf; linear interpolates where K·(G − 1) falls between a "
+            "failure and a success).",
             between(0, 1),
             default=0.4,
             citation="QAE, Wu et al. 2025 (arXiv 2509.22611): K = 0.4",
@@ -80,6 +83,25 @@ STEP_SETTINGS: dict[str, Setting] = settings_by_name(
             one_of(*ENTROPY_AGGREGATIONS),
             default="token-mean",
             citation="eapo's definition of the paper's rollout entropy",
+        ),
+    ]
+)
+
+#: How the quantile split reads the K-quantile, declared apart from :data:`STEP_SETTINGS` until the verl
+#: plugin's ``algorithm.eapo`` takes it (verl's step then uses this default, the reference's rule).
+QUANTILE_SETTINGS: dict[str, Setting] = settings_by_name(
+    [
+        Setting(
+            "quantile_method",
+            str,
+            "split_by=quantile: how the group's K-quantile is read off its rewards. linear (QAE's reference "
+            "code, torch.quantile): the sorted rewards interpolated at position K·(G − 1); inverse_cdf: the "
+            "smallest reward x with #{r <= x}/G >= K, always a reward of the group. They differ where the "
+            "position falls between two different rewards (G = 4, K = 0.4, binary rewards with p = 0.5: "
+            "0.2 against 0).",
+            one_of(*QUANTILE_METHODS),
+            default="linear",
+            citation="QAE, Wu et al. 2025 (arXiv 2509.22611); its code's torch.quantile",
         ),
     ]
 )
@@ -102,17 +124,21 @@ METRIC_KEYS: tuple[str, ...] = (
 
 
 def step_problems(values: Mapping[str, Any], prefix: str, scheme: str | None = None) -> list[str]:
-    """The step's settings' rule between them (one declaration for every view): ``quantile_k`` set to
-    other than its default applies only with ``split_by=quantile`` (or a ``scheme`` that splits there, qae)."""
+    """The step's settings' rule between them (one declaration for every view): ``quantile_k`` or
+    ``quantile_method`` set to other than its default applies only with ``split_by=quantile`` (or a
+    ``scheme`` that splits there, qae)."""
     from eapo.core.weighting import make_weighting
 
     implied = getattr(make_weighting(scheme), "split_by", None) if scheme is not None else None
-    k, split = values.get("quantile_k"), implied or values.get("split_by") or "mean"
-    if k is not None and k != STEP_SETTINGS["quantile_k"].default and split != "quantile":
-        return [
-            f"{prefix}quantile_k={k} applies only with {prefix}split_by=quantile (QAE); split_by is {split}"
-        ]
-    return []
+    split = implied or values.get("split_by") or "mean"
+    if split == "quantile":
+        return []
+    defaults = {**STEP_SETTINGS, **QUANTILE_SETTINGS}
+    return [
+        f"{prefix}{key}={values[key]} applies only with {prefix}split_by=quantile (QAE); split_by is {split}"
+        for key in ("quantile_k", "quantile_method")
+        if values.get(key) is not None and values[key] != defaults[key].default
+    ][:1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,6 +202,7 @@ def polarity_split(
     *,
     by: Literal["mean", "median", "quantile"] = "mean",
     quantile_k: float = 0.4,
+    quantile_method: str = "linear",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(positive, scored)``, both ``(B,)`` bool: ``r_i >= centre`` of the scored rows of its group.
 
@@ -186,7 +213,9 @@ def polarity_split(
     scored = _check(scores, index)
     positive = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
     for size, order in _scored_groups(scores, index):
-        positive[order] = positive_mask(scores[order], size, by=by, quantile_k=quantile_k).to(positive.device)
+        positive[order] = positive_mask(
+            scores[order], size, by=by, quantile_k=quantile_k, quantile_method=quantile_method
+        ).to(positive.device)
     return positive, scored
 
 
@@ -198,10 +227,11 @@ def grouped_advantages(
     eps: float = 1e-6,
     centre: Literal["mean", "quantile"] = "mean",
     quantile_k: float = 0.4,
+    quantile_method: str = "linear",
 ) -> torch.Tensor:
     """Group-relative advantages ``(B,)`` over the scored rows of each group (0 for unscored rows and
-    for groups with fewer than two scored rows): centred on the group mean (or QAE's ``quantile_k``-quantile,
-    ``centre="quantile"``: :func:`eapo.core.advantages.group_quantile`) and divided by the group's
+    for groups with fewer than two scored rows): centred on the group mean (or QAE's ``quantile_k``-quantile
+    read as ``quantile_method``, ``centre="quantile"``: :func:`eapo.core.advantages.group_quantile`) and divided by the group's
     std + ``eps`` (``group``), by the std of every scored reward of the batch + ``eps`` (``batch``,
     TRL's ``scale_rewards="batch"``) or not at all (``none``)."""
     from eapo.core.advantages import group_advantages
@@ -212,7 +242,13 @@ def grouped_advantages(
     by_group = "none" if scale == "batch" else scale
     for size, order in _scored_groups(scores, index):
         advantages[order] = group_advantages(
-            scores[order], size, scale=by_group, eps=eps, centre=centre, quantile_k=quantile_k
+            scores[order],
+            size,
+            scale=by_group,
+            eps=eps,
+            centre=centre,
+            quantile_k=quantile_k,
+            quantile_method=quantile_method,
         ).to(dtype)
     if scale == "batch":  # centred in the group, scaled by the std of every scored reward of the batch
         values = scores[scored].detach().to(torch.float64)
@@ -233,16 +269,18 @@ def grouped_polarity_advantages(
     by: Literal["mean", "median", "quantile"] = "mean",
     eps: float = 1e-6,
     quantile_k: float = 0.4,
+    quantile_method: str = "linear",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(weighted advantages, positive, scored)``, each ``(B,)``: :func:`grouped_advantages` weighted
     ``w_pos`` on D+ and ``w_neg`` on D- (:func:`polarity_split`). ``by="quantile"`` (QAE) centres the
-    advantages on the group's ``quantile_k``-quantile too; ``mean`` and ``median`` centre them on the mean
+    advantages on the group's ``quantile_k``-quantile (read as ``quantile_method``) too; ``mean`` and ``median`` centre them on the mean
     (the median moves only the split)."""
     from eapo.core.advantages import weight_advantages
 
     centre = "quantile" if by == "quantile" else "mean"
-    advantages = grouped_advantages(scores, index, scale=scale, eps=eps, centre=centre, quantile_k=quantile_k)
-    positive, scored = polarity_split(scores, index, by=by, quantile_k=quantile_k)
+    quantile = {"quantile_k": quantile_k, "quantile_method": quantile_method}
+    advantages = grouped_advantages(scores, index, scale=scale, eps=eps, centre=centre, **quantile)
+    positive, scored = polarity_split(scores, index, by=by, **quantile)
     return weight_advantages(advantages, positive, w_pos, w_neg), positive, scored
 
 
@@ -284,6 +322,9 @@ class EAPOStep:
             split where it has one (``qae``: the quantile), else the mean.
         quantile_k: with ``split_by="quantile"``, K (None: QAE's 0.4); refused with another split unless
             it is the default.
+        quantile_method: with ``split_by="quantile"``, how the K-quantile is read
+            (:data:`QUANTILE_SETTINGS`; None: ``linear``, the reference's); refused with another split
+            unless it is the default.
         controls: the run's entropy controls that keep state, by name (see :attr:`controls`).
     """
 
@@ -294,6 +335,7 @@ class EAPOStep:
         method: str | None = None,
         split_by: str | None = None,
         quantile_k: float | None = None,
+        quantile_method: str | None = None,
         controls: Mapping[str, Any] | None = None,
     ) -> None:
         implied = getattr(weighting, "split_by", None)  # a scheme with its own split (qae)
@@ -308,12 +350,17 @@ class EAPOStep:
         if split_by not in ("mean", "median", "quantile"):
             raise ValueError(f"unknown split {split_by!r}; known: 'mean' (the paper), 'median', 'quantile'")
         default_k = STEP_SETTINGS["quantile_k"].default
-        problems = step_problems({"quantile_k": quantile_k, "split_by": split_by}, "")
+        problems = step_problems(
+            {"quantile_k": quantile_k, "quantile_method": quantile_method, "split_by": split_by}, ""
+        )
         if problems:
             raise ValueError(problems[0])
         check_settings(STEP_SETTINGS, {"quantile_k": quantile_k}, "")
+        check_settings(QUANTILE_SETTINGS, {"quantile_method": quantile_method}, "")
         #: K of the quantile split (QAE), used with ``split_by="quantile"``.
         self.quantile_k = default_k if quantile_k is None else float(quantile_k)
+        #: how the K-quantile is read (:func:`eapo.core.advantages.group_quantile`), with ``split_by="quantile"``.
+        self.quantile_method: str = quantile_method or QUANTILE_SETTINGS["quantile_method"].default
         #: name -> the control's run state (``anchor(h0)``, ``state_dict()``, ``load_state_dict()``, e.g.
         #: :class:`eapo.core.AdaptiveEntropyCoef`): anchored on the first step's entropy, saved with the step.
         self.controls: dict[str, Any] = dict(controls or {})
@@ -344,7 +391,13 @@ class EAPOStep:
 
     def split(self, scores: torch.Tensor, index: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
         """``(positive (B,), split metrics)`` of this step's rewards (:func:`polarity_split`)."""
-        positive, scored = polarity_split(scores, index, by=self.split_by, quantile_k=self.quantile_k)  # type: ignore[arg-type]
+        positive, scored = polarity_split(
+            scores,
+            index,
+            by=self.split_by,  # type: ignore[arg-type]
+            quantile_k=self.quantile_k,
+            quantile_method=self.quantile_method,
+        )
         return positive, split_metrics(positive, scored)
 
     def weight_metrics(self, entropy: float | None, w_pos: float, w_neg: float) -> dict[str, float]:
@@ -384,6 +437,7 @@ class EAPOStep:
             by=self.split_by,
             eps=eps,  # type: ignore[arg-type]
             quantile_k=self.quantile_k,
+            quantile_method=self.quantile_method,
         )
         # the split the step made, for an engine that logs each rollout's polarity (rollouts.jsonl)
         self.last_split = (positive, scored)
@@ -392,10 +446,13 @@ class EAPOStep:
     def control_inputs(
         self, entropy: float | None, *, moved_by_engine: Collection[str] = ()
     ) -> dict[str, dict[str, float]]:
-        """Each control state's inputs to this step's update (``loss_inputs()``, from the entropies up to
-        step t−1), then the state moved by this step's ``H_t`` (``observe``), by control name: the
-        controls an engine lacks (:func:`eapo.core.controls.applied_by_eapo`). ``moved_by_engine``: those
-        whose state the engine moves itself (TRL's adaptive coefficient), left alone. Call after
+        """Each control state's inputs to this step's update, by control name, and the state moved by this
+        step's ``H_t`` (``observe``), for the controls an engine lacks
+        (:func:`eapo.core.controls.applied_by_eapo`). A state's inputs (``loss_inputs()``) come from the
+        entropies up to step t−1 (taken before ``observe``: the adaptive coefficient), or, for a state whose
+        ``observe_first`` is true, up to step t (taken after: EntroPIC's α, whose reference reads the
+        update's own entropy; ``H_t`` is measured before the update on both engines). ``moved_by_engine``:
+        the states the engine moves itself (TRL's adaptive coefficient), left alone. Call after
         :meth:`step` (which anchors the states at ``H_0``). A state with ``metrics()`` reports what it
         logs this step (after ``observe``) into :attr:`control_metrics`, which the engines log."""
         inputs: dict[str, dict[str, float]] = {}
@@ -407,8 +464,12 @@ class EAPOStep:
                 raise ValueError(
                     f"the entropy control {name} moves with the rollout entropy H_t, but this step has none"
                 )
-            inputs[name] = dict(state.loss_inputs())
-            state.observe(float(entropy))
+            if getattr(state, "observe_first", False):  # inputs from the entropies up to this step
+                state.observe(float(entropy))
+                inputs[name] = dict(state.loss_inputs())
+            else:  # inputs from the entropies up to the previous step
+                inputs[name] = dict(state.loss_inputs())
+                state.observe(float(entropy))
             if hasattr(state, "metrics"):  # what the control logs this step (its documented keys)
                 self.control_metrics.update(state.metrics())
         return inputs

@@ -277,14 +277,15 @@ def test_entropic_weights_the_high_probability_tokens_by_alpha(tmp_path):
     assert h0 == pytest.approx(trainer.first_entropy) and trainer._step_inputs == {
         "entropic": {"entropic_alpha": 0.0}
     }
-    # two more steps of the controller: e = 0.3 gives α = 0.3 for the update after it
-    trainer._decide(inputs, *_step_rewards(trainer), entropy=h0 + 0.3)
-    assert trainer._step_inputs == {"entropic": {"entropic_alpha": 0.0}}
+    # two more steps of the controller, each update applying its own step's α (H_t is known before it):
+    # e = −0.1 gives α = −0.1 at once; then e = 0.3 gives α = 0.3 + 0.01 · (−0.1) = 0.299
     trainer._decide(inputs, *_step_rewards(trainer), entropy=h0 - 0.1)
-    assert trainer._step_inputs == {"entropic": {"entropic_alpha": pytest.approx(0.3)}}
-    assert trainer._metrics["train"]["entropic/alpha"][-1] == pytest.approx(0.3)
+    assert trainer._step_inputs == {"entropic": {"entropic_alpha": pytest.approx(-0.1)}}
+    trainer._decide(inputs, *_step_rewards(trainer), entropy=h0 + 0.3)
+    assert trainer._step_inputs == {"entropic": {"entropic_alpha": pytest.approx(0.299)}}
+    assert trainer._metrics["train"]["entropic/alpha"][-1] == pytest.approx(0.299)
     assert trainer._metrics["train"]["entropic/integral"][-1] == pytest.approx(0.2)
-    assert controller.alpha == pytest.approx(-0.1 + 0.01 * 0.3)  # for the update after this one
+    assert controller.alpha == pytest.approx(0.299)
     old = _moved_old_logps(inputs)
     advantages = inputs["advantages"].clone()
     logp = _forward(trainer, inputs)[0].detach()
@@ -296,7 +297,7 @@ def test_entropic_weights_the_high_probability_tokens_by_alpha(tmp_path):
 
     def weighted(logp, entropies, mask):
         sign = torch.sign(advantages)[:, None]
-        return _ppo(advantages, old)(logp, entropies, mask) * (1.0 + 0.3 * sign * high)
+        return _ppo(advantages, old)(logp, entropies, mask) * (1.0 + 0.299 * sign * high)
 
     ours = _gradients(trainer, lambda: trainer.compute_loss(trainer.model, inputs))
     _assert_same(ours, _gradients(trainer, lambda: _by_hand(trainer, inputs, weighted)))
@@ -305,20 +306,22 @@ def test_entropic_weights_the_high_probability_tokens_by_alpha(tmp_path):
 
 
 def _replayed_entropic(rows, **settings):
-    """What eapo.core's EntroPIC controller logs at each step, replayed from the logged entropies."""
+    """What eapo.core's EntroPIC controller logs at each step, replayed from the logged entropies (core's
+    order for it: observe H_t, then the update's α)."""
     controller = EntroPICController(**settings)
     controller.anchor(rows[0]["entropy/rollout"])
     logged = []
     for row in rows:
-        controller.loss_inputs()
         controller.observe(row["entropy/rollout"])
+        assert controller.loss_inputs()["entropic_alpha"] == controller.metrics()["entropic/alpha"]
         logged.append(controller.metrics())
     return logged
 
 
 def test_entropic_run_logs_the_controller_replayed_from_the_rollout_entropies(tmp_path):
-    """Three steps with Kp = 0.1 and the target 0.9 × H_0 (so α leaves 0 from step 2 without clipping) and
-    a threshold the tiny model's tokens reach: the logged entropic/* are the controller's, replayed."""
+    """Three steps with Kp = 0.1 and the target 0.9 × H_0 (so α leaves 0 from step 1 without clipping) and
+    a threshold the tiny model's tokens reach: the logged entropic/* are the controller's, replayed, and
+    each step's α is from its own error."""
     config = tiny(
         "algorithm.method=entropic",
         "algorithm.entropic_kp=0.1",
@@ -333,8 +336,9 @@ def test_entropic_run_logs_the_controller_replayed_from_the_rollout_entropies(tm
         for key, value in expected.items():
             assert row[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
     h0 = rows[0]["entropy/rollout"]
-    assert rows[0]["entropic/alpha"] == 0.0
-    assert rows[1]["entropic/alpha"] == pytest.approx(0.1 * 0.1 * h0, rel=1e-6)  # e_1 = H_0 − 0.9 H_0
+    assert rows[0]["entropic/alpha"] == pytest.approx(0.1 * 0.1 * h0, rel=1e-6)  # e_1 = H_0 − 0.9 H_0
+    e2 = rows[1]["entropy/rollout"] - 0.9 * h0
+    assert rows[1]["entropic/alpha"] == pytest.approx(0.1 * e2 + 0.01 * 0.1 * h0, rel=1e-6)
     assert rows[2]["entropic/error"] == pytest.approx(rows[2]["entropy/rollout"] - 0.9 * h0, rel=1e-6)
 
 
@@ -393,7 +397,8 @@ def test_resume_keeps_the_adaptive_coefficient_and_its_anchored_target(tmp_path)
 
 def test_resume_keeps_the_entropic_integral(tmp_path):
     """A run stopped after step 2 resumes with EntroPIC's integral, α and anchored target from its
-    checkpoint: step 3 applies the uninterrupted run's α, and its integral continues from the saved one."""
+    checkpoint: step 3 applies the uninterrupted run's α (its own error plus Ki × the saved integral), and
+    its integral continues from the saved one."""
     import shutil
 
     config = tiny(
@@ -416,9 +421,11 @@ def test_resume_keeps_the_entropic_integral(tmp_path):
     (run_dir / "summary.json").unlink()
     resumed = read_metrics(run(config, run_dir, resume=True))
     assert [row["step"] for row in resumed] == [1, 2, 3]
-    assert resumed[2]["entropic/alpha"] == pytest.approx(straight[2]["entropic/alpha"], rel=1e-9)
-    assert resumed[2]["entropic/alpha"] == pytest.approx(saved["alpha"], rel=1e-9) != 0.0
+    # step 3's α now reads step 3's own H_t, which the resumed run measures again (to rounding)
+    assert resumed[2]["entropic/alpha"] == pytest.approx(straight[2]["entropic/alpha"], rel=1e-6)
+    assert saved["alpha"] == pytest.approx(straight[1]["entropic/alpha"], rel=1e-9) != 0.0  # step 2's
     error = resumed[2]["entropy/rollout"] - saved["target"]
+    assert resumed[2]["entropic/alpha"] == pytest.approx(0.1 * error + 0.01 * saved["integral"], rel=1e-6)
     assert resumed[2]["entropic/integral"] == pytest.approx(saved["integral"] + error, rel=1e-6)
     final = json.loads((run_dir / "checkpoint-3" / "eapo_state.json").read_text())["controls"]["entropic"]
     assert final["target"] == saved["target"] and final["settings"] == saved["settings"]

@@ -54,6 +54,37 @@ def test_eapo_config_defaults_are_paper_rjua_yaml_objective():
     )
 
 
+def test_eapo_config_generates_as_eapo_train_does_with_its_defaults(tmp_path):
+    """Issue 48: a TRL script's EAPOConfig() and eapo train's default tree give TRL the same completion
+    length, vLLM importance correction and quantile split (TRL's own: 512 tokens, sequence_mask)."""
+    from trl import GRPOConfig
+
+    from eapo.engines.trl.args import grpo_args
+
+    cli = grpo_args(load_config(None, []), tmp_path / "run")
+    script = _trl_config()
+    shared = (
+        "max_completion_length",
+        "vllm_importance_sampling_correction",
+        "vllm_importance_sampling_mode",
+        "vllm_importance_sampling_clip_min",
+        "vllm_importance_sampling_clip_max",
+        "split_by",
+        "quantile_k",
+        "quantile_method",
+    )
+    assert {key: getattr(script, key) for key in shared} == {key: getattr(cli, key) for key in shared}
+    assert (script.max_completion_length, script.vllm_importance_sampling_mode) == (2048, "token_truncate")
+    assert script.quantile_method == "linear"
+    qae = load_config(None, ["algorithm.method=qae", "algorithm.quantile_method=inverse_cdf"])
+    assert grpo_args(qae, tmp_path / "qae").quantile_method == "inverse_cdf"  # the tree's reaches TRL's
+    trl = GRPOConfig.__dataclass_fields__
+    assert (trl["max_completion_length"].default, trl["vllm_importance_sampling_mode"].default) == (
+        512,
+        "sequence_mask",
+    )
+
+
 def test_eapo_config_validates_the_weighting_once():
     with pytest.raises(ValueError, match="valid: grpo, psr, nsr, w_reinforce, qae, eapo, eapo_pi"):
         _trl_config(method="ppo")
@@ -63,6 +94,11 @@ def test_eapo_config_validates_the_weighting_once():
         _trl_config(split_by="mode")
     with pytest.raises(ValueError, match="entropy_agg='sum' is invalid"):
         _trl_config(entropy_agg="sum")
+    with pytest.raises(ValueError, match="quantile_method='mode' is invalid; valid: linear, inverse_cdf"):
+        _trl_config(method="qae", quantile_method="mode")
+    with pytest.raises(ValueError, match="quantile_method=inverse_cdf applies only with EAPOConfig.split_by"):
+        _trl_config(quantile_method="inverse_cdf")
+    assert _trl_config(split_by="quantile", quantile_method="inverse_cdf").quantile_method == "inverse_cdf"
     scheme = _trl_config(method="w_reinforce", w_pos=0.05).make_weighting()
     assert isinstance(scheme, FixedWeighting) and scheme.weights(1.0) == (0.05, 1.0)
 

@@ -22,11 +22,13 @@ The reference (``yk7333/EntroPIC``: ``dp_actor.py`` ``update_policy`` and ``core
   ``entropy_agg``). With one micro-batch per step and ``μ = 1`` both are the current policy's entropy on
   the step's rollouts at the start of the update (on TRL ``H_t`` is then taken from that very forward).
 * **When α applies.** The reference's ``α`` for a micro-batch has the newest error in its P term and the
-  errors before it in its I term: ``α_k = clip(Kp · e_k + Ki · I_{k−1})``. Core's step hands an update
-  the inputs from the entropies up to the previous step (``loss_inputs()`` before ``observe(H_t)``), so
-  eapo computes exactly that value at step ``t`` (``observe``: ``α ← clip(Kp · e_t + Ki · I_{t−1})``, then
-  ``I_t = I_{t−1} + e_t``) and applies it at step ``t + 1``: the reference's per-step sequence of ``α``,
-  one step late. Step 1 applies 0 (nothing measured yet).
+  errors before it in its I term: ``α_k = clip(Kp · e_k + Ki · I_{k−1})``, from the entropy of the very
+  forward it weights. eapo's ``H_t`` is known before step ``t``'s update too (both engines measure it on
+  the rollouts with the parameters that generated them, before the loss is formed), so the step applies
+  the same value at step ``t``: core's step moves this controller with ``H_t`` first (``observe``:
+  ``α_t = clip(Kp · e_t + Ki · I_{t−1})``, then ``I_t = I_{t−1} + e_t``) and then hands the update
+  ``α_t`` (``loss_inputs()``), as :attr:`EntroPICController.observe_first` asks. With the target anchored
+  at ``H_0`` step 1's error is 0, so step 1 applies ``α = 0``; a fixed target applies ``Kp · e_1``.
 * **The weights, and their equivalence to the reference's added term.** The reference adds a term to the
   PPO loss: ``L = agg(ℓ, m) + α · agg(−ρ · |A|, m · [p > τ])`` with ``ℓ`` the clipped per-token PPO loss,
   ``ρ`` the ratio, ``p = π(token)`` under the policy being updated and ``τ = 0.95``. On a token whose ratio
@@ -42,19 +44,19 @@ The reference (``yk7333/EntroPIC``: ``dp_actor.py`` ``update_policy`` and ``core
   gradient; eapo's weight scales the clipped loss, which has none. On-policy with ``μ = 1`` every ratio
   is 1 and (2) never arises.
 * **Resume.** The reference keeps ``I`` in the actor and loses it on restart; eapo saves the controller
-  (``I``, the last error, the coming ``α``, the anchored target) in ``eapo_state.json`` under
+  (``I``, the last error, the last step's ``α``, the anchored target) in ``eapo_state.json`` under
   ``controls.entropic`` and refuses a resume with other settings.
 
 Metrics (this control's documented keys, logged each step on both engines): ``entropic/alpha`` (the ``α``
-this step's update applies), ``entropic/integral`` (``I`` after this step's error) and ``entropic/error``
-(this step's ``e_t = H_t − H_tar``).
+this step's update applies, from this step's error), ``entropic/integral`` (``I`` after this step's error)
+and ``entropic/error`` (this step's ``e_t = H_t − H_tar``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -89,11 +91,15 @@ class EntroPICController:
     the reference's per-micro-batch form and the timing).
 
     ``observe(H_t)``, with ``e_t = H_t − target``: ``alpha ← clip(kp · e_t + ki · integral, −1, 1)`` (the
-    α the next update applies), then ``integral ← integral + e_t``. ``target`` is nats per token, or None
-    to anchor it at ``target_ratio × H_0`` once :meth:`anchor` is called with the run's first-step entropy.
-    ``threshold`` is not used here (the token weights read it); it is kept so that a resume with another
-    threshold is refused.
+    α this step's update applies, :meth:`loss_inputs`), then ``integral ← integral + e_t``. ``target`` is
+    nats per token, or None to anchor it at ``target_ratio × H_0`` once :meth:`anchor` is called with the
+    run's first-step entropy. ``threshold`` is not used here (the token weights read it); it is kept so
+    that a resume with another threshold is refused.
     """
+
+    #: core's step calls :meth:`observe` with ``H_t`` before :meth:`loss_inputs`: step ``t``'s α is
+    #: from step ``t``'s error (:meth:`eapo.core.EAPOStep.control_inputs`).
+    observe_first: ClassVar[bool] = True
 
     kp: float = 1.0
     ki: float = 0.01
@@ -102,8 +108,7 @@ class EntroPICController:
     target_ratio: float = 1.0
     integral: float = 0.0
     error: float | None = None  # e of the last observed step (None before the first)
-    alpha: float = 0.0  # the α the coming update applies
-    applied_alpha: float = 0.0  # the α the last observed step's update applied (logged, not saved)
+    alpha: float = 0.0  # the α of the last observed step, which its update applies
 
     def __post_init__(self) -> None:
         for name in ("kp", "ki"):
@@ -122,13 +127,13 @@ class EntroPICController:
             self.target = self.target_ratio * finite("H_0", h0)
 
     def loss_inputs(self) -> dict[str, float]:
-        """The coming update's input: ``entropic_alpha``, from the entropies up to the previous step."""
+        """This step's update's input, after :meth:`observe` of its ``H_t``: ``entropic_alpha``."""
         return {"entropic_alpha": self.alpha}
 
     def observe(self, entropy: float) -> None:
-        """Move the controller with this step's ``H_t`` (after :meth:`loss_inputs`, whose α this step's
-        update applies): the error, the next α (P on this error, I on the errors before it, as the
-        reference orders them), then the integral.
+        """Move the controller with this step's ``H_t`` (before :meth:`loss_inputs`, which hands this α to
+        this step's update): the error, α (P on this error, I on the errors before it, as the reference
+        orders them), then the integral.
 
         Raises:
             ValueError: the target is unset (call :meth:`anchor` first) or ``entropy`` is not finite.
@@ -136,14 +141,13 @@ class EntroPICController:
         if self.target is None:
             raise ValueError("the EntroPIC target is unset: call anchor(H_0) first")
         error = finite("entropy", entropy) - self.target
-        self.applied_alpha = self.alpha
         self.alpha = min(max(self.kp * error + self.ki * self.integral, -1.0), 1.0)
         self.integral += error
         self.error = error
 
     def metrics(self) -> dict[str, float]:
         """This step's :data:`ENTROPIC_METRICS` (after :meth:`observe`; no error before the first)."""
-        metrics = {ENTROPIC_METRICS["alpha"]: self.applied_alpha, ENTROPIC_METRICS["integral"]: self.integral}
+        metrics = {ENTROPIC_METRICS["alpha"]: self.alpha, ENTROPIC_METRICS["integral"]: self.integral}
         if self.error is not None:
             metrics[ENTROPIC_METRICS["error"]] = self.error
         return metrics
@@ -162,7 +166,7 @@ class EntroPICController:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the integral, the last error, the coming α and an anchored target.
+        """Restore the integral, the last error, the last step's α and an anchored target.
 
         Raises:
             ValueError: the saved settings, or a configured fixed target, differ from this run's.
@@ -254,8 +258,9 @@ ENTROPIC = register_entropy_control(
         },
         "on tokens whose probability exceeds entropic_threshold the policy loss is weighted 1 + α for "
         "positive and 1 − α for negative advantages, α = clip(Kp·e + Ki·I, −1, 1) from the error e = H_t − "
-        "target of the rollout entropy and I, the sum of the errors before it (applied from the next step); the target is entropic_target nats, or "
-        "entropic_target_ratio × H_0 when entropic_target is unset",
+        "target of this step's rollout entropy and I, the sum of the errors before it (applied in the same "
+        "step); the target is entropic_target nats, or entropic_target_ratio × H_0 when entropic_target is "
+        "unset",
         make_state=_state,
         token_weights=_token_weights,
         problems=_problems,

@@ -13,7 +13,8 @@ does not, eapo runs the control's maths in that engine's loss, through one path 
 
 * its **run state** (``make_state``) is kept by core's step (:meth:`eapo.core.EAPOStep.control_inputs`):
   before each update the state gives the update's inputs (``loss_inputs()``, from the entropies up to
-  the previous step), then this step's ``H_t`` moves it (``observe(H_t)``). An input named like a
+  the previous step), then this step's ``H_t`` moves it (``observe(H_t)``); a state whose
+  ``observe_first`` is true is moved first, so its inputs read ``H_t`` too (EntroPIC). An input named like a
   setting that the engine has an option for replaces that option for the update (the adaptive
   coefficient is verl's ``entropy_coeff`` of that step); the others reach ``token_weights``;
 * its **per-token weights** (``token_weights``) multiply the per-token policy loss (not the KL term),
@@ -126,7 +127,8 @@ class EntropyControl:
             clip_high) -> (loss (B, T), selected (B, T) bool)``.
         make_state: the control's run state from the resolved settings (None when off): an object with
             ``anchor(h0)``, ``state_dict()`` and ``load_state_dict()`` that core's step anchors and saves,
-            and, where an engine lacks the control, ``loss_inputs() -> dict`` and ``observe(H_t)``
+            and, where an engine lacks the control, ``loss_inputs() -> dict`` and ``observe(H_t)``, and
+            ``observe_first`` (default False) where the update's inputs read this step's ``H_t``
             (:meth:`eapo.core.EAPOStep.control_inputs`).
         token_weights: where an engine lacks the control, ``(TokenInputs) -> (B, T)`` weights multiplied
             into the per-token policy loss (a 0/1 mask or any non-negative weights).

@@ -149,6 +149,7 @@ def grpo_args(
         **a.weighting_overrides(),
         split_by=a.split_by,
         quantile_k=a.quantile_k,
+        quantile_method=a.quantile_method,
         entropy_agg=a.entropy_agg,
         **vllm_importance_args(r),
         use_vllm=rollout.backend == "vllm",

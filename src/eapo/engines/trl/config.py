@@ -21,11 +21,17 @@ field                      default   meaning
 ``scale_rewards``          group     advantages normalised by the group's std
 ========================== ========= ==================================================================
 
-and carries the polarity weighting (``method``, ``w_pos``, ``w_neg``, ``w0``, ``w_min``, ``w_max``,
-``anchor_steps``, ``split_by``, ``entropy_agg``: fields derived from :mod:`eapo.core`'s declarations,
-not copied), resolved in ``__post_init__`` (``EAPOConfig().w0`` reads 0.2, the value the run uses; a
-weight the method does not take stays None), from which :class:`eapo.engines.trl.trainer.EAPOTrainer` builds its
-:class:`eapo.core.WeightingScheme` when no ``weighting=`` is passed.
+So that a TRL script generates as ``eapo train`` does with its defaults, ``max_completion_length`` is
+2048 (TRL: 512) and ``vllm_importance_sampling_mode`` is ``token_truncate`` (TRL: ``sequence_mask``), read
+from the defaults of ``rollout.max_completion_tokens`` and ``rollout.vllm_importance_correction``
+(:class:`eapo.config.rollout.RolloutConfig`).
+
+The class carries the polarity weighting (``method``, ``w_pos``, ``w_neg``, ``w0``, ``w_min``, ``w_max``,
+``anchor_steps``, ``split_by``, ``quantile_k``, ``quantile_method``, ``entropy_agg``: fields derived from
+:mod:`eapo.core`'s declarations, not copied), resolved in ``__post_init__`` (``EAPOConfig().w0`` reads 0.2,
+the value the run uses; a weight the method does not take stays None), from which
+:class:`eapo.engines.trl.trainer.EAPOTrainer` builds its :class:`eapo.core.WeightingScheme` when no
+``weighting=`` is passed.
 
 Not to be confused with :class:`eapo.config.RunConfig`, the typed YAML tree of ``eapo train`` (sections
 ``model``, ``data``, ``rollout``, ...). ``eapo train`` translates that tree into this class
@@ -34,12 +40,14 @@ Not to be confused with :class:`eapo.config.RunConfig`, the typed YAML tree of `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from trl import GRPOConfig
 
+from eapo.config.rollout import RolloutConfig
 from eapo.core import (
+    QUANTILE_SETTINGS,
     STEP_SETTINGS,
     WEIGHT_SETTINGS,
     WEIGHTING_SCHEMES,
@@ -50,7 +58,12 @@ from eapo.core import (
     scheme_defaults,
 )
 from eapo.core.settings import derive_fields
+from eapo.core.step import step_problems
 from eapo.runtime.stop import check_stops
+
+#: ``eapo train``'s rollout defaults (:class:`eapo.config.rollout.RolloutConfig`), which this class's TRL
+#: fields of the same meaning take, so a TRL script and the command line generate alike.
+_ROLLOUT_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RolloutConfig)}
 
 
 def _trl_field(spec: Setting, nullable: bool) -> Any:
@@ -60,14 +73,16 @@ def _trl_field(spec: Setting, nullable: bool) -> Any:
 
 
 @dataclass
+@derive_fields("quantile_k", QUANTILE_SETTINGS.values(), lambda spec: _trl_field(spec, False), nullable=False)
 @derive_fields("method", STEP_SETTINGS.values(), lambda spec: _trl_field(spec, False), nullable=False)
 @derive_fields("method", WEIGHT_SETTINGS.values(), lambda spec: _trl_field(spec, True))
 class EAPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig`` with the EAPO paper's objective as defaults and the polarity weighting settings.
 
     Every ``GRPOConfig`` / ``TrainingArguments`` field is accepted as usual; only the defaults of
-    ``loss_type``, ``beta``, ``use_bias_correction_kl``, ``epsilon``, ``num_generations`` and
-    ``scale_rewards`` differ from TRL's (see the module docstring), and ``bf16`` left unset follows
+    ``loss_type``, ``beta``, ``use_bias_correction_kl``, ``epsilon``, ``num_generations``,
+    ``scale_rewards``, ``max_completion_length`` and ``vllm_importance_sampling_mode`` differ from TRL's
+    (see the module docstring), and ``bf16`` left unset follows
     the hardware (on only with a bf16-capable GPU; TRL would turn it on everywhere and stop on a
     laptop). The weighting settings are validated once, in ``__post_init__``, against their
     declarations in :mod:`eapo.core`, with errors that name the field and list the valid values.
@@ -112,7 +127,31 @@ class EAPOConfig(GRPOConfig):
         },
     )
 
-    # --- rollouts ---------------------------------------------------------------------------------------
+    # --- rollouts (eapo train's defaults where TRL's differ) ------------------------------------------------
+    max_completion_length: int | None = field(
+        default=_ROLLOUT_DEFAULTS["max_completion_tokens"],
+        metadata={
+            "help": "Maximum completion length in tokens (the paper and eapo train's rollout.max_completion_tokens: "
+            "2048; TRL's default 512)."
+        },
+    )
+    vllm_importance_sampling_mode: str = field(
+        default=_ROLLOUT_DEFAULTS["vllm_importance_correction"],
+        metadata={
+            "help": "With vLLM rollouts, how the loss corrects for vLLM's log-probs differing from the trainer's: "
+            "token_truncate (eapo train's rollout.vllm_importance_correction: each token's ratio capped at "
+            "vllm_importance_sampling_clip_max), token_mask, sequence_truncate or sequence_mask (TRL's default: "
+            "a row over the cap is zeroed yet still counts in 1/N)."
+        },
+    )
+    vllm_importance_sampling_clip_max: float | None = field(
+        default=_ROLLOUT_DEFAULTS["vllm_importance_cap"],
+        metadata={
+            "help": "Upper bound C_max of the vLLM importance ratio (eapo train's rollout.vllm_importance_cap, "
+            "3.0 as TRL's)."
+        },
+    )
+
     stop: list[str] | None = field(
         default=None,
         metadata={
@@ -168,8 +207,15 @@ class EAPOConfig(GRPOConfig):
         )
         for key, value in {**scheme_defaults(self.method), **weights}.items():  # the resolved weighting
             setattr(self, key, value)
-        for key, spec in STEP_SETTINGS.items():
+        for key, spec in {**STEP_SETTINGS, **QUANTILE_SETTINGS}.items():
             setattr(self, key, spec.check(getattr(self, key), "EAPOConfig."))
+        problems = step_problems(
+            {key: getattr(self, key) for key in ("split_by", "quantile_k", "quantile_method")},
+            "EAPOConfig.",
+            self.method,
+        )
+        if problems:
+            raise ValueError(problems[0])
         if getattr(self, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
             raise ValueError(
                 f"EAPOConfig.multi_objective_aggregation={self.multi_objective_aggregation!r}: EAPO's step splits "

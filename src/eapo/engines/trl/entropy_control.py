@@ -9,6 +9,11 @@ KL-Cov, which TRL lacks), runs every control TRL lacks through one generic path
 weights multiplied into the policy loss, :meth:`EntropyControlMixin._eapo_loss`), and logs what every
 control acted through under :data:`eapo.core.CONTROL_METRICS` (``entropy_control/*``), the keys the
 verl engine logs too.
+
+Where eapo forms the loss, the TRL options that act only in TRL's own loss (:data:`LOSS_ONLY_OPTIONS`:
+the entropy bonus and its adaptive update, ``delta``, ``off_policy_mask_threshold``, sequence-level
+importance sampling; also a ``loss_type`` other than grpo/bnpo and a MoE router's auxiliary loss) are
+refused when the trainer is built, each named (:func:`options_eapo_loss_drops`), never dropped silently.
 """
 
 from __future__ import annotations
@@ -29,10 +34,49 @@ from eapo.core.controls import (
 from eapo.core.losses import ppo_clip_per_token
 from eapo.core.settings import derive_fields
 
-__all__ = ["EntropyControlSettings", "EntropyControlMixin"]
+__all__ = ["EntropyControlSettings", "EntropyControlMixin", "options_eapo_loss_drops"]
 
 #: TRL loss types eapo's Clip-Cov / KL-Cov loss aggregates like: 1/|y_i| (the paper) or token-mean.
 _COV_AGGREGATION = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean"}
+
+#: The ``GRPOConfig`` options that act only inside TRL 1.16's ``GRPOTrainer._compute_loss`` and that eapo's
+#: loss (:meth:`EntropyControlMixin._eapo_loss`) does not form: option -> what it does in TRL's loss. Set to
+#: other than TRL's default, each is refused where eapo forms the loss (:func:`options_eapo_loss_drops`).
+#: The options TRL's loss shares with eapo's (``epsilon``/``epsilon_high``, ``beta``,
+#: ``use_bias_correction_kl``, ``top_entropy_quantile``, the vLLM importance correction) are applied there.
+LOSS_ONLY_OPTIONS: dict[str, str] = {
+    "entropy_coef": "TRL's entropy bonus, loss − entropy_coef · mean token entropy",
+    "use_adaptive_entropy": "TRL's adaptive entropy bonus (Skywork-OR1) and its coefficient's update",
+    "delta": "the upper bound on the ratio of two-sided GRPO clipping (INTELLECT-2)",
+    "off_policy_mask_threshold": "off-policy sequence masking (DeepSeek-V3.2)",
+    "importance_sampling_level": "the sequence-level importance ratio (GSPO)",
+}
+
+
+def options_eapo_loss_drops(args: Any, *, router_aux_loss: bool = False) -> list[str]:
+    """The TRL options in ``args`` (a ``GRPOConfig``) that eapo's loss would drop, one phrase each: every
+    :data:`LOSS_ONLY_OPTIONS` entry set to other than ``GRPOConfig``'s default, a ``loss_type`` eapo's loss
+    does not aggregate like, and (``router_aux_loss``: TRL's trainer enabled it for this model) the
+    mixture-of-experts router's auxiliary loss. Empty: eapo's loss forms everything TRL's would."""
+    from trl import GRPOConfig
+
+    defaults = GRPOConfig.__dataclass_fields__
+    dropped = [
+        f"{name}={getattr(args, name)!r} ({what}; TRL's default {defaults[name].default!r})"
+        for name, what in LOSS_ONLY_OPTIONS.items()
+        if getattr(args, name, defaults[name].default) != defaults[name].default
+    ]
+    if args.loss_type not in _COV_AGGREGATION:
+        dropped.append(
+            f"loss_type={args.loss_type!r} (eapo's loss aggregates like loss_type 'grpo', the paper's 1/|y_i|, "
+            "or 'bnpo', token-mean)"
+        )
+    if router_aux_loss:
+        dropped.append(
+            f"router_aux_loss_coef={args.router_aux_loss_coef!r} (the mixture-of-experts router's load-balancing "
+            "loss, on for this model; 0.0 turns it off)"
+        )
+    return dropped
 
 
 @dataclass(frozen=True)
@@ -62,6 +106,25 @@ class EntropyControlMixin:
     #: their run states' inputs to the coming update (core's EAPOStep.control_inputs), by name
     _step_inputs: dict[str, dict[str, float]]
 
+    def _check_eapo_loss_drops_nothing(self) -> None:
+        """Refuse, at construction, every TRL option eapo's loss would silently drop (the entropy bonus,
+        ``delta``, ...: :func:`options_eapo_loss_drops`) when eapo forms the loss.
+
+        Raises:
+            ValueError: naming each such option, what it does and what to do.
+        """
+        if not self._eapo_runs_the_loss():
+            return
+        dropped = options_eapo_loss_drops(self.args, router_aux_loss=self.aux_loss_enabled)
+        if dropped:
+            raise ValueError(
+                f"EAPOTrainer forms the policy loss itself here (loss_mode={self.entropy_control.loss_mode}, "
+                f"controls TRL lacks: {[control.name for control in self.eapo_controls]}), and that loss does not "
+                f"apply these TRL options, which would be dropped: {'; '.join(dropped)}. Set each to TRL's "
+                "default, or train without loss_mode and the controls TRL lacks so that TRL forms the loss "
+                "(on verl, actor.entropy_coeff composes with eapo's loss)"
+            )
+
     def _eapo_runs_the_loss(self) -> bool:
         """Whether eapo forms the policy loss (:meth:`_eapo_loss`) in place of TRL's: ``loss_mode`` names a
         control's policy loss, or a control TRL lacks weights the per-token loss."""
@@ -82,7 +145,8 @@ class EntropyControlMixin:
         ``loss_mode`` names (Clip-Cov / KL-Cov, from :mod:`eapo.core`) or the PPO-clip surrogate
         (``vanilla``), times the per-token weights of the controls TRL lacks, then what TRL's loss adds —
         the top-entropy mask, the vLLM importance weights, β·k3 to the reference — aggregated as
-        ``loss_type``: 1/|y_i| (``grpo``, the paper) or token-mean (``bnpo``)."""
+        ``loss_type``: 1/|y_i| (``grpo``, the paper) or token-mean (``bnpo``). What TRL's loss does beyond
+        that (:data:`LOSS_ONLY_OPTIONS`) was refused when the trainer was built."""
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + T]
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)

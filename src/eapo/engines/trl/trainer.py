@@ -60,7 +60,7 @@ from eapo.core import (
 )
 from eapo.core.controls import applied_by_eapo, control_states
 from eapo.core.step import EAPOStep, combined_rewards, contiguous_index
-from eapo.engines.trl.entropy_control import _COV_AGGREGATION, EntropyControlMixin, EntropyControlSettings
+from eapo.engines.trl.entropy_control import EntropyControlMixin, EntropyControlSettings
 from eapo.run_dir import (
     FINAL_DIR,
     ROLLOUTS_FILE,
@@ -168,7 +168,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         weighting: the scheme giving ``(w+, w-)`` each step (``make_weighting("eapo")`` etc.); ``None``:
             built from ``args`` (``EAPOConfig.make_weighting()``), or EAPO's defaults for a ``GRPOConfig``.
         split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}), ``"median"`` or ``"quantile"`` (QAE, with
-            ``args.quantile_k``); ``None``: ``args.split_by``
+            ``args.quantile_k`` and ``args.quantile_method``); ``None``: ``args.split_by``
             (``"mean"`` for a ``GRPOConfig``).
         entropy_agg: how ``H_t`` averages per-token entropies (``eapo.core.ENTROPY_AGGREGATIONS``);
             ``None``: ``args.entropy_agg`` (``"token-mean"`` for a ``GRPOConfig``).
@@ -208,7 +208,9 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         self.weighting, self.split_by, self.entropy_agg = _weighting_from_args(
             self.args, weighting, split_by, entropy_agg
         )
-        quantile_k = getattr(self.args, "quantile_k", None)  # an EAPOConfig's (split_by=quantile, QAE)
+        # an EAPOConfig's K and quantile rule (split_by=quantile, QAE); None for a plain GRPOConfig
+        quantile_k = getattr(self.args, "quantile_k", None)
+        quantile_method = getattr(self.args, "quantile_method", None)
         self.validation = validation
         self._warned_importance_mismatch = False
         self.reuse_loss_pass = reuse_loss_pass
@@ -235,7 +237,11 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         controls = control_states(values)
         self.adaptive_entropy: AdaptiveEntropyCoef | None = controls.get("adaptive_entropy")
         self.eapo_step = EAPOStep(
-            self.weighting, split_by=self.split_by, quantile_k=quantile_k, controls=controls
+            self.weighting,
+            split_by=self.split_by,
+            quantile_k=quantile_k,
+            quantile_method=quantile_method,
+            controls=controls,
         )  # the step's owner
         self.split_by = self.eapo_step.split_by  # a scheme's own split (qae) where it has one
         self._capture_entropy = False
@@ -249,12 +255,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         # control states TRL moves itself (its adaptive coefficient); core's step moves the others
         self._trl_moves = set(self.eapo_step.controls) - {control.name for control in self.eapo_controls}
         self._step_inputs = {}
-        if self._eapo_runs_the_loss() and self.loss_type not in _COV_AGGREGATION:
-            raise ValueError(
-                f"eapo forms the loss for loss_mode={self.entropy_control.loss_mode} and the controls "
-                f"{[control.name for control in self.eapo_controls]}; it aggregates like loss_type grpo or "
-                f"bnpo, got {self.loss_type!r}"
-            )
+        self._check_eapo_loss_drops_nothing()  # a TRL option eapo's loss would drop: refused now
         self._loss_entropies: torch.Tensor | None = None  # the loss pass's per-token entropies, for metrics
         # stop strings (EAPOConfig.stop): vLLM stops at them itself (generation_kwargs); model.generate through
         # eapo's stopping criteria; every backend's tokens are then cut by eapo.runtime.stop's rule
