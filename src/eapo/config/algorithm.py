@@ -17,7 +17,6 @@ from eapo.core import (
     CONTROL_SETTINGS,
     ENTROPY_CONTROLS,
     METHODS,
-    QUANTILE_SETTINGS,
     STEP_SETTINGS,
     WEIGHT_SETTINGS,
     WEIGHTING_SCHEMES,
@@ -42,14 +41,13 @@ LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vesp
 
 @dataclass
 @with_settings("kl_bias_correction", CONTROL_SETTINGS.values())
-@with_settings("quantile_k", QUANTILE_SETTINGS.values(), nullable=False)
 @with_settings("anchor_steps", STEP_SETTINGS.values(), nullable=False)
 @with_settings("method", WEIGHT_SETTINGS.values())
 class AlgorithmConfig:
     """The ``algorithm`` section. The weights (``w_pos`` ... ``anchor_steps``), ``split_by``,
     ``quantile_k``, ``quantile_method``, ``entropy_agg`` and every entropy-control setting are not written
     here: each is declared once in :mod:`eapo.core` (:data:`~eapo.core.WEIGHT_SETTINGS`,
-    :data:`~eapo.core.STEP_SETTINGS`, :data:`~eapo.core.QUANTILE_SETTINGS`, :data:`~eapo.core.CONTROL_SETTINGS`) and derived into this section by :func:`with_settings`. A
+    :data:`~eapo.core.STEP_SETTINGS`, :data:`~eapo.core.CONTROL_SETTINGS`) and derived into this section by :func:`with_settings`. A
     weight or control left null takes the scheme's or the preset's value."""
 
     method: str = setting(

@@ -64,10 +64,13 @@ class RunConfig:
         except SettingError as error:
             raise ConfigError(str(error), key=error.key) from None
         problems = step_problems(
-            {"split_by": a.split_by, "quantile_k": a.quantile_k}, "algorithm.", a.weighting_method()
+            {"split_by": a.split_by, "quantile_k": a.quantile_k, "quantile_method": a.quantile_method},
+            "algorithm.",
+            a.weighting_method(),
         )
         if problems:
-            raise ConfigError(problems[0], key="algorithm.quantile_k")
+            key = "quantile_k" if "quantile_k=" in problems[0] else "quantile_method"
+            raise ConfigError(problems[0], key=f"algorithm.{key}")
         a.resolve_controls()
         problems = a.control_problems()
         if problems:

@@ -171,7 +171,6 @@ __all__ += [
 # state): :mod:`eapo.core.step`.
 from eapo.core.step import (  # noqa: E402
     METRIC_KEYS,
-    QUANTILE_SETTINGS,
     STATE_FILE,
     STEP_SETTINGS,
     EAPOStep,
@@ -183,7 +182,6 @@ from eapo.core.step import (  # noqa: E402
 
 __all__ += [
     "METRIC_KEYS",
-    "QUANTILE_SETTINGS",
     "STATE_FILE",
     "STEP_SETTINGS",
     "EAPOStep",

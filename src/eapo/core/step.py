@@ -35,7 +35,6 @@ from eapo.core.settings import Setting, between, check_settings, one_of, setting
 
 __all__ = [
     "STEP_SETTINGS",
-    "QUANTILE_SETTINGS",
     "ADVANTAGE_EPS",
     "STATE_FILE",
     "METRIC_KEYS",
@@ -76,22 +75,6 @@ STEP_SETTINGS: dict[str, Setting] = settings_by_name(
             citation="QAE, Wu et al. 2025 (arXiv 2509.22611): K = 0.4",
         ),
         Setting(
-            "entropy_agg",
-            str,
-            "How H_t averages per-token entropies: token-mean (every completion token weighs the same) or "
-            "seq-mean-token-mean (every rollout weighs the same); the same definition on TRL and verl.",
-            one_of(*ENTROPY_AGGREGATIONS),
-            default="token-mean",
-            citation="eapo's definition of the paper's rollout entropy",
-        ),
-    ]
-)
-
-#: How the quantile split reads the K-quantile, declared apart from :data:`STEP_SETTINGS` until the verl
-#: plugin's ``algorithm.eapo`` takes it (verl's step then uses this default, the reference's rule).
-QUANTILE_SETTINGS: dict[str, Setting] = settings_by_name(
-    [
-        Setting(
             "quantile_method",
             str,
             "split_by=quantile: how the group's K-quantile is read off its rewards. linear (QAE's reference "
@@ -102,6 +85,15 @@ QUANTILE_SETTINGS: dict[str, Setting] = settings_by_name(
             one_of(*QUANTILE_METHODS),
             default="linear",
             citation="QAE, Wu et al. 2025 (arXiv 2509.22611); its code's torch.quantile",
+        ),
+        Setting(
+            "entropy_agg",
+            str,
+            "How H_t averages per-token entropies: token-mean (every completion token weighs the same) or "
+            "seq-mean-token-mean (every rollout weighs the same); the same definition on TRL and verl.",
+            one_of(*ENTROPY_AGGREGATIONS),
+            default="token-mean",
+            citation="eapo's definition of the paper's rollout entropy",
         ),
     ]
 )
@@ -133,7 +125,7 @@ def step_problems(values: Mapping[str, Any], prefix: str, scheme: str | None = N
     split = implied or values.get("split_by") or "mean"
     if split == "quantile":
         return []
-    defaults = {**STEP_SETTINGS, **QUANTILE_SETTINGS}
+    defaults = STEP_SETTINGS
     return [
         f"{prefix}{key}={values[key]} applies only with {prefix}split_by=quantile (QAE); split_by is {split}"
         for key in ("quantile_k", "quantile_method")
@@ -323,7 +315,7 @@ class EAPOStep:
         quantile_k: with ``split_by="quantile"``, K (None: QAE's 0.4); refused with another split unless
             it is the default.
         quantile_method: with ``split_by="quantile"``, how the K-quantile is read
-            (:data:`QUANTILE_SETTINGS`; None: ``linear``, the reference's); refused with another split
+            (:data:`STEP_SETTINGS`; None: ``linear``, the reference's); refused with another split
             unless it is the default.
         controls: the run's entropy controls that keep state, by name (see :attr:`controls`).
     """
@@ -356,11 +348,11 @@ class EAPOStep:
         if problems:
             raise ValueError(problems[0])
         check_settings(STEP_SETTINGS, {"quantile_k": quantile_k}, "")
-        check_settings(QUANTILE_SETTINGS, {"quantile_method": quantile_method}, "")
+        check_settings(STEP_SETTINGS, {"quantile_method": quantile_method}, "")
         #: K of the quantile split (QAE), used with ``split_by="quantile"``.
         self.quantile_k = default_k if quantile_k is None else float(quantile_k)
         #: how the K-quantile is read (:func:`eapo.core.advantages.group_quantile`), with ``split_by="quantile"``.
-        self.quantile_method: str = quantile_method or QUANTILE_SETTINGS["quantile_method"].default
+        self.quantile_method: str = quantile_method or STEP_SETTINGS["quantile_method"].default
         #: name -> the control's run state (``anchor(h0)``, ``state_dict()``, ``load_state_dict()``, e.g.
         #: :class:`eapo.core.AdaptiveEntropyCoef`): anchored on the first step's entropy, saved with the step.
         self.controls: dict[str, Any] = dict(controls or {})

@@ -160,6 +160,7 @@ ACCEPTED_KEYS = (
     "anchor_steps",
     "split_by",
     "quantile_k",
+    "quantile_method",
     "entropy_agg",
     "entropy_coef",
     "adaptive_entropy",
@@ -195,7 +196,15 @@ def test_every_preset_is_covered():
     # the controls are defined once (EntropyControls); EapoSettings holds them, resolved
     assert CONTROL_KEYS == tuple(f.name for f in dataclasses.fields(EntropyControls))
     fields = tuple(f.name for f in dataclasses.fields(EapoSettings))
-    assert fields == ("method", "weights", "split_by", "quantile_k", "entropy_agg", "controls")
+    assert fields == (
+        "method",
+        "weights",
+        "split_by",
+        "quantile_k",
+        "quantile_method",
+        "entropy_agg",
+        "controls",
+    )
     assert sum(len(row) for row in TOKENS) == N_TOKENS
 
 
@@ -867,17 +876,18 @@ def test_each_preset_trains_with_eapo_cores_loss(method, verl_config, in_memory_
 
 def replayed_entropic(history, *, kp, ki, target_ratio=1.0):
     """EntroPIC's α at each step, replayed by hand from the logged rollout entropies, checked against the
-    input each update received; returns the α each step applied."""
-    applied, alpha, integral = [], 0.0, 0.0
+    input each update received; returns the α each step applied. H_t is known before the update, so step
+    t applies α_t = clip(Kp·e_t + Ki·I_{t−1}) from its own error (the reference's order)."""
+    applied, integral = [], 0.0
     target = target_ratio * history[0][0]["entropy/rollout"]
     for metrics, calls in history:
+        error = metrics["entropy/rollout"] - target
+        alpha = min(max(kp * error + ki * integral, -1.0), 1.0)
         applied.append(pytest.approx(alpha, abs=1e-12))
         for call in calls:
             assert json.loads(call["extra_info"][CONTROL_INPUTS_KEY]) == {
                 "entropic": {"entropic_alpha": applied[-1]}
             }
-        error = metrics["entropy/rollout"] - target
-        alpha = min(max(kp * error + ki * integral, -1.0), 1.0)
         integral += error
         assert metrics["entropic/integral"] == pytest.approx(integral)
         assert metrics["entropic/error"] == pytest.approx(error)
@@ -886,7 +896,8 @@ def replayed_entropic(history, *, kp, ki, target_ratio=1.0):
 
 def test_entropic_trains_with_its_weights_on_the_high_probability_tokens(verl_config, in_memory_tq):
     """EntroPIC with a threshold the tiny policy's tokens cross (0.4) and the target at 0.5 × H_0, so α
-    leaves 0 from step 2: each call's loss is expected_loss's, whose weights 1 ± α act on some tokens."""
+    leaves 0 from step 1 (its own error): each call's loss is expected_loss's, whose weights 1 ± α act on
+    some tokens."""
     trainer = EAPOVerlTrainer(
         preset_config(
             verl_config, "entropic", entropic_threshold=0.4, entropic_target_ratio=0.5, entropic_kp=0.5
@@ -896,7 +907,7 @@ def test_entropic_trains_with_its_weights_on_the_high_probability_tokens(verl_co
     history = train(trainer, in_memory_tq, 3, TinyPolicy(seed=2))
     applied = replayed_entropic(history, kp=0.5, ki=0.01, target_ratio=0.5)
     assert [m["entropic/alpha"] for m, _ in history] == applied
-    assert history[0][0]["entropic/alpha"] == 0.0 and history[1][0]["entropic/alpha"] != 0.0
+    assert history[0][0]["entropic/alpha"] != 0.0 and history[1][0]["entropic/alpha"] != 0.0
     mask = padded([[1.0] * len(row) for row in TOKENS]).bool()
     reweighted = 0
     for _, calls in history:
@@ -1006,9 +1017,9 @@ def test_resume_restores_the_adaptive_coefficient(verl_config, in_memory_tq, tmp
 
 
 def test_resume_restores_the_entropic_integral(verl_config, in_memory_tq, tmp_path):
-    """target = H_0 = 1.2. Step 1: e = 0, α → 0, I = 0; step 2: e = −0.2, α → −0.2, I = −0.2 (saved). Both the
-    uninterrupted and the resumed run apply α = −0.2 at the next step; H = 1.5 then gives e = 0.3,
-    α → 0.3 + 0.01 · (−0.2) = 0.298 and I = 0.1 in both."""
+    """target = H_0 = 1.2. Step 1: e = 0, α = 0, I = 0; step 2: e = −0.2, α = −0.2, I = −0.2 (saved). At the
+    next step both the uninterrupted and the resumed run see H = 1.5: e = 0.3, and they apply that step's
+    α = 0.3 + 0.01 · (−0.2) = 0.298 (H_t is known before the update); I = 0.1 in both."""
     from test_verl_trainer import attach_checkpoint_io, run_step
 
     config = preset_config(verl_config, "entropic")
@@ -1027,9 +1038,11 @@ def test_resume_restores_the_entropic_integral(verl_config, in_memory_tq, tmp_pa
     )
     _, continued = run_step(trainer, in_memory_tq, 3, entropy=1.5)
     _, after_resume = run_step(resumed, in_memory_tq, 4, entropy=1.5)
-    assert after_resume["entropic/alpha"] == continued["entropic/alpha"] == pytest.approx(-0.2)
+    assert after_resume["entropic/alpha"] == continued["entropic/alpha"] == pytest.approx(0.298)
     assert after_resume["entropic/integral"] == continued["entropic/integral"] == pytest.approx(0.1)
-    assert resumed.step_inputs == trainer.step_inputs == {"entropic": {"entropic_alpha": pytest.approx(-0.2)}}
+    assert (
+        resumed.step_inputs == trainer.step_inputs == {"entropic": {"entropic_alpha": pytest.approx(0.298)}}
+    )
     assert resumed.eapo_step.controls["entropic"].alpha == pytest.approx(0.298)
 
     changed = preset_config(verl_config.copy(), "entropic", entropic_ki=0.02)

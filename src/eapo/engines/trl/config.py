@@ -47,7 +47,6 @@ from trl import GRPOConfig
 
 from eapo.config.rollout import RolloutConfig
 from eapo.core import (
-    QUANTILE_SETTINGS,
     STEP_SETTINGS,
     WEIGHT_SETTINGS,
     WEIGHTING_SCHEMES,
@@ -73,7 +72,6 @@ def _trl_field(spec: Setting, nullable: bool) -> Any:
 
 
 @dataclass
-@derive_fields("quantile_k", QUANTILE_SETTINGS.values(), lambda spec: _trl_field(spec, False), nullable=False)
 @derive_fields("method", STEP_SETTINGS.values(), lambda spec: _trl_field(spec, False), nullable=False)
 @derive_fields("method", WEIGHT_SETTINGS.values(), lambda spec: _trl_field(spec, True))
 class EAPOConfig(GRPOConfig):
@@ -207,7 +205,7 @@ class EAPOConfig(GRPOConfig):
         )
         for key, value in {**scheme_defaults(self.method), **weights}.items():  # the resolved weighting
             setattr(self, key, value)
-        for key, spec in {**STEP_SETTINGS, **QUANTILE_SETTINGS}.items():
+        for key, spec in STEP_SETTINGS.items():
             setattr(self, key, spec.check(getattr(self, key), "EAPOConfig."))
         problems = step_problems(
             {key: getattr(self, key) for key in ("split_by", "quantile_k", "quantile_method")},

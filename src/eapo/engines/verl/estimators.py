@@ -174,7 +174,10 @@ def _estimate(
     else:  # another verl trainer: the fixed scheme's weights, with algorithm.eapo's overrides
         settings = EapoSettings.for_estimator(name, config)
         step = EAPOStep(
-            settings.build_weighting(), split_by=settings.split_by, quantile_k=settings.quantile_k
+            settings.build_weighting(),
+            split_by=settings.split_by,
+            quantile_k=settings.quantile_k,
+            quantile_method=settings.quantile_method,
         )
         entropy = None
     norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True

@@ -153,6 +153,8 @@ class EapoSettings:
     """:data:`eapo.core.STEP_SETTINGS`: the polarity split (group mean, the paper, median, or QAE's quantile)."""
     quantile_k: float = STEP_SETTINGS["quantile_k"].default
     """:data:`eapo.core.STEP_SETTINGS`: K of ``split_by=quantile`` (QAE)."""
+    quantile_method: str = STEP_SETTINGS["quantile_method"].default
+    """:data:`eapo.core.STEP_SETTINGS`: how ``split_by=quantile`` reads the K-quantile (linear, QAE's)."""
     entropy_agg: str = STEP_SETTINGS["entropy_agg"].default
     """:data:`eapo.core.STEP_SETTINGS`: how H_t averages per-token entropies (eapo.core.rollout_entropy)."""
     controls: EntropyControls = field(default_factory=EntropyControls)
@@ -258,8 +260,9 @@ class EapoSettings:
 
 
 def _step_settings(values: Mapping[str, Any], scheme: str) -> dict[str, Any]:
-    """``split_by``, ``quantile_k`` and ``entropy_agg`` of ``algorithm.eapo``, held to their declarations
-    (defaults where unset); ``quantile_k`` set to other than its default applies only with ``split_by=quantile``."""
+    """The step's settings of ``algorithm.eapo`` (:data:`eapo.core.STEP_SETTINGS`), held to their
+    declarations (defaults where unset); ``quantile_k`` or ``quantile_method`` set to other than its default
+    applies only with ``split_by=quantile``."""
     problems = step_problems(values, "algorithm.eapo.", scheme)
     if problems:
         raise ValueError(problems[0])

@@ -33,8 +33,9 @@ beside any scheme (``algorithm.eapo.epsilon_high=0.28`` with ``method=eapo``). `
 their verl options into ``actor_rollout_ref.actor`` before verl's own ``__init__``; with a control
 set, ``init()`` hands the actor workers eapo's wrapper of verl's ``ppo_loss`` (``set_loss_fn``),
 ``_compute_advantage`` also takes each control state's inputs to the update from core's step
-(:meth:`eapo.core.EAPOStep.control_inputs`, which then moves the state with ``H_t``: the adaptive
-coefficient), ``_update_actor`` passes them to the update in the batch's ``extra_info``, and the metrics
+(:meth:`eapo.core.EAPOStep.control_inputs`: a state that observes first, EntroPIC's, moves with ``H_t``
+before its inputs are read, so α is the step's own; the others, the adaptive coefficient, move after),
+``_update_actor`` passes them to the update in the batch's ``extra_info``, and the metrics
 add ``entropy_control/coef``, ``entropy_control/clip_low_frac``, ``entropy_control/clip_high_frac``,
 ``entropy_control/cov_frac`` and each eapo-run control's weight share (``entropy_control/top_entropy_frac``).
 Each control's state (the adaptive coefficient: its value, anchored target and last entropy) is saved in
@@ -204,6 +205,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
             method=self.settings.method,
             split_by=self.settings.split_by,
             quantile_k=self.settings.quantile_k,
+            quantile_method=self.settings.quantile_method,
             controls=self.controls.states(),
         )  # the step's decision, H_0, the controls' state, metrics
         #: the controls' inputs to this step's update (EAPOStep.control_inputs), None before the step
