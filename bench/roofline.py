@@ -161,14 +161,19 @@ class Shapes:
 
     # --- costs of whole phases: (FLOPs, bytes) ----------------------------------------------
     def forward_cost(
-        self, prompts: Sequence[int], completions: Sequence[int], micro_batches: int
+        self,
+        prompts: Sequence[int],
+        completions: Sequence[int],
+        micro_batches: int,
+        layers: int | None = None,
     ) -> tuple[float, float]:
-        """A scoring forward over every sequence (LM head on completion tokens only)."""
-        flops = sum(
-            self.layers * self.layer_forward(p + c) for p, c in zip(prompts, completions, strict=True)
-        )
+        """A scoring forward over every sequence (LM head on completion tokens only); ``layers``: only the
+        top ``layers`` of the decoder run (the hidden states below them given)."""
+        layers = self.layers if layers is None else layers
+        flops = sum(layers * self.layer_forward(p + c) for p, c in zip(prompts, completions, strict=True))
         flops += self.lm_head(sum(completions))
-        return flops, self.weight_bytes * max(micro_batches, 1)
+        params = layers * self.layer_params + self.hidden * self.vocab
+        return flops, params * self.weight_bytes_per_param * float(max(micro_batches, 1))
 
     def backward_cost(
         self,

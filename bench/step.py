@@ -106,16 +106,22 @@ def phase_floors(
     micro_batch_size: int,
     trainable_params: int,
     ceilings: Ceilings,
+    shared_frozen: bool = False,
 ) -> dict[str, dict[str, float]]:
-    """Each phase's FLOPs, bytes and floor in one step (see the module docstring)."""
+    """Each phase's FLOPs, bytes and floor in one step (see the module docstring). ``shared_frozen``:
+    the policy pass starts from the reference pass's hidden states below the adapted layers (eapo's
+    log-probs with LoRA on the last layers and a reference pass), so it runs only the adapted layers."""
     prompts, completions, group = batch["prompt_lengths"], batch["completion_lengths"], batch["group_size"]
     micro = math.ceil(len(prompts) / max(micro_batch_size, 1))
     generation = shapes.generation_floor(prompts, completions, group, ceilings)
     forward = shapes.forward_cost(prompts, completions, micro)
+    policy = forward
+    if shared_frozen and adapted_layers is not None and batch["reference"]:
+        policy = shapes.forward_cost(prompts, completions, micro, layers=adapted_layers)
     costs = {
         "reference log-probs": forward if batch["reference"] else (0.0, 0.0),
         "old log-probs": forward if batch["old_logps"] else (0.0, 0.0),
-        "policy forward": forward,
+        "policy forward": policy,
         "backward": shapes.backward_cost(prompts, completions, micro, adapted_layers),
         "optimizer": optimizer_cost(trainable_params),
     }
@@ -343,6 +349,7 @@ def summarise(result: dict[str, Any], ceilings: Ceilings) -> dict[str, Any]:
             result["micro_batch_size"],
             result["trainable_params"],
             ceilings,
+            shared_frozen=result["variant"] == "eapo",
         )
         for i in timed
     ]

@@ -64,10 +64,15 @@ def test_step_bench_quick_reports_every_phase_against_its_floor(tmp_path):
                 )
         # decoding the tiny model at this batch reads every weight once a step: bound by memory
         assert phases["generation"]["gb"] * 1e9 / bytes_s > phases["generation"]["gflop"] * 1e9 / flops_s
-        # the reference and the policy pass do the same arithmetic; LoRA on 1 of 2 layers: the backward
-        # is the input gradient through one layer and the LM head, less than the forward
-        assert phases["reference log-probs"]["gflop"] == phases["policy forward"]["gflop"]
-        assert phases["backward"]["gflop"] < phases["policy forward"]["gflop"]
+        # LoRA on 1 of 2 layers: the backward is the input gradient through one layer and the LM head,
+        # less than a whole forward. TRL's policy pass does the reference's arithmetic; eapo's starts from
+        # the reference pass's hidden states above the frozen layer: one layer and the LM head
+        assert phases["backward"]["gflop"] < phases["reference log-probs"]["gflop"]
+        if run["variant"] == "trl":
+            assert phases["reference log-probs"]["gflop"] == phases["policy forward"]["gflop"]
+        else:
+            assert phases["policy forward"]["gflop"] == pytest.approx(phases["backward"]["gflop"])
+            assert phases["policy forward"]["gb"] < phases["reference log-probs"]["gb"]
         assert run["step"]["floor_s"] == pytest.approx(sum(p["floor_s"] or 0 for p in phases.values()))
         assert run["step_ratio"] == pytest.approx(run["step"]["s"] / run["step"]["floor_s"])
         assert sum(p["s"] for p in phases.values()) == pytest.approx(run["step"]["s"], rel=1e-6)
