@@ -399,7 +399,6 @@ def main() -> int:
     facts = device_facts()
     model_path = resolve_model(args.model)
     prompts, data_name = load_prompts(model_path, args.prompts, args.max_prompt_tokens)
-    import torch
 
     measure_dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if _cuda() else "float32")
     args.shapes = _shapes(model_path, measure_dtype)
@@ -424,7 +423,6 @@ def main() -> int:
             + ", ".join(f"{k} {v:.0f}" for k, v in c.detail.items())
             + ")"
         )
-    del torch
     report: dict[str, Any] = {
         "environment": _environment(),
         "settings": {

@@ -188,19 +188,28 @@ def build_tiny_model(
 TINY_MODEL_VERSION = 2
 
 
-def _tiny_path(**kwargs) -> Path:
-    keyed = {**kwargs, "version": TINY_MODEL_VERSION}
+def _cached_build(name: str, keyed: dict, build, check=None) -> Path:
+    """``build()``'s (model, tokenizer), saved once to eapo's cache under ``name-<hash of keyed>``;
+    ``check(folder)`` runs on the written folder before it is moved into place."""
     key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
-    target = cache_dir() / "models" / f"tiny-{key}"
+    target = cache_dir() / "models" / f"{name}-{key}"
     if (target / "config.json").exists():
         return target
 
     def write(tmp: Path) -> None:
-        model, tokenizer = build_tiny_model(**kwargs)
+        model, tokenizer = build()
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        if check is not None:
+            check(tmp)
 
     return _atomic_save_dir(target, write)
+
+
+def _tiny_path(**kwargs) -> Path:
+    return _cached_build(
+        "tiny", {**kwargs, "version": TINY_MODEL_VERSION}, lambda: build_tiny_model(**kwargs)
+    )
 
 
 @dataclass(frozen=True)
@@ -298,23 +307,16 @@ def random_model_path(name: str, *, seed: int = 0) -> Path:
             + ", ".join(f"random:{known}" for known in RANDOM_SHAPES)
         )
     shape = RANDOM_SHAPES[name]
-    keyed = {"shape": shape.__dict__, "seed": seed, "version": RANDOM_MODEL_VERSION}
-    key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
-    target = cache_dir() / "models" / f"random-{name}-{key}"
-    if (target / "config.json").exists():
-        return target
 
-    def write(tmp: Path) -> None:
-        model, tokenizer = build_random_model(shape, seed=seed)
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        loaded = len(load_tokenizer(str(tmp)))
-        if loaded > shape.vocab_size:  # a sampled id the tokenizer cannot decode would break every backend
+    def fits(folder: Path) -> None:  # a sampled id the tokenizer cannot decode would break every backend
+        loaded = len(load_tokenizer(str(folder)))
+        if loaded > shape.vocab_size:
             raise RuntimeError(
                 f"random:{name}: the saved tokenizer has {loaded} ids, the model {shape.vocab_size}"
             )
 
-    return _atomic_save_dir(target, write)
+    keyed = {"shape": shape.__dict__, "seed": seed, "version": RANDOM_MODEL_VERSION}
+    return _cached_build(f"random-{name}", keyed, lambda: build_random_model(shape, seed=seed), fits)
 
 
 def _embedded_path(name: str, spec: EmbeddedModel) -> str:
