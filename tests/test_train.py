@@ -304,7 +304,7 @@ def _trainer(config, tmp_path: Path, reward=None, **kwargs):
     """An EAPOTrainer for ``config`` as run() builds it (no training), in train mode."""
     from transformers.trainer_callback import PrinterCallback
 
-    from eapo.engines.trl.args import entropy_control_settings, grpo_args, reward_function
+    from eapo.engines.trl.args import grpo_args, reward_function
     from eapo.engines.trl.trainer import EAPOTrainer
     from eapo.runtime.models import load_tokenizer, resolve_model
     from eapo.train import build_dataset, build_reward
@@ -318,12 +318,6 @@ def _trainer(config, tmp_path: Path, reward=None, **kwargs):
         args=grpo_args(config, tmp_path),
         train_dataset=dataset,
         processing_class=tokenizer,
-        weighting=make_weighting(
-            config.algorithm.weighting_method(), **config.algorithm.weighting_overrides()
-        ),
-        entropy_control=entropy_control_settings(config),
-        split_by=config.algorithm.split_by,
-        entropy_agg=config.algorithm.entropy_agg,
         **kwargs,
     )
     trainer.remove_callback(PrinterCallback)

@@ -132,6 +132,23 @@ def entropy_control_rows() -> list[tuple[str, str, str, str]]:
     ]
 
 
+def weighting_scheme_rows() -> list[tuple[str, str, str, str, str]]:
+    """The weighting schemes of :data:`eapo.core.WEIGHTING_SCHEMES`: ``(method, label, its weights with their
+    defaults, verl's estimator, what it does)``, in registration order."""
+    from eapo.core import WEIGHTING_SCHEMES
+
+    return [
+        (
+            name,
+            scheme.label,
+            ", ".join(f"{key}={yaml_value(value)}" for key, value in scheme.defaults.items()),
+            scheme.verl_estimator,
+            scheme.help,
+        )
+        for name, scheme in WEIGHTING_SCHEMES.items()
+    ]
+
+
 # --- docutils tables ----------------------------------------------------------------------------------------
 
 
@@ -199,6 +216,14 @@ class EntropyControlPresets(SphinxDirective):
         return [_table(header, entropy_control_rows(), {0, 2}, [14, 30, 22, 40])]
 
 
+class WeightingSchemes(SphinxDirective):
+    """``{eapo-weighting-schemes}``: the weighting schemes (``algorithm.method``) from the registry."""
+
+    def run(self) -> list[nodes.Node]:
+        header = ["method", "label", "weights (defaults)", "verl estimator", "what it does"]
+        return [_table(header, weighting_scheme_rows(), {0, 2, 3}, [12, 12, 26, 12, 38])]
+
+
 def _check_every_section(app, env) -> None:
     missing = [name for name in config_sections() if name not in getattr(env, "eapo_config_sections", set())]
     if missing:
@@ -225,6 +250,7 @@ def setup(app) -> dict[str, Any]:
     app.add_directive("eapo-config-section", ConfigSection)
     app.add_directive("eapo-trl-config", TRLConfigFields)
     app.add_directive("eapo-entropy-controls", EntropyControlPresets)
+    app.add_directive("eapo-weighting-schemes", WeightingSchemes)
     app.connect("env-purge-doc", _purge)
     app.connect("env-merge-info", _merge)
     app.connect("env-check-consistency", _check_every_section)

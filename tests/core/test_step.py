@@ -10,6 +10,7 @@ import torch
 from eapo.core import (
     WEIGHTING_SCHEMES,
     AdaptiveEntropyCoef,
+    Algorithm,
     EAPOStep,
     group_advantages,
     make_weighting,
@@ -97,10 +98,19 @@ def test_fixed_scheme_anchors_h0_on_the_first_entropy_and_runs_without_one():
     assert step.h0 == 1.5
 
 
-def test_registry_by_decorator_keeps_the_dict_shape():
+def test_registry_entries_carry_what_other_code_needs():
     assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "qae", "eapo", "eapo_pi"]
-    builder, accepted = WEIGHTING_SCHEMES["psr"]
-    assert accepted == ("w_pos", "w_neg") and builder("psr").weights(None) == (1.0, 0.0)
+    psr = WEIGHTING_SCHEMES["psr"]
+    assert psr.accepts == ("w_pos", "w_neg") and psr.build("psr").weights(None) == (1.0, 0.0)
+    assert (psr.label, psr.defaults, psr.needs_entropy, psr.verl_estimator) == (
+        "PSR",
+        {"w_pos": 1.0, "w_neg": 0.0},
+        False,
+        "psr",
+    )
+    assert WEIGHTING_SCHEMES["grpo"].verl_estimator == "eapo_grpo"  # verl has its own grpo
+    assert WEIGHTING_SCHEMES["qae"].split_by == "quantile"
+    assert WEIGHTING_SCHEMES["eapo"].needs_entropy and WEIGHTING_SCHEMES["eapo"].shown == ("w0",)
     with pytest.raises(ValueError, match="already registered"):
         register_weighting("psr", ("w_pos",))(lambda name: None)
     try:
@@ -276,10 +286,10 @@ def test_the_two_quantile_methods_at_the_papers_group_size(method, baseline, pos
 
 def test_quantile_method_applies_only_with_the_quantile_split():
     with pytest.raises(ValueError, match="quantile_method=inverse_cdf applies only with split_by=quantile"):
-        EAPOStep(make_weighting("grpo"), quantile_method="inverse_cdf")
-    EAPOStep(make_weighting("grpo"), quantile_method="linear")  # the default, written out: fine
+        Algorithm.resolve("grpo", {"quantile_method": "inverse_cdf"})
+    Algorithm.resolve("grpo", {"quantile_method": "linear"})  # the default, written out: fine
     with pytest.raises(ValueError, match="quantile_method='mode' is invalid; valid: linear, inverse_cdf"):
-        EAPOStep(make_weighting("grpo"), split_by="quantile", quantile_method="mode")
+        Algorithm.resolve("grpo", {"split_by": "quantile", "quantile_method": "mode"})
     from eapo.config import load_config
 
     config = load_config(None, ["algorithm.method=qae", "algorithm.quantile_method=inverse_cdf"])
@@ -323,8 +333,8 @@ def test_quantile_split_with_continuous_rewards_ties_unscored_rows_and_eapo_weig
 
 def test_quantile_k_applies_only_with_the_quantile_split():
     with pytest.raises(ValueError, match="quantile_k=0.3 applies only with split_by=quantile"):
-        EAPOStep(make_weighting("grpo"), quantile_k=0.3)
-    EAPOStep(make_weighting("grpo"), quantile_k=0.4)  # the default, written out: fine
+        Algorithm.resolve("grpo", {"quantile_k": 0.3})
+    Algorithm.resolve("grpo", {"quantile_k": 0.4})  # the default, written out: fine
     from eapo.config import ConfigError, load_config
 
     with pytest.raises(
@@ -346,8 +356,11 @@ def test_the_qae_method_is_grpos_weights_with_the_quantile_split():
     assert qae.split_by == "quantile" and qae.quantile_k == 0.4
     by_setting = EAPOStep(make_weighting("grpo"), split_by="quantile")
     assert qae.step(scores, index, None)[0].tolist() == by_setting.step(scores, index, None)[0].tolist()
-    with pytest.raises(ValueError, match="method qae splits at the quantile; split_by=median contradicts it"):
-        EAPOStep(make_weighting("qae"), split_by="median")
+    assert Algorithm.resolve("qae", {"split_by": "mean"}).make_step().split_by == "quantile"
+    with pytest.raises(
+        ValueError, match="split_by=median contradicts method qae, which splits at the quantile"
+    ):
+        Algorithm.resolve("qae", {"split_by": "median"})
     from eapo.config import load_config
 
     assert load_config(None, ["algorithm.method=qae", "algorithm.quantile_k=0.3"]).algorithm.quantile_k == 0.3

@@ -119,17 +119,21 @@ def test_entropy_may_be_a_tensor_scalar():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"w0": -0.1}, r"w0 must be finite and >= 0"),
-        ({"w0": float("nan")}, r"w0 must be finite and >= 0"),
-        ({"w_min": 1.0, "w_max": 0.5}, r"w_min \(1.0\) must be <= w_max \(0.5\)"),
-        ({"w_min": -0.5}, r"w_min must be >= 0"),
-        ({"anchor_steps": 0}, r"anchor_steps must be an integer >= 1, got 0"),
-        ({"anchor_steps": 1.5}, r"anchor_steps must be an integer >= 1, got 1.5"),
+        ({"w0": -0.1}, r"^w0=-0.1 is invalid; valid: a number >= 0, or null$"),
+        ({"w0": float("nan")}, r"^w0=nan is invalid; valid: a number >= 0, or null$"),
+        (
+            {"w_min": 1.0, "w_max": 0.5},
+            r"^w_min=1.0 must be <= w_max=0.5 \(w\+ is clipped to \[w_min, w_max\]\)$",
+        ),
+        ({"w_min": -0.5}, r"^w_min=-0.5 is invalid; valid: a number >= 0, or null$"),
+        ({"anchor_steps": 0}, r"^anchor_steps=0 is invalid; valid: an integer >= 1, or null$"),
+        ({"anchor_steps": 1.5}, r"^anchor_steps=1.5 is invalid; valid: an integer >= 1, or null$"),
     ],
 )
 def test_invalid_settings_are_rejected(kwargs, message):
+    """The one validation of a scheme's settings: make_weighting (the constructor trusts its arguments)."""
     with pytest.raises(ValueError, match=message):
-        EntropyAdaptiveWeighting(**kwargs)
+        make_weighting("eapo", **kwargs)
 
 
 @pytest.mark.parametrize(("anchor_steps", "seen"), [(1, 1), (1, 4), (3, 1), (3, 2), (3, 3), (3, 5)])
@@ -230,13 +234,13 @@ def test_unknown_scheme_lists_the_known_ones():
 @pytest.mark.parametrize(
     ("name", "overrides", "message"),
     [
-        ("grpo", {"w0": 0.3}, r"'grpo' does not take \['w0'\]; it accepts \['w_pos', 'w_neg'\]"),
+        ("grpo", {"w0": 0.3}, r"^w0 does not apply to method 'grpo'; it accepts w_pos, w_neg$"),
         (
             "eapo",
             {"w_pos": 1.0},
-            r"'eapo' does not take \['w_pos'\]; it accepts \['w0', 'w_min', 'w_max', 'w_neg'",
+            r"^w_pos does not apply to method 'eapo'; it accepts w0, w_min, w_max, w_neg, anchor_steps, integral_gain$",
         ),
-        ("psr", {"alpha": 1, "beta": 2}, r"does not take \['alpha', 'beta'\]"),
+        ("psr", {"alpha": 1, "beta": 2}, r"^alpha is not a setting here; known: w_pos, w_neg, w0"),
     ],
 )
 def test_unknown_override_is_rejected(name, overrides, message):
@@ -247,10 +251,10 @@ def test_unknown_override_is_rejected(name, overrides, message):
 @pytest.mark.parametrize(
     ("name", "overrides", "message"),
     [
-        ("grpo", {"w_pos": -1.0}, r"w_pos must be finite and >= 0, got -1.0"),
-        ("nsr", {"w_neg": float("inf")}, r"w_neg must be finite and >= 0, got inf"),
-        ("eapo", {"w_neg": -0.5}, r"w_neg must be finite and >= 0"),
-        ("eapo", {"w_min": 3.0}, r"w_min \(3.0\) must be <= w_max \(2.0\)"),
+        ("grpo", {"w_pos": -1.0}, r"^w_pos=-1.0 is invalid; valid: a number >= 0, or null$"),
+        ("nsr", {"w_neg": float("inf")}, r"^w_neg=inf is invalid; valid: a number >= 0, or null$"),
+        ("eapo", {"w_neg": -0.5}, r"^w_neg=-0.5 is invalid; valid: a number >= 0, or null$"),
+        ("eapo", {"w_min": 3.0}, r"^w_min=3.0 must be <= w_max=2.0 \(default\)"),
     ],
 )
 def test_invalid_override_values_are_rejected(name, overrides, message):

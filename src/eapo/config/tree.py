@@ -17,7 +17,6 @@ from eapo.config.rollout import DataConfig, ModelConfig, RolloutConfig
 from eapo.config.train import LoggingConfig, TrainConfig
 from eapo.config.verl import VerlConfig
 from eapo.core.settings import SettingError
-from eapo.core.step import step_problems
 from eapo.rewards import LIGHT_COMPONENTS, make_reward
 
 
@@ -51,6 +50,8 @@ class RunConfig:
             if coerced is not value:
                 setattr(section, spec.name, coerced)
             valid = spec.metadata.get("valid")
+            if isinstance(section, AlgorithmConfig):  # its ranges: once, by Algorithm.resolve (below)
+                continue
             if coerced is not None and valid is not None and not valid.admits(coerced):
                 raise ConfigError(f"{key}={coerced!r} is invalid; valid: {allowed(spec, tp)}", key=key)
         self._check_relations()
@@ -60,19 +61,10 @@ class RunConfig:
         """Constraints between settings (each setting alone has passed its own)."""
         a, r, t = self.algorithm, self.rollout, self.train
         try:
-            a.weighting_overrides()  # the one "does not apply" rule and the weights' ranges (eapo.core)
+            a.resolve()  # the algorithm section, validated once (eapo.core.Algorithm.resolve)
         except SettingError as error:
             raise ConfigError(str(error), key=error.key) from None
-        problems = step_problems(
-            {"split_by": a.split_by, "quantile_k": a.quantile_k, "quantile_method": a.quantile_method},
-            "algorithm.",
-            a.weighting_method(),
-        )
-        if problems:
-            key = "quantile_k" if "quantile_k=" in problems[0] else "quantile_method"
-            raise ConfigError(problems[0], key=f"algorithm.{key}")
-        a.resolve_controls()
-        problems = a.control_problems()
+        problems = a.trl_problems()
         if problems:
             raise ConfigError(problems[0], key="algorithm.method")
         if r.compile and r.cache_implementation != "static":

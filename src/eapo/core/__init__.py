@@ -71,9 +71,11 @@ from eapo.core.weighting import (
     WEIGHTING_SCHEMES,
     EntropyAdaptiveWeighting,
     FixedWeighting,
+    Scheme,
     WeightingScheme,
     check_weights,
     make_weighting,
+    register_scheme,
     register_weighting,
     scheme_defaults,
 )
@@ -97,6 +99,8 @@ __all__ = [
     "Valid",
     "SettingError",
     "register_weighting",
+    "register_scheme",
+    "Scheme",
     "token_entropy",
     "masked_mean",
     "ENTROPY_AGGREGATIONS",
@@ -133,23 +137,7 @@ from eapo.core.controls import (  # noqa: E402
     top_entropy_mask,
 )
 
-#: Every ``algorithm.method``: the polarity weighting schemes, then the entropy-control presets.
-METHODS: tuple[str, ...] = (*WEIGHTING_SCHEMES, *ENTROPY_CONTROLS)
-
-
-def method_scheme(method: str) -> str:
-    """The polarity weighting scheme of a method: the method itself, or ``grpo`` for an entropy-control
-    preset (GRPO's weights plus one control)."""
-    if method in WEIGHTING_SCHEMES:
-        return method
-    if method in ENTROPY_CONTROLS:
-        return "grpo"
-    raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
-
-
 __all__ += [
-    "METHODS",
-    "method_scheme",
     "CONTROL_METRICS",
     "CONTROL_SETTINGS",
     "control_defaults",
@@ -190,3 +178,19 @@ __all__ += [
     "grouped_polarity_advantages",
     "polarity_split",
 ]
+
+# One run's algorithm as one frozen value, resolved and validated once: :mod:`eapo.core.algorithm`.
+from eapo.core.algorithm import (  # noqa: E402
+    OBJECTIVE_SETTINGS,
+    Algorithm,
+    methods,
+    scheme_of_method,
+)
+
+#: Every ``algorithm.method`` registered at import: the polarity weighting schemes, then the
+#: entropy-control presets (:func:`methods` reads the registries as they are now).
+METHODS: tuple[str, ...] = methods()
+#: The polarity weighting scheme of a method (the method, or ``grpo`` for an entropy-control preset).
+method_scheme = scheme_of_method
+
+__all__ += ["OBJECTIVE_SETTINGS", "Algorithm", "methods", "scheme_of_method", "METHODS", "method_scheme"]

@@ -19,14 +19,12 @@ from eapo.evaluation.labels import method_label
 WEIGHT_KEYS: tuple[str, ...] = tuple(WEIGHT_SETTINGS)
 #: Weights a grid can vary: the float weights (``anchor_steps`` counts steps, not a weight).
 GRID_KEYS: tuple[str, ...] = tuple(key for key, spec in WEIGHT_SETTINGS.items() if spec.type is float)
-#: The methods an unscoped ``--grid KEY=...`` varies (see :mod:`eapo.sweep`).
-GRID_TARGETS: dict[str, tuple[str, ...]] = {
-    "w_pos": ("w_reinforce",),
-    "w_neg": ("w_reinforce",),
-    "w0": ("eapo",),
-    "w_min": ("eapo",),
-    "w_max": ("eapo",),
-}
+
+
+def grid_targets(key: str) -> tuple[str, ...]:
+    """The methods an unscoped ``--grid KEY=...`` varies: the schemes whose registration lists ``KEY`` in its
+    :attr:`eapo.core.Scheme.grid` (see :mod:`eapo.sweep`)."""
+    return tuple(name for name, scheme in WEIGHTING_SCHEMES.items() if key in scheme.grid)
 
 
 class SweepError(ValueError):
@@ -67,13 +65,19 @@ def parse_grid(spec: str) -> GridAxis:
     if method:
         if method not in METHODS:
             raise SweepError(f"--grid {spec!r}: unknown method {method!r}; valid: {', '.join(METHODS)}")
-        accepted = WEIGHTING_SCHEMES[method_scheme(method)][1]
+        accepted = WEIGHTING_SCHEMES[method_scheme(method)].accepts
         if key not in accepted:
             raise SweepError(
                 f"--grid {spec!r}: method {method!r} does not take {key}; it accepts {', '.join(accepted)}"
             )
         return GridAxis(key, values, (method,), scoped=True)
-    return GridAxis(key, values, GRID_TARGETS[key])
+    targets = grid_targets(key)
+    if not targets:
+        raise SweepError(
+            f"--grid {spec!r}: no method varies {key} unscoped; scope it to a method that takes it "
+            f"(e.g. --grid {next(n for n, s in WEIGHTING_SCHEMES.items() if key in s.accepts)}.{target}=...)"
+        )
+    return GridAxis(key, values, targets)
 
 
 @dataclass(frozen=True)

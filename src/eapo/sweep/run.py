@@ -139,7 +139,7 @@ def _configure_runs(
         raise SweepError(f"base config: {error}") from None
     for key in WEIGHT_KEYS:
         if key in override_algorithm and not any(
-            key in WEIGHTING_SCHEMES[method_scheme(m)][1] for m in {r.method for r in runs}
+            key in WEIGHTING_SCHEMES[method_scheme(m)].accepts for m in {r.method for r in runs}
         ):
             raise SweepError(
                 f"override algorithm.{key}={override_algorithm[key]} applies to none of the methods "
@@ -150,7 +150,7 @@ def _configure_runs(
     }
     configured: dict[str, _ConfiguredRun] = {}
     for run in runs:
-        accepted = WEIGHTING_SCHEMES[method_scheme(run.method)][1]
+        accepted = WEIGHTING_SCHEMES[method_scheme(run.method)].accepts
         dropped = [f"algorithm.{key}=null" for key in sorted(set_weights - set(accepted))]
         run_overrides = [*overrides, *dropped, *run.overrides]
         try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eapo.core import WEIGHT_SETTINGS, WEIGHTING_SCHEMES, method_scheme
 from eapo.evaluation.labels import METHOD_NAMES, METHOD_ORDER, effective_weights, method_label
 from eapo.evaluation.metrics import METRIC_KEYS
 from eapo.evaluation.report import (
@@ -37,8 +38,11 @@ from eapo.sweep.plan import GRID_KEYS, SweepError
 PAPER_WEIGHT_COLUMNS = ("rouge_l", "reranker")
 #: The fixed-weight table's named rows, in the paper's order (W-REINFORCE follows in blocks).
 FIXED_ROWS = ("psr", "nsr", "grpo")
-#: How the tables write each grid weight.
-_SYMBOLS = {"w_pos": "w+", "w_neg": "w−", "w0": "w0", "w_min": "w_min", "w_max": "w_max"}
+
+
+def _symbol(key: str) -> str:
+    """How the tables write a weight: its declared symbol (eapo.core.Setting.symbol)."""
+    return WEIGHT_SETTINGS[key].shown_as if key in WEIGHT_SETTINGS else key
 
 
 @dataclass
@@ -239,8 +243,9 @@ def sensitivity_blocks(entries: Sequence[Entry]) -> list[tuple[str, str, str, li
                 if len({value for value, _ in members}) < 2:
                     continue
                 defaults = effective_weights(method)
-                shown = [(k, v) for k, v in rest if method == "w_reinforce" or v != defaults.get(k)]
-                fixed = ", ".join(f"{_SYMBOLS.get(k, k)}={v:g}" for k, v in shown)
+                always = WEIGHTING_SCHEMES[method_scheme(method)].shown  # W-REINFORCE: w+ and w−
+                shown = [(k, v) for k, v in rest if k in always or v != defaults.get(k)]
+                fixed = ", ".join(f"{_symbol(k)}={v:g}" for k, v in shown)
                 blocks.append((method, key, fixed, sorted(members, key=lambda item: item[0])))
     return blocks
 
@@ -289,13 +294,13 @@ def sensitivity_table(
     rows: list[list[str]] = []
     csv_rows: list[list[Any]] = []
     for (method, key, fixed), by_data in merged.items():
-        title = f"*{METHOD_NAMES.get(method, method)}, {_SYMBOLS[key]} varied" + (
+        title = f"*{METHOD_NAMES.get(method, method)}, {_symbol(key)} varied" + (
             f" ({fixed})*" if fixed else "*"
         )
         rows.append([title] + [""] * len(columns))
         values = sorted({value for members in by_data.values() for value in members})
         for value in values:
-            row = [f"{_SYMBOLS[key]}={value:g}"]
+            row = [f"{_symbol(key)}={value:g}"]
             for name, column in columns:
                 entry = by_data.get(name, {}).get(value)
                 row.append(_cell(*_summary(entry, column)) if entry is not None else "–")
@@ -386,7 +391,7 @@ def fixed_weight_table(entries: Sequence[Entry]) -> tuple[str, str]:
             continue  # a grid over PSR/NSR/GRPO weights is W-REINFORCE by another name; listed above
         direction = "P/N ↓" if key == "w_neg" else "P/N ↑"
         name = METHOD_NAMES.get(method, method)
-        blocks.append((f"{name}, {direction} ({held}, {_SYMBOLS[key]} varied)", [e for _, e in members]))
+        blocks.append((f"{name}, {direction} ({held}, {_symbol(key)} varied)", [e for _, e in members]))
         placed.update(id(e) for _, e in members)
     others = [e for e in fixed if e.method not in FIXED_ROWS and id(e) not in placed]
     if others:

@@ -458,7 +458,7 @@ def adaptive_coefficients(run_dir: Path, entropies: list[float]) -> list[float]:
     from eapo.config import load_config
     from eapo.core import AdaptiveEntropyCoef
 
-    values = load_config(run_dir / "config.yaml").algorithm.control_values()
+    values = load_config(run_dir / "config.yaml").algorithm.resolved().control_values()
     controller = AdaptiveEntropyCoef(
         coef=values["entropy_coef"],
         delta=values["entropy_coef_delta"],

@@ -54,10 +54,14 @@ def expected_from_core(scores, uids, w_pos, w_neg, group_size, scale="group"):
     return out
 
 
-def test_all_four_are_registered_in_verls_registry():
-    for name in ("eapo", "psr", "nsr", "w_reinforce"):
+def test_every_registered_scheme_is_an_estimator_in_verls_registry():
+    from eapo.core import WEIGHTING_SCHEMES
+
+    names = [scheme.verl_estimator for scheme in WEIGHTING_SCHEMES.values()]
+    assert names == ["eapo_grpo", "psr", "nsr", "w_reinforce", "qae", "eapo", "eapo_pi"]
+    for name in names:
         fn = get_adv_estimator_fn(name)
-        assert fn is eapo.engines.verl.ESTIMATORS[name]
+        assert fn is eapo.engines.verl.estimators()[name]
         assert fn.__name__ == f"compute_{name}_advantage"
 
 

@@ -24,7 +24,7 @@ from eapo.engines.verl.launch import (
     verl_overrides,
     verl_problems,
 )
-from eapo.engines.verl.settings import EapoSettings, estimator_of
+from eapo.engines.verl.settings import algorithm_for_trainer, estimator_of
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "src" / "eapo" / "configs" / "demo.yaml"
@@ -171,19 +171,19 @@ def test_the_plugin_reads_the_section_as_the_config_means_it(method):
         [f"algorithm.method={method}", "algorithm.w0=null", "algorithm.w_min=null", "algorithm.w_max=null"],
     )
     section = algorithm_section(config)
-    settings = EapoSettings.from_algorithm_config(
+    read = algorithm_for_trainer(
         {"adv_estimator": estimator_of(config.algorithm.weighting_method()), "eapo": section}
     )
-    assert settings.method == method
-    assert settings.scheme == config.algorithm.weighting_method()
-    weights = settings.build_weighting()
+    tree = config.algorithm.resolved()
+    assert read.method == tree.method == method
+    assert read.scheme == tree.scheme == config.algorithm.weighting_method()
+    weights = read.make_weighting()
     for key in set(section) & set(WEIGHT_SETTINGS):
         assert getattr(weights, key) == section[key], key
     for key in STEP_SETTINGS:
-        assert getattr(settings, key) == getattr(config.algorithm, key), key
-    assert dict(settings.controls.resolved_values()) == {
-        key: value for key, value in config.algorithm.control_values().items()
-    }
+        assert getattr(read, key) == getattr(config.algorithm, key), key
+    assert read.control_values() == tree.control_values()
+    assert (read.weights, read.step_settings()) == (tree.weights, tree.step_settings())
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from:
   ``grpo`` scheme, named apart from verl's own ``grpo`` estimator): the scheme's defaults, or the
   overrides ``algorithm.eapo.w_pos`` / ``algorithm.eapo.w_neg``. They work with any verl trainer;
   outside the ``eapo`` trainer ``algorithm.eapo`` is read by
-  :meth:`eapo.engines.verl.settings.EapoSettings.for_estimator`.
+  :func:`eapo.engines.verl.settings.algorithm_for_estimator`.
   ``eapo_grpo`` is the estimator of the entropy-control presets (``algorithm.eapo.method=clip_cov``
   and the others of :data:`eapo.core.controls.ENTROPY_CONTROLS`), which the ``eapo`` trainer
   runs (:mod:`eapo.engines.verl.entropy_control`).
@@ -52,19 +52,14 @@ from typing import Any
 import torch
 
 from eapo.core.step import EAPOStep, grouped_polarity_advantages
-from eapo.engines.verl.settings import EapoSettings, read_section
+from eapo.engines.verl.settings import algorithm_for_estimator, estimator_names, read_section
 
 __all__ = [
     "StepCall",
     "step_call",
     "active_step",
     "polarity_grpo_advantages",
-    "compute_eapo_advantage",
-    "compute_psr_advantage",
-    "compute_nsr_advantage",
-    "compute_w_reinforce_advantage",
-    "compute_eapo_grpo_advantage",
-    "ESTIMATORS",
+    "estimators",
     "register_estimators",
 ]
 
@@ -163,7 +158,7 @@ def _estimate(
             "none was passed"
         )
     call = active_step()
-    if call is not None:  # under the eapo trainer, which read algorithm.eapo into EapoSettings at its start
+    if call is not None:  # under the eapo trainer, which resolved algorithm.eapo at its start
         read_section(config)  # the section's type and keys, checked on every call as outside the trainer
         if call.estimator != name:
             raise ValueError(
@@ -172,13 +167,7 @@ def _estimate(
             )
         step, entropy = call.step, call.entropy
     else:  # another verl trainer: the fixed scheme's weights, with algorithm.eapo's overrides
-        settings = EapoSettings.for_estimator(name, config)
-        step = EAPOStep(
-            settings.build_weighting(),
-            split_by=settings.split_by,
-            quantile_k=settings.quantile_k,
-            quantile_method=settings.quantile_method,
-        )
+        step = algorithm_for_estimator(name, config).make_step()
         entropy = None
     norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
     scores = token_level_rewards.sum(dim=-1)  # [B]
@@ -221,28 +210,21 @@ def _make_estimator(name: str):
     return estimator
 
 
-compute_eapo_advantage = _make_estimator("eapo")
-compute_eapo_pi_advantage = _make_estimator("eapo_pi")
-compute_psr_advantage = _make_estimator("psr")
-compute_nsr_advantage = _make_estimator("nsr")
-compute_w_reinforce_advantage = _make_estimator("w_reinforce")
-compute_qae_advantage = _make_estimator("qae")
-compute_eapo_grpo_advantage = _make_estimator("eapo_grpo")
+def estimators() -> dict[str, Any]:
+    """name -> estimator function, one per registered weighting scheme (:func:`estimator_names`), made once
+    per name (verl refuses a name re-registered to another function)."""
+    for name in estimator_names():
+        if name not in _ESTIMATORS:
+            _ESTIMATORS[name] = function = _make_estimator(name)
+            globals()[function.__name__] = function  # importable by its name (pickled by reference)
+    return {name: _ESTIMATORS[name] for name in estimator_names()}
 
-#: name -> estimator function, in registration order.
-ESTIMATORS = {
-    "eapo": compute_eapo_advantage,
-    "eapo_pi": compute_eapo_pi_advantage,
-    "psr": compute_psr_advantage,
-    "nsr": compute_nsr_advantage,
-    "w_reinforce": compute_w_reinforce_advantage,
-    "qae": compute_qae_advantage,
-    "eapo_grpo": compute_eapo_grpo_advantage,
-}
+
+_ESTIMATORS: dict[str, Any] = {}
 
 
 def register_estimators() -> None:
-    """Register :data:`ESTIMATORS` with verl's ``register_adv_est``.
+    """Register :func:`estimators` (every weighting scheme registered now) with verl's ``register_adv_est``.
 
     verl refuses to re-register a name to a different function. An entry left by an earlier import
     of this very module (same module and function name, e.g. after a failed plugin load) is
@@ -250,7 +232,7 @@ def register_estimators() -> None:
     """
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
-    for name, fn in ESTIMATORS.items():
+    for name, fn in estimators().items():
         existing = ADV_ESTIMATOR_REGISTRY.get(name)
         if existing is not None and existing is not fn and _same_function(existing, fn):
             del ADV_ESTIMATOR_REGISTRY[name]

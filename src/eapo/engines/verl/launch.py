@@ -2,10 +2,10 @@
 
 The recipe, top to bottom (:func:`run_verl`):
 
-1. **Check.** :func:`verl_problems` lists every setting verl cannot honour, with the reason. The
-   translated ``algorithm.eapo`` section is read by the plugin's own reader
-   (:meth:`~eapo.engines.verl.settings.EapoSettings.from_algorithm_config`). Both run before anything
-   is written.
+1. **Check.** :func:`verl_problems` lists every setting verl cannot honour, with the reason, before
+   anything is written. The ``algorithm.eapo`` section is written from the tree's resolved
+   :class:`eapo.core.Algorithm` (:meth:`~eapo.core.Algorithm.section`), which the plugin resolves in
+   verl's processes (:func:`~eapo.engines.verl.settings.algorithm_for_trainer`).
 2. **Inputs** under ``RUN_DIR/verl/`` (:class:`VerlLayout`):
    - the train and validation prompts as verl's parquet (:mod:`eapo.engines.verl.parquet`), rendered
      from the same records and prompt template as the TRL engine;
@@ -56,9 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from eapo.config import ConfigError, RunConfig, dump_config
-from eapo.core import CONTROL_SETTINGS, WEIGHTING_SCHEMES, resolve_controls
 from eapo.engines.verl.rollouts import AGENT_LOOP_NAME, STOP_SETTING
-from eapo.engines.verl.settings import EapoSettings, estimator_of
+from eapo.engines.verl.settings import estimator_of
 from eapo.run_dir import (
     CONFIG_FILE,
     FINAL_DIR,
@@ -384,26 +383,10 @@ def _nested(prefix: str, values: Mapping[str, Any]) -> list[str]:
 
 
 def algorithm_section(config: RunConfig) -> dict[str, Any]:
-    """``algorithm.eapo`` for this config: the method, every weight the scheme takes (its defaults
-    written out), the step settings, and the control settings that differ from the method's preset."""
-    from eapo.core import STEP_SETTINGS, make_weighting
-
-    a = config.algorithm
-    section: dict[str, Any] = {"method": a.method}
-    scheme = a.weighting_method()
-    weights = make_weighting(scheme, **a.weighting_overrides())
-    for key in WEIGHTING_SCHEMES[scheme][1]:
-        value = getattr(weights, key, None)
-        if value is not None:
-            section[key] = value
-    for key in STEP_SETTINGS:
-        section[key] = getattr(a, key)
-    preset = resolve_controls(a.method, {key: None for key in CONTROL_SETTINGS})
-    for key in CONTROL_SETTINGS:
-        value = getattr(a, key)
-        if value != preset.get(key):
-            section[key] = value
-    return section
+    """``algorithm.eapo`` for this config: its resolved algorithm's :meth:`eapo.core.Algorithm.section`
+    (the method, every weight the scheme takes with its defaults written out, the step settings, and the
+    control settings that differ from the method's preset)."""
+    return config.algorithm.resolved().section()
 
 
 def verl_overrides(
@@ -828,15 +811,6 @@ def run_verl(
             f"cannot run on verl: {problems[0]}"
             + (f" (and {len(problems) - 1} more)" if problems[1:] else "")
         )
-    try:
-        EapoSettings.from_algorithm_config(
-            {
-                "adv_estimator": estimator_of(config.algorithm.weighting_method()),
-                "eapo": algorithm_section(config),
-            }
-        )
-    except ValueError as error:
-        raise ConfigError(f"cannot run on verl: {error}") from None
     try:
         check_versions()
     except RuntimeError as error:
