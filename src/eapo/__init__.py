@@ -25,9 +25,17 @@ In a TRL script, ``from eapo import EAPOTrainer, EAPOConfig`` replaces ``GRPOTra
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Your own schemes, controls and reward components (eapo.plugins): imported before any of eapo's views of
+# the registries is built, in every process that imports eapo.
+if os.environ.get("EAPO_PLUGINS"):
+    from eapo.plugins import load_plugins
+
+    load_plugins()
 
 __all__ = ["EAPOConfig", "EAPOTrainer", "__version__"]
 
