@@ -15,6 +15,7 @@ The package, lowest layer first (each module imports only the ones listed before
   runs (:class:`MethodData`).
 * :mod:`eapo.study.quantities`: what a claim reads, a registry of statistics (``window``, ``slope``,
   ``avg``, ``ratio``, ``deviation``, ``difference``, ``range``, ...) over the runs.
+* :mod:`eapo.study.templates`: the texts of a claims file, templates over a claim's quantities.
 * :mod:`eapo.study.claims`: the engine: a registry of comparisons (``lowers``, ``inside``,
   ``above_all``, ...) and of reasons a claim is not measured, the claims file's form, and
   :func:`assess`.

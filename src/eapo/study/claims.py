@@ -23,16 +23,11 @@ combines its parts' verdicts (:func:`~eapo.study.stats.combine_verdicts`). The e
 template filled with its quantities; a claim not measured says why instead (``missing``: a template, or
 a registered reason of :data:`REASONS`).
 
-Templates are Python format strings over the claim's quantities, constants and parameters: an interval
-prints as ``mean [low, high]`` (``{slope:5}``: five digits), anything not measured as ``–``, a list of
-numbers joined with ``, `` (``{h0:.3f}``), a role by its name with ``{best:name}``. A template may be a
-list of strings and ``{each: ..., item: ..., sep: ..., order: declared | sorted | ranked, skip: [...]}``
-loops over a ``roles:`` quantity or a list of quantities (``{name}``, ``{value}`` in ``item``).
+The texts are templates over the claim's quantities (:mod:`eapo.study.templates`).
 """
 
 from __future__ import annotations
 
-import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +51,7 @@ from eapo.study.stats import (
     combine_verdicts,
     lower_verdict,
 )
+from eapo.study.templates import Layered, Template, TemplateFormatter, Values
 
 __all__ = [
     "COMPARISONS",
@@ -64,9 +60,6 @@ __all__ = [
     "Reason",
     "register_comparison",
     "register_reason",
-    "Each",
-    "Template",
-    "TemplateFormatter",
     "Compare",
     "Missing",
     "Part",
@@ -193,6 +186,7 @@ class Reason:
 
     name: str
     explain: Callable[[Missing, Reading, Mapping[str, str]], str]
+    options: tuple[str, ...] = ()  # the keys of ``missing:`` it reads
     help: str = ""
 
 
@@ -200,9 +194,14 @@ class Reason:
 REASONS: dict[str, Reason] = {}
 
 
-def register_reason(name: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
+def register_reason(
+    name: str, *, options: Sequence[str] = ()
+) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Register ``explain(missing, reading, names) -> text`` as ``missing: {why: name}`` (``options``: the keys
+    of ``missing:`` it reads; its docstring is its help)."""
+
     def register(explain: Callable[..., str]) -> Callable[..., str]:
-        REASONS[name] = Reason(name, explain, " ".join((explain.__doc__ or "").split()))
+        REASONS[name] = Reason(name, explain, tuple(options), " ".join((explain.__doc__ or "").split()))
         return explain
 
     return register
@@ -219,7 +218,7 @@ def missing_runs(
     return f"{what} not measured (too few logged steps, or not logged)"
 
 
-@register_reason("runs")
+@register_reason("runs", options=("roles", "what"))
 def _why_runs(missing: Missing, reading: Reading, names: Mapping[str, str]) -> str:
     """ "no finished run of <the roles without one>", else "<what> not measured (too few logged steps, or not
     logged)"."""
@@ -237,7 +236,7 @@ def _why_steps_of(d: MethodData | None, what: str) -> str:
     return f"{what} not logged"
 
 
-@register_reason("steps")
+@register_reason("steps", options=("roles", "what"))
 def _why_steps(missing: Missing, reading: Reading, names: Mapping[str, str]) -> str:
     """One role: "no finished run", "<n> logged steps of <what>: too few ..." or "<what> not logged". Several:
     "<name>: ..." for each role whose quantity (the claim's quantity named as the role) is not measured."""
@@ -249,7 +248,7 @@ def _why_steps(missing: Missing, reading: Reading, names: Mapping[str, str]) -> 
     )
 
 
-@register_reason("unevaluated")
+@register_reason("unevaluated", options=("roles", "metric", "names"))
 def _why_unevaluated(missing: Missing, reading: Reading, names: Mapping[str, str]) -> str:
     """The roles (by name, or as written with ``names: false``) without an evaluation of ``metric``, joined."""
     absent = [r for r in missing.roles if avg_interval(reading.runs(r).results, missing.metric) is None]
@@ -259,137 +258,6 @@ def _why_unevaluated(missing: Missing, reading: Reading, names: Mapping[str, str
 # --------------------------------------------------------------------------------------------
 # A claims file, as load_claims checks it
 # --------------------------------------------------------------------------------------------
-
-
-class TemplateFormatter(string.Formatter):
-    """The formatter of every claims-file text: intervals as ``mean [low, high]`` (spec: digits), not measured as ``–``, lists joined, roles by name."""
-
-    def __init__(self, names: Mapping[str, str]):
-        super().__init__()
-        self.names = names
-
-    def format_field(self, value: Any, format_spec: str) -> str:
-        if value is None:
-            return "–"
-        if isinstance(value, Interval):
-            return value.text(int(format_spec) if format_spec else 3)
-        if format_spec == "name":
-            return self.names.get(value, value)
-        if format_spec == "names":
-            return ", ".join(self.names.get(v, v) for v in value)
-        if isinstance(value, list | tuple):
-            return ", ".join(format(v, format_spec) for v in value)
-        return format(value, format_spec)
-
-
-@dataclass(frozen=True)
-class Each:
-    """A loop of a template: ``item`` once per role of a ``roles:`` quantity, or per quantity of a list."""
-
-    over: str | tuple[str, ...]
-    item: str
-    sep: str = "; "
-    order: str = "declared"  # declared | sorted (by role) | ranked (by mean, highest first, measured only)
-    skip: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Template:
-    """Text with ``{field}``s: strings and :class:`Each` loops, concatenated."""
-
-    pieces: tuple[str | Each, ...]
-
-    def render(self, values: Mapping[str, Any], reading: Reading | None, names: Mapping[str, str]) -> str:
-        formatter = TemplateFormatter(names)
-        out = []
-        for piece in self.pieces:
-            if isinstance(piece, str):
-                out.append(formatter.vformat(piece, (), values))
-                continue
-            items = _items(piece, values, reading)
-            families = {k: v for k, v in _family_values(reading).items() if k != piece.over}
-            out.append(
-                piece.sep.join(
-                    formatter.vformat(
-                        piece.item,
-                        (),
-                        _Layered(
-                            {"name": names.get(role, role), "role": role, "value": value}
-                            | {k: v.get(role) for k, v in families.items()},
-                            values,
-                        ),
-                    )
-                    for role, value in items
-                )
-            )
-        return "".join(out)
-
-
-def _items(each: Each, values: Mapping[str, Any], reading: Reading | None) -> list[tuple[str, Any]]:
-    if isinstance(each.over, str):
-        family = values[each.over] or {}
-        items = [(role, value) for role, value in family.items() if role not in each.skip]
-    else:
-        quantities = reading.quantities if reading is not None else {}
-        items = [
-            (getattr(quantities.get(name), "role", None) or name, values[name])
-            for name in each.over
-            if name not in each.skip
-        ]
-    if each.order == "sorted":
-        return sorted(items, key=lambda item: item[0])
-    if each.order == "ranked":
-        return sorted((item for item in items if item[1] is not None), key=lambda item: -item[1].mean)
-    return items
-
-
-def _family_values(reading: Reading | None) -> dict[str, dict[str, Any]]:
-    """The claim's quantities with one value per role (a ``roles:`` quantity, or one computed from it)."""
-    if reading is None:
-        return {}
-    return {name: reading[name] for name in reading.quantities if isinstance(reading[name], dict)}
-
-
-class _Layered(Mapping[str, Any]):
-    """The first mapping that holds a key."""
-
-    def __init__(self, *layers: Mapping[str, Any]):
-        self.layers = layers
-
-    def __getitem__(self, key: str) -> Any:
-        for layer in self.layers:
-            if key in layer:
-                return layer[key]
-        raise KeyError(key)
-
-    def __iter__(self):
-        seen: set[str] = set()
-        for layer in self.layers:
-            for key in layer:
-                if key not in seen:
-                    seen.add(key)
-                    yield key
-
-    def __len__(self) -> int:
-        return len(set().union(*self.layers))
-
-
-class _Values(Mapping[str, Any]):
-    """A reading's quantities as a mapping (computed on first use)."""
-
-    def __init__(self, reading: Reading):
-        self.reading = reading
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.reading:
-            raise KeyError(key)
-        return self.reading[key]
-
-    def __iter__(self):
-        return iter(self.reading.quantities)
-
-    def __len__(self) -> int:
-        return len(self.reading.quantities)
 
 
 @dataclass(frozen=True)
@@ -546,8 +414,8 @@ def _explain(
         for missing in part.missing:
             if missing.when is None or reading[missing.when] is None:
                 why = REASONS[missing.why].explain(missing, reading, names) if missing.why else ""
-                return missing.text.render(_Layered({"why": why}, values), reading, names)
-    return part.evidence.render(_Layered({"verdict": verdict}, values), reading, names)
+                return missing.text.render(Layered({"why": why}, values), reading, names)
+    return part.evidence.render(Layered({"verdict": verdict}, values), reading, names)
 
 
 def _assess_claim(
@@ -558,7 +426,7 @@ def _assess_claim(
     cache: dict,
 ) -> Claim:
     reading = Reading(spec.quantities, data, params, cache=cache)
-    values = _Layered(_Values(reading), spec.constants, params)
+    values = Layered(Values(reading), spec.constants, params)
     verdicts, texts = [], []
     for part in spec.parts:
         verdict = _decide(part.compare, reading, params)

@@ -41,15 +41,14 @@ from eapo.study.claims import (
     ClaimsFile,
     ClaimSpec,
     Compare,
-    Each,
     Missing,
     Part,
     TableSpec,
-    Template,
 )
 from eapo.study.quantities import STATISTICS, Quantity, parse_number
 from eapo.study.render import BLOCKS
 from eapo.study.stats import MIN_WINDOW_STEPS
+from eapo.study.templates import Each, Template
 
 __all__ = ["ClaimsError", "STUDY_PARAMS", "PACKAGED", "load_claims", "resolve_claims", "study_params"]
 

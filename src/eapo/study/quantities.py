@@ -79,7 +79,7 @@ def register_statistic(
     references: Sequence[str] = (),
     series: bool = False,
 ) -> Callable[[Callable[[Quantity, Reading], Any]], Callable[[Quantity, Reading], Any]]:
-    """Register ``compute(quantity, reading) -> value`` as ``stat: name`` (its docstring's first line is its help)."""
+    """Register ``compute(quantity, reading) -> value`` as ``stat: name`` (its docstring is its help)."""
 
     def register(compute: Callable[[Quantity, Reading], Any]) -> Callable[[Quantity, Reading], Any]:
         STATISTICS[name] = Statistic(
@@ -89,7 +89,7 @@ def register_statistic(
             tuple(optional),
             tuple(references),
             series,
-            (compute.__doc__ or "").strip().splitlines()[0] if compute.__doc__ else "",
+            " ".join((compute.__doc__ or "").split()),
         )
         return compute
 
@@ -299,7 +299,7 @@ def _map(value: Any, compute: Callable[[Any], Any]) -> Any:
 def _window(q: Quantity, at: Reading) -> Interval | float | None:
     """The mean of ``metric`` over the first (``at: start``) or last (``at: end``) ``fraction`` of each run's
     steps (default ``window``), seeds pooled, with its 95% interval (:func:`eapo.study.stats.window_interval`);
-    ``value: mean``: the mean alone (times ``times``)."""
+    ``value: mean``: the mean alone, multiplied by ``times`` when given."""
     o = q.options
     fraction = at.number(o.get("fraction", "window"))
     interval = window_interval(

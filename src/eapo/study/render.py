@@ -24,8 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from eapo.study.claims import Assessment, ClaimsFile, TemplateFormatter
+from eapo.study.claims import Assessment, ClaimsFile
 from eapo.study.stats import Interval
+from eapo.study.templates import TemplateFormatter
 
 __all__ = ["BLOCKS", "Block", "register_block", "claims_markdown", "claims_payload", "jsonable"]
 
@@ -41,6 +42,7 @@ class Block:
     render: Callable[[Mapping[str, Any], ClaimsFile, Assessment], Paragraphs]
     check: Callable[[Mapping[str, Any], ClaimsFile], str | None]
     keys: tuple[str, ...]
+    help: str = ""
 
 
 #: name -> block. A ``markdown:`` entry of a claims file holds one of these names as a key.
@@ -51,7 +53,7 @@ def register_block(
     name: str, *, keys: Sequence[str] = (), check: Callable[[Mapping[str, Any], ClaimsFile], str | None]
 ) -> Callable[[Callable[..., Paragraphs]], Callable[..., Paragraphs]]:
     def register(render: Callable[..., Paragraphs]) -> Callable[..., Paragraphs]:
-        BLOCKS[name] = Block(name, render, check, (name, *keys))
+        BLOCKS[name] = Block(name, render, check, (name, *keys), " ".join((render.__doc__ or "").split()))
         return render
 
     return register
@@ -88,6 +90,7 @@ def _check_text(block: Mapping[str, Any], claims: ClaimsFile) -> str | None:
 
 @register_block("text", check=_check_text)
 def _text(block: Mapping[str, Any], claims: ClaimsFile, assessment: Assessment) -> Paragraphs:
+    """A paragraph (a string, or a list of lines), {param}s filled."""
     formatter = TemplateFormatter(claims.names)
     return [[formatter.vformat(line, (), assessment.params) for line in _lines(block["text"])]]
 
@@ -117,6 +120,8 @@ def _check_verdicts(block: Mapping[str, Any], claims: ClaimsFile) -> str | None:
 
 @register_block("verdicts", keys=("columns",), check=_check_verdicts)
 def _verdicts(block: Mapping[str, Any], claims: ClaimsFile, assessment: Assessment) -> Paragraphs:
+    """A table of a group's claims: columns maps each header to a template over the claim's fields (or to
+    {paper: ..., beyond: ...})."""
     rows = []
     for claim in assessment.claims[block["verdicts"]]:
         fields = {name: getattr(claim, name) for name in _CLAIM_FIELDS}
@@ -138,6 +143,7 @@ def _check_rules(block: Mapping[str, Any], claims: ClaimsFile) -> str | None:
 
 @register_block("rules", check=_check_rules)
 def _rules(block: Mapping[str, Any], claims: ClaimsFile, assessment: Assessment) -> Paragraphs:
+    """ "- **statement**: rule" for each distinct rule of a group's claims."""
     seen: set[str] = set()
     lines = []
     for claim in assessment.claims[block["rules"]]:
@@ -183,6 +189,7 @@ def cell(value: Any, fmt: Any = None) -> str:
 
 @register_block("table", keys=("heading", "intro", "columns"), check=_check_table)
 def _table_block(block: Mapping[str, Any], claims: ClaimsFile, assessment: Assessment) -> Paragraphs:
+    """A table of the claims file's tables, under its heading and intro; left out when it has no rows."""
     name = block["table"]
     rows = assessment.tables[name]
     if not rows:
