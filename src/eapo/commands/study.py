@@ -45,6 +45,13 @@ def study_command(
         "far (an interim report while the study runs in another process). A configuration counts once "
         "all its runs have finished; claims over the others are not measured.",
     ),
+    claims_only: bool = typer.Option(
+        False,
+        "--claims-only",
+        help="Judge the claims again from the finished runs, by the claims file (study.claims) as it is now, "
+        "and rewrite claims.md and claims.json only (no run, table or figure); the study's run record in "
+        "them is kept.",
+    ),
 ) -> None:
     """GRPO, PSR, NSR, W-REINFORCE (w+=0.1) and EAPO (w0=0.2) from the same base and seed(s) — or the
     config's study.runs (labelled runs: sensitivity points, entropy-control comparators, per-run seeds):
@@ -56,7 +63,7 @@ def study_command(
     import logging
 
     from eapo.commands.train import packaged_config
-    from eapo.study import read_study_config, run_study
+    from eapo.study import read_study_config, rejudge_study, run_study
     from eapo.sweep import SweepError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -78,6 +85,14 @@ def study_command(
             except ValueError:
                 raise SweepError(f"--seeds {seeds!r} must be comma-separated integers") from None
         settings = dataclasses.replace(settings, **{key: v for key, v in changes.items() if v is not None})
+        if claims_only:
+            if report_only:
+                raise SweepError(
+                    "--claims-only and --report-only: give one (--claims-only runs nothing either)"
+                )
+            rejudge_study(config, output_dir, settings=settings.validate(), echo=typer.echo)
+            typer.echo((output_dir / "claims.md").read_text(encoding="utf-8"))
+            return
         report = run_study(
             config,
             output_dir,
