@@ -22,7 +22,7 @@ import importlib
 import os
 from collections.abc import Iterable
 
-__all__ = ["ENV_VAR", "load_plugins", "loaded_plugins", "plugin_names"]
+__all__ = ["ENV_VAR", "PluginError", "load_plugins", "loaded_plugins", "plugin_names"]
 
 #: The environment variable naming the plugin modules, comma-separated.
 ENV_VAR = "EAPO_PLUGINS"

@@ -70,9 +70,10 @@ class AlgorithmConfig:
             **algorithm.objective,
             **algorithm.control_values(),
         }.items():
-            setattr(self, key, value)
+            if hasattr(self, key):  # a setting registered after this class was made has no field here
+                setattr(self, key, value)
         for key in WEIGHT_SETTINGS:  # the set weights, as the declarations hold them (ints become floats)
-            if getattr(self, key) is not None:
+            if getattr(self, key, None) is not None:
                 setattr(self, key, algorithm.weights[key])
         self._resolved = algorithm
         return algorithm

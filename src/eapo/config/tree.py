@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from eapo.config.algorithm import AlgorithmConfig
-from eapo.config.fields import ConfigError, allowed, coerce, is_section, one_of, setting
+from eapo.config.fields import ConfigError, allowed, coerce, is_section, one_of, satisfies, setting
 from eapo.config.reward import RewardConfig
 from eapo.config.rollout import DataConfig, ModelConfig, RolloutConfig
 from eapo.config.train import LoggingConfig, TrainConfig
@@ -36,6 +36,14 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     verl: VerlConfig = field(default_factory=VerlConfig)
+    plugins: list[str] = setting(
+        "Your own modules that register a weighting scheme, an entropy control or a reward component "
+        "(eapo.plugins), imported before the rest of the config is read; added to EAPO_PLUGINS, which every "
+        "process eapo starts inherits. A plugin's own settings need it imported at start: the CLI reads this "
+        "list first, a Python script sets EAPO_PLUGINS.",
+        factory=list,
+        valid=satisfies(lambda names: all(isinstance(n, str) and n.strip() for n in names), "module names"),
+    )
 
     def validate(self) -> RunConfig:
         """Check every setting against what its field admits (``valid`` in the field's metadata), then
