@@ -187,10 +187,7 @@ from eapo.core.algorithm import (  # noqa: E402
     scheme_of_method,
 )
 
-#: Every ``algorithm.method`` registered at import: the polarity weighting schemes, then the
-#: entropy-control presets (:func:`methods` reads the registries as they are now).
-METHODS: tuple[str, ...] = methods()
 #: The polarity weighting scheme of a method (the method, or ``grpo`` for an entropy-control preset).
 method_scheme = scheme_of_method
 
-__all__ += ["OBJECTIVE_SETTINGS", "Algorithm", "methods", "scheme_of_method", "METHODS", "method_scheme"]
+__all__ += ["OBJECTIVE_SETTINGS", "Algorithm", "methods", "scheme_of_method", "method_scheme"]

@@ -182,7 +182,7 @@ def study_runs(
     points); the claims find runs by method and effective weights (:func:`eapo.study.claims.run_role`), not
     by label.
     """
-    from eapo.core import METHODS
+    from eapo.core import methods
 
     if not isinstance(entries, Sequence) or isinstance(entries, str) or not entries:
         raise SweepError(f"{where} must be a non-empty list of {{label, method, overrides, seeds}} mappings")
@@ -201,8 +201,8 @@ def study_runs(
         if label in labels:
             raise SweepError(f"{here}.label {label!r} is used twice; every run needs its own label")
         labels.add(label)
-        if method not in METHODS:
-            raise SweepError(f"{here}.method {method!r} is not a method; valid: {', '.join(METHODS)}")
+        if method not in methods():
+            raise SweepError(f"{here}.method {method!r} is not a method; valid: {', '.join(methods())}")
         overrides = entry.get("overrides") or {}
         if not isinstance(overrides, Mapping):
             raise SweepError(f"{here}.overrides must be a mapping like {{w_pos: 0.05}}, got {overrides!r}")

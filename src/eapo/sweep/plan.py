@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eapo.core import METHODS, WEIGHT_SETTINGS, WEIGHTING_SCHEMES, method_scheme
+from eapo.core import WEIGHT_SETTINGS, WEIGHTING_SCHEMES, method_scheme
+from eapo.core import methods as registered_methods
 from eapo.evaluation.labels import method_label
 
 #: Every per-method weighting key of ``algorithm`` (dropped for methods that do not take them):
@@ -63,8 +64,10 @@ def parse_grid(spec: str) -> GridAxis:
     if any(not math.isfinite(v) or v < 0 for v in values):
         raise SweepError(f"--grid {spec!r}: weights must be finite and >= 0")
     if method:
-        if method not in METHODS:
-            raise SweepError(f"--grid {spec!r}: unknown method {method!r}; valid: {', '.join(METHODS)}")
+        if method not in registered_methods():
+            raise SweepError(
+                f"--grid {spec!r}: unknown method {method!r}; valid: {', '.join(registered_methods())}"
+            )
         accepted = WEIGHTING_SCHEMES[method_scheme(method)].accepts
         if key not in accepted:
             raise SweepError(
@@ -137,9 +140,9 @@ def plan_runs(
     methods = list(dict.fromkeys(methods))
     if not methods:
         raise SweepError("--methods is empty; e.g. --methods grpo,psr,nsr,w_reinforce,eapo")
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in registered_methods()]
     if unknown:
-        raise SweepError(f"--methods: unknown {unknown}; valid: {', '.join(METHODS)}")
+        raise SweepError(f"--methods: unknown {unknown}; valid: {', '.join(registered_methods())}")
     axes = [parse_grid(g) if isinstance(g, str) else g for g in grids]
     for axis in axes:
         if not set(axis.methods) & set(methods):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from eapo.config import ConfigError, load_config
-from eapo.core import METHODS, STEP_SETTINGS, WEIGHT_SETTINGS
+from eapo.core import STEP_SETTINGS, WEIGHT_SETTINGS, methods
 from eapo.engines.verl.launch import (
     LOSS_AGG_MODES,
     METRIC_KEYS,
@@ -162,7 +162,7 @@ def test_the_overrides_compose_into_verls_config_and_its_engines_compute_in_fp32
     assert composed.actor_rollout_ref.rollout.logprobs_mode == "processed_logprobs"
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", methods())
 def test_the_plugin_reads_the_section_as_the_config_means_it(method):
     """Every method's ``algorithm.eapo`` section is accepted by the plugin's own reader, which resolves
     the same scheme, weights and control values as the typed config."""
