@@ -425,8 +425,16 @@ def entropy_control_loss(
 
 def actor_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The actor update's metrics with the controls' keys moved out of verl's ``actor/`` prefix
-    (``actor/entropy_control/x`` -> ``entropy_control/x``)."""
-    prefixed = f"actor/{METRIC_PREFIX}"
-    return {
-        (key[len("actor/") :] if key.startswith(prefixed) else key): value for key, value in metrics.items()
+    (``actor/entropy_control/x`` -> ``entropy_control/x``; a registered control's own ``weight_metric`` and
+    ``metrics`` too), so they read as on TRL."""
+    own = {
+        key
+        for control in ENTROPY_CONTROLS.values()
+        for key in (*control.metrics, *((control.weight_metric,) if control.weight_metric else ()))
     }
+
+    def moved(key: str) -> str:
+        bare = key[len("actor/") :] if key.startswith("actor/") else None
+        return bare if bare is not None and (bare.startswith(METRIC_PREFIX) or bare in own) else key
+
+    return {moved(key): value for key, value in metrics.items()}
