@@ -1,7 +1,9 @@
 """The ``eapo`` command line (Typer): the top of the pipeline. Each subcommand family is a module of
 :mod:`eapo.commands` (``register(app)``) that parses flags and calls the recipe or library function it
 names (``eapo train`` -> :func:`eapo.train.run`, ``eapo eval`` -> :mod:`eapo.evaluation`, ...); heavy
-imports (torch, transformers) happen inside the commands, so ``--help`` stays fast."""
+imports (torch, transformers) happen inside the commands, so ``--help`` stays fast. The options several
+commands share (``--config``, the ``KEY=VALUE`` overrides, ``--engine``, the judge) are declared once, in
+:mod:`eapo.commands.options`."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from eapo.config.fields import ConfigError, allowed, coerce, is_section
+from eapo.config.presets import resolve_config
 from eapo.config.tree import RunConfig
 from eapo.plugins import PluginError, load_plugins
 
@@ -136,13 +137,12 @@ def read_config_tree(path: Path) -> dict[str, Any]:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Read a YAML config (or start from the defaults), apply ``key=value`` overrides, validate.
 
-    A :class:`ConfigError` is one line that names the file, the key, the value and what is allowed,
-    and the override that set the value when one did."""
+    ``path`` is a file or a packaged preset's name (:func:`eapo.config.resolve_config`). A
+    :class:`ConfigError` is one line that names the file, the key, the value and what is allowed, and
+    the override that set the value when one did."""
     tree: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file {path} does not exist (presets live in configs/)")
+        path = resolve_config(path)
         tree = read_config_tree(path)
     return config_from_tree(tree, overrides, source=path)
 

@@ -124,13 +124,12 @@ class StudySettings:
 
 
 def read_study_config(path: str | os.PathLike) -> tuple[StudySettings, dict[str, Any]]:
-    """Split a study config into its ``study:`` settings and the training config every run starts from."""
-    from eapo.config import ConfigError, read_config_tree
+    """Split a study config (a file or a packaged preset's name: ``study``, ``study_cpu``, ...) into its
+    ``study:`` settings and the training config every run starts from."""
+    from eapo.config import ConfigError, read_config_tree, resolve_config
 
-    path = Path(path)
-    if not path.exists():
-        raise SweepError(f"study config {path} does not exist (the preset is configs/study.yaml)")
     try:
+        path = resolve_config(path)
         tree = read_config_tree(path)
     except ConfigError as error:
         raise SweepError(str(error)) from None

@@ -27,6 +27,7 @@ from eapo.config import (
     load_config,
     parse_overrides,
     read_config_tree,
+    resolve_config,
 )
 from eapo.core import WEIGHTING_SCHEMES, method_scheme
 from eapo.evaluation.settings import EvalSettings
@@ -374,7 +375,7 @@ def run_sweep(
     """Train and evaluate every planned configuration, then write the tables and the figure.
 
     Args:
-        base_config: the training config every run starts from.
+        base_config: the training config every run starts from (a file or a packaged preset's name).
         output_dir: the sweep directory (see :mod:`eapo.sweep`).
         methods, grids, seeds: what to run (see :func:`plan_runs`).
         overrides: ``key=value`` applied to every run (and to the base model's evaluation config).
@@ -394,7 +395,10 @@ def run_sweep(
             one stopped part way). Runs not finished yet are left out of the tables, as they are while
             a sweep runs; the directory must hold a manifest.
     """
-    base_config = Path(base_config)
+    try:
+        base_config = resolve_config(base_config)
+    except ConfigError as error:
+        raise SweepError(f"base config: {error}") from None
     output_dir = Path(output_dir)
     eval_options = eval_options or EvalSettings()
     runner = runner or SubprocessRunner()
