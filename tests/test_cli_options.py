@@ -281,8 +281,8 @@ def test_weights_take_both_spellings_and_every_setting_applies_as_in_training():
     [
         (["--w0", "-1"], "--w0=-1.0 is invalid; valid: a number >= 0"),
         (["--anchor-steps", "0"], "--anchor_steps=0 is invalid; valid: an integer >= 1"),
-        (["--method", "grpo", "--w0", "0.3"], "weighting scheme 'grpo' does not take ['w0']"),
-        (["--w-min", "3"], "w_min (3.0) must be <= w_max (2.0)"),
+        (["--method", "grpo", "--w0", "0.3"], "w0 does not apply to method 'grpo'; it accepts w_pos, w_neg"),
+        (["--w-min", "3"], "w_min=3.0 must be <= w_max=2.0 (default)"),
         (["--method", "nope"], "'nope' is not one of"),
     ],
 )
