@@ -82,8 +82,9 @@ def test_step_weights_h0_metrics_and_state_round_trip():
     _, after = resumed.step(scores, index, 3.0)
     _, straight = step.step(scores, index, 3.0)
     assert after == straight and after["eapo/w_pos"] == pytest.approx(0.3)
-    legacy = {key: value for key, value in state.items() if key != "method"}  # TRL's older files
-    EAPOStep(make_weighting("eapo")).load_state_dict(legacy)
+    for key in ("method", "controls"):  # every key of state_dict is required
+        with pytest.raises(ValueError, match=f"the state has no {key}: it was not written by EAPOStep"):
+            EAPOStep(make_weighting("eapo")).load_state_dict({k: v for k, v in state.items() if k != key})
     with pytest.raises(ValueError, match="written by method eapo"):
         EAPOStep(make_weighting("grpo")).load_state_dict(state)
 
@@ -118,8 +119,7 @@ def test_registry_by_decorator_keeps_the_dict_shape():
 
 def test_controls_state_is_anchored_saved_and_restored_in_one_schema():
     """A control's run state (here the adaptive entropy coefficient) is anchored on the first step's H,
-    saved under ``controls`` by core, restored by core; the layouts written before (the TRL engine's
-    top-level ``entropy_target``, the verl plugin's top-level ``adaptive_entropy``) are still read."""
+    saved under ``controls`` by core, restored by core."""
     from eapo.core import AdaptiveEntropyCoef
 
     adaptive = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
@@ -142,23 +142,11 @@ def test_controls_state_is_anchored_saved_and_restored_in_one_schema():
     resumed = EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": fresh})
     assert resumed.load_state_dict(state) == []
     assert (fresh.coef, fresh.target, fresh.last_entropy) == (pytest.approx(0.015), pytest.approx(1.5), 1.0)
-    # the older layouts
-    legacy = {key: value for key, value in state.items() if key != "controls"}
-    trl_old = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
-    EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": trl_old}).load_state_dict(
-        {**legacy, "entropy_target": 1.5}
-    )
-    assert (trl_old.target, trl_old.coef) == (1.5, 0.01)
-    verl_old = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
-    EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": verl_old}).load_state_dict(
-        {**legacy, "adaptive_entropy": state["controls"]["adaptive_entropy"]}
-    )
-    assert verl_old.coef == pytest.approx(0.015)
     # a control the state has none of starts afresh (and is anchored on the saved H); one it has but this
     # run lacks, or changed settings, are refused
     afresh = AdaptiveEntropyCoef(target_ratio=0.5)
     assert EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": afresh}).load_state_dict(
-        legacy
+        {**state, "controls": {}}
     ) == ["adaptive_entropy"]
     assert afresh.target == pytest.approx(1.5)
     with pytest.raises(ValueError, match="written with the entropy control adaptive_entropy"):

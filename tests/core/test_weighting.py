@@ -295,28 +295,6 @@ def test_unclipped_weight_is_linear_in_entropy():
     assert weight.update(2.0) == pytest.approx(2 * weight.peek(1.0), rel=1e-15)
 
 
-def test_the_eapo_state_layout_before_the_scheme_was_one_class_is_still_read():
-    """Files written before EntropyAdaptiveWeight was folded into EntropyAdaptiveWeighting kept the anchor
-    under ``adaptive``."""
-    old = {
-        "name": "eapo",
-        "w_neg": 1.0,
-        "adaptive": {
-            "w0": 0.2,
-            "w_min": 0.0,
-            "w_max": 2.0,
-            "anchor_steps": 1,
-            "anchor_sum": 1.5,
-            "anchor_count": 1,
-        },
-    }
-    scheme = make_weighting("eapo")
-    scheme.load_state_dict(old)
-    assert scheme.h0 == 1.5 and scheme.weights(3.0) == (pytest.approx(0.4), 1.0)
-    with pytest.raises(ValueError, match="checkpointed w0=0.2 differs"):
-        make_weighting("eapo", w0=0.3).load_state_dict(old)
-
-
 # --- EAPO's integral term (algorithm.integral_gain) --------------------------------------------
 
 

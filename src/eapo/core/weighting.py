@@ -259,14 +259,12 @@ class EntropyAdaptiveWeighting:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict`, or from the layouts before it (the anchor under ``adaptive``;
-        no integral: 0, the paper's EAPO).
+        """Restore from :meth:`state_dict` (no ``integral_gain``: 0, the paper's EAPO).
 
         Raises:
             KeyError: the anchor is missing. ValueError: a setting differs from the configured one.
         """
-        merged = {**state.get("adaptive", {}), **{k: v for k, v in state.items() if k != "adaptive"}}
-        merged.setdefault("integral_gain", 0.0)  # written before the integral term existed
+        merged = {"integral_gain": 0.0, **state}  # state_dict writes the integral term only when on
         missing = {"anchor_sum", "anchor_count"} - set(merged)
         if missing:
             raise KeyError(f"the eapo weighting's state is missing {sorted(missing)}")

@@ -25,8 +25,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
 from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
 
-from eapo.core import make_weighting, polarity_weighted_advantages  # noqa: E402
-from eapo.engines.verl import WEIGHTING_STATE_FILE, EAPOVerlTrainer  # noqa: E402
+from eapo.core import STATE_FILE, make_weighting, polarity_weighted_advantages  # noqa: E402
+from eapo.engines.verl import EAPOVerlTrainer  # noqa: E402
 from eapo.testing import entropy_batch  # noqa: E402
 
 # Two prompts, four rollouts each, interleaved as after verl's length balancing.
@@ -274,7 +274,7 @@ def test_checkpoint_round_trip_restores_the_anchor(verl_config, in_memory_tq, tm
     folder = tmp_path / "global_step_1"
     assert trainer.actor_rollout_wg.saved == [str(folder / "actor")]
     assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "1"
-    state = json.loads((folder / WEIGHTING_STATE_FILE).read_text())
+    state = json.loads((folder / STATE_FILE).read_text())
     assert state["method"] == "eapo"
     assert state["weighting"]["anchor_sum"] == pytest.approx(1.2)
 
@@ -372,7 +372,7 @@ def test_verl_path_gives_the_shared_step_its_hand_derived_decision(verl_config, 
         )
     trainer.global_steps = 2
     trainer._save_checkpoint()
-    state = json.loads((tmp_path / "global_step_2" / WEIGHTING_STATE_FILE).read_text())
+    state = json.loads((tmp_path / "global_step_2" / STATE_FILE).read_text())
     assert state == _approx_state(expected["state"])
 
 

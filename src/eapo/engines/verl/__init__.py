@@ -54,7 +54,7 @@ from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettin
 VERL_INSTALLED = importlib.util.find_spec("verl") is not None
 
 #: Names that exist only where verl is installed (the trainer module imports verl at its top).
-_TRAINER_NAMES = ("ENTROPY_FIELD", "WEIGHTING_STATE_FILE", "EAPOVerlTrainer", "EAPOSingleTurnAgentLoop")
+_TRAINER_NAMES = ("ENTROPY_FIELD", "EAPOVerlTrainer", "EAPOSingleTurnAgentLoop")
 
 if VERL_INSTALLED:
     register_estimators()
@@ -64,7 +64,6 @@ if VERL_INSTALLED:
     )
     from eapo.engines.verl.trainer import (  # noqa: F401  (registers the trainer; in __all__ below)
         ENTROPY_FIELD,
-        WEIGHTING_STATE_FILE,
         EAPOVerlTrainer,
     )
 else:

@@ -101,7 +101,6 @@ from eapo.runtime.stop import cut_text
 
 __all__ = [
     "ENTROPY_FIELD",
-    "WEIGHTING_STATE_FILE",
     "EAPOVerlTrainer",
     "batch_entropy",
 ]
@@ -110,10 +109,6 @@ logger = logging.getLogger(__name__)
 
 #: The per-token entropy field verl's old-log-prob pass writes into the TransferQueue.
 ENTROPY_FIELD = "entropy"
-#: The file written into verl's ``global_step_N`` checkpoint folder: core's :data:`eapo.core.STATE_FILE`
-#: (the one definition of the name, the TRL checkpoint's too), under the name the plugin exported it.
-WEIGHTING_STATE_FILE = STATE_FILE
-
 
 #: The number of response tokens ``H_t`` (``entropy/rollout``) averages over, the step's whole batch
 #: (every data-parallel worker's rollouts), logged by the ``eapo`` trainer.
@@ -482,7 +477,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
                 "resuming from %s, which has no %s (written by a run without the eapo trainer): "
                 "the weighting scheme starts afresh and re-anchors H_0 on the next step",
                 folder,
-                WEIGHTING_STATE_FILE,
+                STATE_FILE,
             )
             return
         _load_state(folder, self.eapo_step)
