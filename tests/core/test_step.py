@@ -13,8 +13,9 @@ from eapo.core import (
     EAPOStep,
     group_advantages,
     make_weighting,
-    polarity_weighted_advantages,
+    positive_mask,
     register_weighting,
+    weight_advantages,
 )
 from eapo.core.step import (
     contiguous_index,
@@ -34,7 +35,8 @@ def test_uneven_groups_with_unscored_rows_match_the_contiguous_maths_on_the_scor
     assert scored.tolist() == [True, True, False, True, True, True, False, True]
     x, y = [0, 3, 5, 7], [1, 4]
     for rows in (x, y):
-        weighted, pos = polarity_weighted_advantages(scores[rows], len(rows), 0.5, 2.0, eps=1e-6)
+        pos = positive_mask(scores[rows], len(rows))  # the contiguous maths, one group
+        weighted = weight_advantages(group_advantages(scores[rows], len(rows), eps=1e-6), pos, 0.5, 2.0)
         torch.testing.assert_close(advantages[rows], weighted)
         assert positive[rows].tolist() == pos.tolist()
     assert advantages[2] == 0.0 and advantages[6] == 0.0  # unscored: advantage 0 ...

@@ -14,7 +14,6 @@ from eapo.evaluation.metrics import (
     STRICT_COLUMNS,
     aggregate,
     bootstrap_ci,
-    bootstrap_interval,
     per_prompt_values,
     unscored_counts,
 )
@@ -107,6 +106,11 @@ def test_unscored_samples_are_left_out_and_unscored_prompts_too():
     assert metrics["reranker"] is None and metrics["rr_at_k"] is None
     # Avg needs all four of its columns: a 2-column mean is a number no table reports
     assert metrics["avg"] is None and metrics["avg_laaj"] is None
+
+
+def bootstrap_interval(values, **options) -> tuple[float, float] | None:
+    """The interval :func:`bootstrap_ci` gives the mean of one per-prompt column."""
+    return bootstrap_ci({"rouge_l": np.asarray(values, dtype=float)}, **options)["rouge_l"]
 
 
 def test_bootstrap_interval_contains_the_point_estimate_and_is_seeded():

@@ -381,17 +381,6 @@ class EAPOStep:
                 control.anchor(self.first_entropy)
         return w_pos, w_neg
 
-    def split(self, scores: torch.Tensor, index: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        """``(positive (B,), split metrics)`` of this step's rewards (:func:`polarity_split`)."""
-        positive, scored = polarity_split(
-            scores,
-            index,
-            by=self.split_by,  # type: ignore[arg-type]
-            quantile_k=self.quantile_k,
-            quantile_method=self.quantile_method,
-        )
-        return positive, split_metrics(positive, scored)
-
     def weight_metrics(self, entropy: float | None, w_pos: float, w_neg: float) -> dict[str, float]:
         """``entropy/rollout`` (with an entropy), ``eapo/H0`` (once known), ``eapo/w_pos``, ``eapo/w_neg``, and
         the scheme's own (``eapo/integral`` with EAPO's integral term)."""

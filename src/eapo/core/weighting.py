@@ -1,6 +1,6 @@
 """The entropy-driven positive weight ``w+_t = clip(w0 · H_t / H_0, w_min, w_max)`` (Eq. ``dynamic_weight``;
 closed form of the recursion in the appendix "Formula Derivation") and the registry of weighting schemes
-(GRPO, PSR, NSR, W-REINFORCE, EAPO), filled by :func:`register_weighting` as verl's ``register_adv_est``."""
+(:data:`WEIGHTING_SCHEMES`), filled by :func:`register_weighting` as verl's ``register_adv_est``."""
 
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ WEIGHT_SETTINGS: dict[str, Setting] = settings_by_name(
         Setting(
             "w_pos",
             float,
-            "Fixed positive weight w+ (fixed schemes; default: the scheme's: grpo 1, psr 1, nsr 0, w_reinforce 0.1).",
+            "Fixed positive weight w+ (fixed schemes; default: the scheme's, eapo.core.scheme_defaults).",
             at_least(0),
             citation=_PAPER,
         ),
         Setting(
             "w_neg",
             float,
-            "Negative weight w- (every scheme; default: the scheme's: 1, but 0 for psr).",
+            "Negative weight w- (every scheme; default: the scheme's, eapo.core.scheme_defaults).",
             at_least(0),
             citation=_PAPER,
         ),
@@ -215,13 +215,6 @@ class EntropyAdaptiveWeighting:
             raw = proportional + self.integral_gain * integral
         return self._clip(raw), integral
 
-    def peek(self, entropy: float) -> float:
-        """The ``w+`` :meth:`update` would return for ``entropy``, without changing any state."""
-        entropy = _check_entropy(entropy)
-        if self.h0 is None:
-            return self._clip(self.w0)
-        return self._step(entropy)[0]
-
     def update(self, entropy: float) -> float:
         """Record this step's rollout entropy ``H_t`` and return ``w+_t``."""
         entropy = _check_entropy(entropy)
@@ -375,10 +368,10 @@ register_weighting("eapo_pi", _EAPO_KEYS)(_entropy_adaptive(EAPO_PI_GAIN))
 
 
 def make_weighting(name: str, **overrides: Any) -> WeightingScheme:
-    """Build a weighting scheme by name: ``grpo``, ``psr``, ``nsr``, ``w_reinforce`` or ``eapo``.
+    """Build the weighting scheme registered as ``name`` (:data:`WEIGHTING_SCHEMES`).
 
-    ``overrides`` replace the scheme's defaults (``w_pos``/``w_neg`` for the fixed schemes;
-    ``w0``/``w_min``/``w_max``/``w_neg``/``anchor_steps`` for ``eapo``); ``None`` values are ignored.
+    ``overrides`` replace the scheme's defaults (:func:`scheme_defaults`), among the keys it accepts
+    (:data:`WEIGHTING_SCHEMES`); ``None`` values are ignored.
     """
     builder, accepted = _scheme(name)
     overrides = {k: v for k, v in overrides.items() if v is not None}
@@ -389,8 +382,7 @@ def make_weighting(name: str, **overrides: Any) -> WeightingScheme:
 
 
 def scheme_defaults(name: str) -> dict[str, Any]:
-    """The weights scheme ``name`` uses when they are unset: its builder's defaults, by key it accepts
-    (``eapo``: w0 0.2, w_min 0, w_max 2, w_neg 1, anchor_steps 1; ``psr``: w_pos 1, w_neg 0; ...)."""
+    """The weights scheme ``name`` uses when they are unset: its builder's defaults, by key it accepts."""
     builder, accepted = _scheme(name)
     parameters = inspect.signature(builder).parameters
     return {key: parameters[key].default for key in accepted if key in parameters}

@@ -189,10 +189,6 @@ class PromptList(list[str]):
         self.truncated = list(truncated)
         self.chat_template = chat_template
 
-    @property
-    def num_truncated(self) -> int:
-        return len(self.truncated)
-
 
 def render_prompts(
     records: Sequence[Record | str],

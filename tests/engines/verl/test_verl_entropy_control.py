@@ -25,7 +25,7 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.metric import Metric  # noqa: E402
 from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
-from eapo.core import make_weighting, polarity_weighted_advantages  # noqa: E402
+from eapo.core import make_weighting  # noqa: E402
 from eapo.core.controls import (  # noqa: E402
     ENTROPY_CONTROLS,
     clip_cov_policy_loss,
@@ -739,20 +739,8 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None, quantile_k=Non
     """The loss of one recorded call from eapo.core's functions alone (and verl's agg_loss); ``quantile_k``:
     QAE's split (the group's K-quantile as baseline and split) instead of the mean."""
     mask = padded([[1.0] * len(row) for row in TOKENS]).bool()  # [B, T]
-    order = [0, 2, 4, 6, 1, 3, 5, 7]
-    if quantile_k is None:
-        weighted, _ = polarity_weighted_advantages(torch.tensor([SCORES[i] for i in order]), 4, w_pos, w_neg)
-    else:
-        weighted, _, _ = grouped_polarity_advantages(
-            torch.tensor([SCORES[i] for i in order]),
-            [0] * 4 + [1] * 4,
-            w_pos,
-            w_neg,
-            by="quantile",
-            quantile_k=quantile_k,
-        )
-    advantages = torch.empty(8)
-    advantages[torch.tensor(order)] = weighted
+    split = {} if quantile_k is None else {"by": "quantile", "quantile_k": quantile_k}
+    advantages, _, _ = grouped_polarity_advantages(torch.tensor(SCORES), UIDS, w_pos, w_neg, **split)
     advantages = advantages[:, None] * mask  # [B, T]
     logp, old_logp = call["logp"], call["old_logp"]
     actor = trainer.config.actor_rollout_ref.actor

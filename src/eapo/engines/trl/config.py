@@ -121,7 +121,7 @@ class EAPOConfig(GRPOConfig):
     method: str = field(
         default="eapo",
         metadata={
-            "help": "Weighting scheme: grpo (1, 1), psr (1, 0), nsr (0, 1), w_reinforce (0.1, 1) or eapo."
+            "help": "Weighting scheme: a name in eapo.core.WEIGHTING_SCHEMES (its weights: scheme_defaults)."
         },
     )
 

@@ -4,9 +4,9 @@ Installed with ``pip install 'eapo[verl]'``, this package is announced to verl t
 entry-point group ``verl.plugins`` (``verl/__init__.py`` imports every plugin it finds there unless
 ``VERL_USE_EXTERNAL_PLUGINS=none``), so every process that imports verl, Ray workers included, has:
 
-* advantage estimators ``eapo``, ``psr``, ``nsr``, ``w_reinforce``, ``eapo_grpo``
-  (``algorithm.adv_estimator=...``): GRPO advantages times polarity weights, computed by
-  :mod:`eapo.core` (:mod:`eapo.engines.verl.estimators`);
+* an advantage estimator per weighting scheme (``algorithm.adv_estimator=...``, the names in
+  :data:`ESTIMATOR_NAMES`): GRPO advantages times polarity weights, computed by :mod:`eapo.core`
+  (:mod:`eapo.engines.verl.estimators`);
 * the trainer ``eapo`` (``trainer.use_v1=True trainer.v1.trainer_mode=eapo``): verl's synchronous v1
   trainer whose advantage step computes ``H_t`` from the per-token entropies (``eapo.core.rollout_entropy``,
   as the TRL trainer) and applies the entropy-driven ``w+_t`` (:mod:`eapo.engines.verl.trainer`);
@@ -41,7 +41,6 @@ from eapo.engines.verl.entropy_control import EntropyControls, register_policy_l
 from eapo.engines.verl.estimators import (
     ESTIMATORS,
     StepCall,
-    polarity_grpo_advantages,
     register_estimators,
     step_call,
 )
@@ -86,7 +85,6 @@ __all__ = [
     "EntropyControls",
     "StepCall",
     "compute_score",
-    "polarity_grpo_advantages",
     "step_call",
     "register_estimators",
     "register_policy_losses",

@@ -15,8 +15,8 @@ What is where:
     (:mod:`eapo.engines.verl.trainer`): the estimator must be one of this plugin's, ``method`` may be
     a weighting scheme or an entropy-control preset, ``entropy_agg`` and the controls are validated;
   - :meth:`EapoSettings.for_estimator` for an estimator run by another verl trainer
-    (:mod:`eapo.engines.verl.estimators`): only the fixed schemes run there (``eapo`` needs the step's
-    entropy), ``method`` must name the estimator's own scheme, and any entropy control is refused,
+    (:mod:`eapo.engines.verl.estimators`): only the fixed schemes run there (a scheme that
+    ``needs_entropy`` needs the step's ``H_t``), ``method`` must name the estimator's own scheme, and any entropy control is refused,
     since only the ``eapo`` trainer applies one.
 """
 
@@ -134,17 +134,15 @@ def read_section(algorithm_config: Any) -> dict[str, Any]:
 class EapoSettings:
     """``algorithm.eapo.*``: which polarity weighting and entropy controls apply.
 
-    Unset (``None``) weights take the scheme's defaults, the paper's (Section 5.1): ``eapo`` w0 = 0.2,
-    w_min = 0, w_max = 2, w- = 1; ``psr`` (1, 0); ``nsr`` (0, 1); ``w_reinforce`` (0.1, 1); ``grpo``
-    (1, 1). The entropy-control keys (:data:`CONTROL_KEYS`, eapo's unified names, the TRL config's
+    Unset (``None``) weights take the scheme's defaults, the paper's (Section 5.1;
+    :func:`eapo.core.scheme_defaults`). The entropy-control keys (:data:`CONTROL_KEYS`, eapo's unified names, the TRL config's
     ``algorithm.*``) sit flat beside the weights in ``algorithm.eapo``; read, they become
     :attr:`controls`: the method's preset, if it is one, with the keys set on top
     (:mod:`eapo.engines.verl.entropy_control`).
     """
 
     method: str
-    """A weighting scheme (:data:`eapo.core.WEIGHTING_SCHEMES`: eapo, eapo_pi, psr, nsr, w_reinforce, grpo) or
-    an entropy-control preset on GRPO's weights (:data:`eapo.core.ENTROPY_CONTROLS`). Defaults to
+    """A weighting scheme (:data:`eapo.core.WEIGHTING_SCHEMES`) or an entropy-control preset on GRPO's weights (:data:`eapo.core.ENTROPY_CONTROLS`). Defaults to
     ``algorithm.adv_estimator``'s scheme; presets and grpo run with ``adv_estimator=eapo_grpo``."""
     weights: Mapping[str, Any] = field(default_factory=dict)
     """The weights that were set (:data:`eapo.core.WEIGHT_SETTINGS`, checked against the scheme); the

@@ -16,8 +16,8 @@ and ``entropy/rollout_tokens``, the number of response tokens ``H_t`` averages o
 batch, read back from the TransferQueue, so every data-parallel worker's rollouts count (verl's
 old-log-prob pass writes each worker's shard there)
 
-(the keys of :class:`eapo.engines.trl.trainer.EAPOTrainer`; ``eapo/H0`` is the scheme's anchor for ``eapo`` and
-the first step's entropy for the fixed schemes). The step's decision — ``(w+, w-)``, ``H_0``, the
+(the keys of :class:`eapo.engines.trl.trainer.EAPOTrainer`; ``eapo/H0`` is the anchor of a scheme that
+``needs_entropy`` and the first step's entropy for the others). The step's decision — ``(w+, w-)``, ``H_0``, the
 split, these metrics and the state — is :class:`eapo.core.step.EAPOStep`'s, the one the TRL trainer
 uses; this class only moves verl's tensors and files in and out of it. Its state (the ``H_0`` anchor)
 is written beside verl's checkpoint as ``global_step_N/eapo_state.json`` (the TRL checkpoint's name,
