@@ -25,7 +25,7 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.metric import Metric  # noqa: E402
 from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
-from eapo.core import make_weighting  # noqa: E402
+from eapo.core import make_weighting, ppo_clip_per_token  # noqa: E402
 from eapo.core.controls import (  # noqa: E402
     ENTROPY_CONTROLS,
     clip_cov_policy_loss,
@@ -41,6 +41,7 @@ from eapo.engines.verl.entropy_control import (  # noqa: E402
     compute_policy_loss_token_weights,
     entropy_control_loss,
 )
+from eapo.engines.verl.launch import NO_DUAL_CLIP  # noqa: E402
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 
@@ -768,10 +769,8 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None, quantile_k=Non
             kl_cov_ratio=controls.kl_cov_ratio,
             ppo_kl_coef=controls.ppo_kl_coef,
         )
-    else:  # vanilla: the PPO-clip surrogate, dual clip (c = 3) for A < 0
-        ratio = torch.exp(logp - old_logp)
-        clipped = torch.maximum(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - low, 1 + high))
-        per_token = torch.where(advantages < 0, torch.minimum(-advantages * 3.0, clipped), clipped)
+    else:  # vanilla: the paper's PPO-clip surrogate (dual clip off, as eapo's launch sets it)
+        per_token = ppo_clip_per_token(logp, old_logp, advantages, clip_low=low, clip_high=high)
     if controls.top_entropy_quantile is not None:
         per_token = per_token * top_entropy_mask(call["entropy"], mask, controls.top_entropy_quantile)
     if controls.entropic:  # EntroPIC: 1 ± α on tokens with π > threshold, α from the step's controller input
@@ -787,7 +786,9 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None, quantile_k=Non
 
 
 def train(trainer, queue, steps: int, policy: TinyPolicy):
-    """``steps`` of: rollouts → advantage step → actor update (two epochs: ρ ≠ 1 on the second)."""
+    """``steps`` of: rollouts → advantage step → actor update (two epochs: ρ ≠ 1 on the second), with
+    verl's dual clip off as ``eapo train --engine verl`` sets it."""
+    trainer.config.actor_rollout_ref.actor.clip_ratio_c = NO_DUAL_CLIP
     trainer.config.actor_rollout_ref.actor.ppo_epochs = 2
     trainer.config.actor_rollout_ref.actor.ppo_mini_batch_size = 2  # × n = 4: the whole batch, one update
     trainer.actor_rollout_wg = TinyActorWorkerGroup(queue, policy)
