@@ -6,8 +6,8 @@ The package reads in pipeline order; each layer imports only the layers above it
 1. :mod:`eapo.core` — EAPO's maths as pure tensor functions: advantages and the polarity split, the
    weighting schemes and ``w+_t``, entropy, losses, the field's entropy controls, and
    :class:`eapo.core.step.EAPOStep`, the one owner of a training step's decision.
-2. :mod:`eapo.data` (datasets, splits, prompts), :mod:`eapo.rewards` (format, Rouge-L, reranker, the
-   LLM judge, the composite) and :mod:`eapo.run_dir` (the run-directory contract, atomic writes).
+2. :mod:`eapo.data` (datasets, splits, prompts), :mod:`eapo.rewards` (the reward components of
+   :data:`eapo.rewards.REWARD_COMPONENTS` and their composite) and :mod:`eapo.run_dir` (the run-directory contract, atomic writes).
 3. :mod:`eapo.config` — the typed ``eapo train`` configuration (YAML + ``key=value`` overrides).
 4. :mod:`eapo.runtime` — what generates text: model sources, generation backends, vLLM (in-process
    and as a server), generators.

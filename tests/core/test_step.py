@@ -14,8 +14,9 @@ from eapo.core import (
     EAPOStep,
     group_advantages,
     make_weighting,
-    polarity_weighted_advantages,
+    positive_mask,
     register_weighting,
+    weight_advantages,
 )
 from eapo.core.step import (
     contiguous_index,
@@ -35,7 +36,8 @@ def test_uneven_groups_with_unscored_rows_match_the_contiguous_maths_on_the_scor
     assert scored.tolist() == [True, True, False, True, True, True, False, True]
     x, y = [0, 3, 5, 7], [1, 4]
     for rows in (x, y):
-        weighted, pos = polarity_weighted_advantages(scores[rows], len(rows), 0.5, 2.0, eps=1e-6)
+        pos = positive_mask(scores[rows], len(rows))  # the contiguous maths, one group
+        weighted = weight_advantages(group_advantages(scores[rows], len(rows), eps=1e-6), pos, 0.5, 2.0)
         torch.testing.assert_close(advantages[rows], weighted)
         assert positive[rows].tolist() == pos.tolist()
     assert advantages[2] == 0.0 and advantages[6] == 0.0  # unscored: advantage 0 ...
@@ -83,8 +85,9 @@ def test_step_weights_h0_metrics_and_state_round_trip():
     _, after = resumed.step(scores, index, 3.0)
     _, straight = step.step(scores, index, 3.0)
     assert after == straight and after["eapo/w_pos"] == pytest.approx(0.3)
-    legacy = {key: value for key, value in state.items() if key != "method"}  # TRL's older files
-    EAPOStep(make_weighting("eapo")).load_state_dict(legacy)
+    for key in ("method", "controls"):  # every key of state_dict is required
+        with pytest.raises(ValueError, match=f"the state has no {key}: it was not written by EAPOStep"):
+            EAPOStep(make_weighting("eapo")).load_state_dict({k: v for k, v in state.items() if k != key})
     with pytest.raises(ValueError, match="written by method eapo"):
         EAPOStep(make_weighting("grpo")).load_state_dict(state)
 
@@ -128,8 +131,7 @@ def test_registry_entries_carry_what_other_code_needs():
 
 def test_controls_state_is_anchored_saved_and_restored_in_one_schema():
     """A control's run state (here the adaptive entropy coefficient) is anchored on the first step's H,
-    saved under ``controls`` by core, restored by core; the layouts written before (the TRL engine's
-    top-level ``entropy_target``, the verl plugin's top-level ``adaptive_entropy``) are still read."""
+    saved under ``controls`` by core, restored by core."""
     from eapo.core import AdaptiveEntropyCoef
 
     adaptive = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
@@ -152,23 +154,11 @@ def test_controls_state_is_anchored_saved_and_restored_in_one_schema():
     resumed = EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": fresh})
     assert resumed.load_state_dict(state) == []
     assert (fresh.coef, fresh.target, fresh.last_entropy) == (pytest.approx(0.015), pytest.approx(1.5), 1.0)
-    # the older layouts
-    legacy = {key: value for key, value in state.items() if key != "controls"}
-    trl_old = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
-    EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": trl_old}).load_state_dict(
-        {**legacy, "entropy_target": 1.5}
-    )
-    assert (trl_old.target, trl_old.coef) == (1.5, 0.01)
-    verl_old = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
-    EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": verl_old}).load_state_dict(
-        {**legacy, "adaptive_entropy": state["controls"]["adaptive_entropy"]}
-    )
-    assert verl_old.coef == pytest.approx(0.015)
     # a control the state has none of starts afresh (and is anchored on the saved H); one it has but this
     # run lacks, or changed settings, are refused
     afresh = AdaptiveEntropyCoef(target_ratio=0.5)
     assert EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": afresh}).load_state_dict(
-        legacy
+        {**state, "controls": {}}
     ) == ["adaptive_entropy"]
     assert afresh.target == pytest.approx(1.5)
     with pytest.raises(ValueError, match="written with the entropy control adaptive_entropy"):

@@ -86,16 +86,6 @@ def test_h0_is_none_until_anchor_steps_are_seen():
     assert weight.h0 == 1.5
 
 
-@pytest.mark.parametrize("anchor_steps", [1, 2, 4])
-def test_peek_predicts_update_without_changing_state(anchor_steps):
-    weight = EntropyAdaptiveWeighting(w0=0.3, w_max=1.0, anchor_steps=anchor_steps)
-    for entropy in (1.0, 3.0, 0.5, 2.0, 4.0, 0.1, 1.7):
-        before = weight.state_dict()
-        predicted = weight.peek(entropy)
-        assert weight.state_dict() == before
-        assert weight.update(entropy) == predicted
-
-
 @pytest.mark.parametrize("bad", [0.0, -1.0, -0.0, float("nan"), float("inf"), float("-inf")])
 def test_non_finite_or_non_positive_entropy_is_rejected_and_changes_nothing(bad):
     weight = EntropyAdaptiveWeighting(anchor_steps=2)
@@ -103,8 +93,6 @@ def test_non_finite_or_non_positive_entropy_is_rejected_and_changes_nothing(bad)
     before = weight.state_dict()
     with pytest.raises(ValueError, match=r"rollout entropy must be finite and > 0, got"):
         weight.update(bad)
-    with pytest.raises(ValueError, match=r"rollout entropy must be finite and > 0"):
-        weight.peek(bad)
     assert weight.state_dict() == before
     assert weight.update(3.0) == 0.2
     assert weight.h0 == 2.0
@@ -295,30 +283,8 @@ def test_reprs_name_the_settings():
 def test_unclipped_weight_is_linear_in_entropy():
     # A sanity check of Eq. dynamic_weight's shape: doubling H_t doubles w+ while unclipped.
     weight = EntropyAdaptiveWeighting(w0=0.2, w_max=math.inf)
-    weight.update(1.0)
-    assert weight.update(2.0) == pytest.approx(2 * weight.peek(1.0), rel=1e-15)
-
-
-def test_the_eapo_state_layout_before_the_scheme_was_one_class_is_still_read():
-    """Files written before EntropyAdaptiveWeight was folded into EntropyAdaptiveWeighting kept the anchor
-    under ``adaptive``."""
-    old = {
-        "name": "eapo",
-        "w_neg": 1.0,
-        "adaptive": {
-            "w0": 0.2,
-            "w_min": 0.0,
-            "w_max": 2.0,
-            "anchor_steps": 1,
-            "anchor_sum": 1.5,
-            "anchor_count": 1,
-        },
-    }
-    scheme = make_weighting("eapo")
-    scheme.load_state_dict(old)
-    assert scheme.h0 == 1.5 and scheme.weights(3.0) == (pytest.approx(0.4), 1.0)
-    with pytest.raises(ValueError, match="checkpointed w0=0.2 differs"):
-        make_weighting("eapo", w0=0.3).load_state_dict(old)
+    weight.update(1.0)  # H_0 = 1
+    assert weight.update(2.0) == pytest.approx(2 * weight.update(1.0), rel=1e-15)
 
 
 # --- EAPO's integral term (algorithm.integral_gain) --------------------------------------------

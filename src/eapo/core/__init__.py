@@ -7,9 +7,9 @@ Everything the engines (TRL, verl) and users' own code need lives here, one modu
   Â_i = w+·A_i on D+, w-·A_i on D- (Section 4.1);
 * :mod:`eapo.core.weighting` — the entropy-driven positive weight  w+_t = clip(w0 · H_t / H_0, w_min, w_max)
   (Eq. ``dynamic_weight``; closed form of the recursion in the appendix "Formula Derivation") and the
-  registry of weighting schemes (GRPO, PSR, NSR, W-REINFORCE, EAPO), filled by :func:`register_weighting`
+  registry of weighting schemes (:data:`WEIGHTING_SCHEMES`), filled by :func:`register_weighting`
   (as verl's ``register_adv_est``);
-* :mod:`eapo.core.entropy` — per-token entropy, masked means, the rollout entropy ``H_t`` with a named
+* :mod:`eapo.core.entropy` — masked means, the rollout entropy ``H_t`` with a named
   aggregation (:func:`rollout_entropy`, the one definition both engines share);
 * :mod:`eapo.core.losses` — the importance weights between the trainer and a vLLM rollout engine
   (:func:`importance_correction`, TRL 1.16's modes), the PPO-clip surrogate of Eq. ``grpo`` with named
@@ -44,7 +44,6 @@ from eapo.core.advantages import (
     QUANTILE_METHODS,
     AdvantageScale,
     group_advantages,
-    polarity_weighted_advantages,
     positive_mask,
     weight_advantages,
 )
@@ -53,7 +52,6 @@ from eapo.core.entropy import (
     entropy_sums,
     masked_mean,
     rollout_entropy,
-    token_entropy,
 )
 from eapo.core.losses import (
     IMPORTANCE_CORRECTIONS,
@@ -63,7 +61,7 @@ from eapo.core.losses import (
     importance_correction,
     importance_correction_counts,
     kl_penalty,
-    policy_loss,
+    ppo_clip_per_token,
 )
 from eapo.core.settings import Setting, SettingError, Valid
 from eapo.core.weighting import (
@@ -86,7 +84,6 @@ __all__ = [
     "group_advantages",
     "positive_mask",
     "weight_advantages",
-    "polarity_weighted_advantages",
     "WeightingScheme",
     "FixedWeighting",
     "EntropyAdaptiveWeighting",
@@ -101,7 +98,6 @@ __all__ = [
     "register_weighting",
     "register_scheme",
     "Scheme",
-    "token_entropy",
     "masked_mean",
     "ENTROPY_AGGREGATIONS",
     "entropy_sums",
@@ -111,7 +107,7 @@ __all__ = [
     "importance_correction_counts",
     "aggregate_loss",
     "LOSS_AGGREGATIONS",
-    "policy_loss",
+    "ppo_clip_per_token",
     "kl_penalty",
     "KL_ESTIMATORS",
 ]

@@ -367,17 +367,6 @@ class EAPOStep:
                 control.anchor(self.first_entropy)
         return w_pos, w_neg
 
-    def split(self, scores: torch.Tensor, index: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        """``(positive (B,), split metrics)`` of this step's rewards (:func:`polarity_split`)."""
-        positive, scored = polarity_split(
-            scores,
-            index,
-            by=self.split_by,  # type: ignore[arg-type]
-            quantile_k=self.quantile_k,
-            quantile_method=self.quantile_method,
-        )
-        return positive, split_metrics(positive, scored)
-
     def weight_metrics(self, entropy: float | None, w_pos: float, w_neg: float) -> dict[str, float]:
         """``entropy/rollout`` (with an entropy), ``eapo/H0`` (once known), ``eapo/w_pos``, ``eapo/w_neg``, and
         the scheme's own (``eapo/integral`` with EAPO's integral term)."""
@@ -466,25 +455,29 @@ class EAPOStep:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> list[str]:
-        """Restore from :meth:`state_dict`, or from the layouts written before it (the TRL engine's
-        top-level ``entropy_target``, the verl plugin's top-level ``adaptive_entropy``, files without
-        ``method``). Returns the names of this run's controls the state has none for (they start
-        afresh; the engine says so).
+        """Restore from :meth:`state_dict`. Returns the names of this run's controls the state has none
+        for (they start afresh; the engine says so).
 
         Raises:
-            ValueError: the state was written for another method, other settings, or with a control
-                this run does not have.
+            ValueError: the state lacks one of :meth:`state_dict`'s keys, or was written for another
+                method, other settings, or with a control this run does not have.
         """
-        saved = state.get("method")
+        missing = [key for key in ("method", "weighting", "first_entropy", "controls") if key not in state]
+        if missing:
+            raise ValueError(
+                f"the state has no {', '.join(missing)}: it was not written by EAPOStep.state_dict "
+                "(method, weighting, first_entropy, controls)"
+            )
+        saved = state["method"]
         if saved is not None and self.method is not None and saved != self.method:
             raise ValueError(
                 f"the state was written by method {saved}, but this run uses {self.method}; "
                 "resume with the same algorithm settings"
             )
         self.weighting.load_state_dict(state["weighting"])
-        first = state.get("first_entropy")
+        first = state["first_entropy"]
         self.first_entropy = None if first is None else float(first)
-        controls = _saved_controls(state)
+        controls = dict(state["controls"])
         unexpected = sorted(set(controls) - set(self.controls))
         if unexpected:
             raise ValueError(
@@ -497,14 +490,3 @@ class EAPOStep:
             if self.first_entropy is not None:  # a control that starts afresh anchors on the saved H
                 control.anchor(self.first_entropy)
         return [name for name in self.controls if name not in controls]
-
-
-def _saved_controls(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``controls`` of a state file, including the two layouts written before it had them."""
-    if "controls" in state:
-        return dict(state["controls"])
-    if state.get("adaptive_entropy") is not None:  # the verl plugin's
-        return {"adaptive_entropy": state["adaptive_entropy"]}
-    if state.get("entropy_target") is not None:  # the TRL engine's: the anchored target only
-        return {"adaptive_entropy": {"target": state["entropy_target"]}}
-    return {}

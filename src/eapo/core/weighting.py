@@ -26,7 +26,7 @@ WEIGHT_SETTINGS: dict[str, Setting] = settings_by_name(
         Setting(
             "w_pos",
             float,
-            "Fixed positive weight w+ (fixed schemes; default: the scheme's: grpo 1, psr 1, nsr 0, w_reinforce 0.1).",
+            "Fixed positive weight w+ (fixed schemes; default: the scheme's, eapo.core.scheme_defaults).",
             at_least(0),
             citation=_PAPER,
             symbol="w+",
@@ -34,7 +34,7 @@ WEIGHT_SETTINGS: dict[str, Setting] = settings_by_name(
         Setting(
             "w_neg",
             float,
-            "Negative weight w- (every scheme; default: the scheme's: 1, but 0 for psr).",
+            "Negative weight w- (every scheme; default: the scheme's, eapo.core.scheme_defaults).",
             at_least(0),
             citation=_PAPER,
             symbol="w−",
@@ -207,13 +207,6 @@ class EntropyAdaptiveWeighting:
             raw = proportional + self.integral_gain * integral
         return self._clip(raw), integral
 
-    def peek(self, entropy: float) -> float:
-        """The ``w+`` :meth:`update` would return for ``entropy``, without changing any state."""
-        entropy = _check_entropy(entropy)
-        if self.h0 is None:
-            return self._clip(self.w0)
-        return self._step(entropy)[0]
-
     def update(self, entropy: float) -> float:
         """Record this step's rollout entropy ``H_t`` and return ``w+_t``."""
         entropy = _check_entropy(entropy)
@@ -251,14 +244,12 @@ class EntropyAdaptiveWeighting:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict`, or from the layouts before it (the anchor under ``adaptive``;
-        no integral: 0, the paper's EAPO).
+        """Restore from :meth:`state_dict` (no ``integral_gain``: 0, the paper's EAPO).
 
         Raises:
             KeyError: the anchor is missing. ValueError: a setting differs from the configured one.
         """
-        merged = {**state.get("adaptive", {}), **{k: v for k, v in state.items() if k != "adaptive"}}
-        merged.setdefault("integral_gain", 0.0)  # written before the integral term existed
+        merged = {"integral_gain": 0.0, **state}  # state_dict writes the integral term only when on
         missing = {"anchor_sum", "anchor_count"} - set(merged)
         if missing:
             raise KeyError(f"the eapo weighting's state is missing {sorted(missing)}")

@@ -44,7 +44,6 @@ _LAZY = {
     "METRIC_KEYS": "eapo.evaluation.metrics",
     "aggregate": "eapo.evaluation.metrics",
     "bootstrap_ci": "eapo.evaluation.metrics",
-    "bootstrap_interval": "eapo.evaluation.metrics",
     "per_prompt_values": "eapo.evaluation.metrics",
     "EvalConfigError": "eapo.evaluation.runner",
     "EvalError": "eapo.evaluation.runner",
@@ -77,7 +76,6 @@ if TYPE_CHECKING:
         METRIC_KEYS,
         aggregate,
         bootstrap_ci,
-        bootstrap_interval,
         per_prompt_values,
     )
     from eapo.evaluation.runner import (
@@ -112,7 +110,6 @@ __all__ = [
     "answer_shape",
     "answer_shape_of_samples",
     "bootstrap_ci",
-    "bootstrap_interval",
     "build_scorers",
     "evaluate",
     "judge_settings",

@@ -52,13 +52,11 @@ __all__ = [
     "SCORE_COLUMNS",
     "STRICT_AVG_COLUMNS",
     "STRICT_COLUMNS",
-    "strict_key",
     "average_columns",
     "per_prompt_values",
     "unscored_counts",
     "aggregate",
     "bootstrap_ci",
-    "bootstrap_interval",
 ]
 
 #: The table's score columns in the paper's order (the Avg columns are derived from them).
@@ -84,16 +82,6 @@ METRIC_KEYS = (*COLUMNS, *AVG_COLUMNS, *STRICT_COLUMNS, *STRICT_AVG_COLUMNS)
 #: Every per-prompt column (plain and strict) and every Avg with its columns.
 _ALL_COLUMNS = (*COLUMNS, *STRICT_COLUMNS)
 _ALL_AVGS: dict[str, tuple[str, ...]] = {**AVG_COLUMNS, **STRICT_AVG_COLUMNS}
-
-
-def strict_key(key: str) -> str:
-    """``rouge_l`` -> ``rouge_l_strict``, ``avg`` -> ``avg_strict``; ValueError for a key with no strict variant."""
-    strict = f"{key}_strict"
-    if strict not in STRICT_COLUMNS and strict not in STRICT_AVG_COLUMNS:
-        raise ValueError(
-            f"{key!r} has no strict variant; those with one: rouge_l, reranker, rl_at_k, rr_at_k, avg"
-        )
-    return strict
 
 
 #: scorer name -> (column of the mean over k samples, column of the best of k samples or None).
@@ -254,15 +242,3 @@ def bootstrap_ci(
         if values.size:
             out[key] = (float(np.percentile(values, low_q)), float(np.percentile(values, high_q)))
     return out
-
-
-def bootstrap_interval(
-    values: Sequence[float] | np.ndarray, *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
-) -> tuple[float, float] | None:
-    """Percentile-bootstrap interval of the mean of one per-prompt array (NaN entries ignored)."""
-    return bootstrap_ci(
-        {"rouge_l": np.asarray(values, dtype=float)},
-        n_resamples=n_resamples,
-        confidence=confidence,
-        seed=seed,
-    )["rouge_l"]

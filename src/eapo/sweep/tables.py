@@ -28,7 +28,6 @@ from eapo.evaluation.report import (
     stand_in_columns,
     stand_in_mark,
     table_notes,
-    upgrade_results,
 )
 from eapo.run_dir import atomic_write_text
 from eapo.sweep.manifest import MANIFEST, read_json
@@ -91,14 +90,12 @@ def collect_entries(
         seen.add((key, record.get("seed")))
         label = tag if tag is not None else method_label(method, record.get("weights"))
         entry = grouped.setdefault(key, Entry(name, method, label, weights, []))
-        entry.results.append(upgrade_results(results))
+        entry.results.append(results)
         entry.runs.append(name)
     entries = sorted(grouped.values(), key=_sort_key)
     base = read_json(output_dir / "base" / "results.json") if include_base else None
     if base is not None:
-        entries.insert(
-            0, Entry("base", None, "Base model (before training)", {}, [upgrade_results(base)], ["base"])
-        )
+        entries.insert(0, Entry("base", None, "Base model (before training)", {}, [base], ["base"]))
     return entries
 
 

@@ -26,11 +26,7 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.metric import Metric  # noqa: E402
 from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
-from eapo.core import (  # noqa: E402
-    Algorithm,  # noqa: E402
-    make_weighting,
-    polarity_weighted_advantages,
-)
+from eapo.core import Algorithm, make_weighting, ppo_clip_per_token  # noqa: E402
 from eapo.core.controls import (  # noqa: E402
     ENTROPY_CONTROLS,
     clip_cov_policy_loss,
@@ -46,6 +42,7 @@ from eapo.engines.verl.entropy_control import (  # noqa: E402
     controls_active,
     entropy_control_loss,
 )
+from eapo.engines.verl.launch import NO_DUAL_CLIP  # noqa: E402
 from eapo.engines.verl.settings import algorithm_for_estimator, algorithm_for_trainer  # noqa: E402
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
@@ -754,20 +751,8 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None, quantile_k=Non
     """The loss of one recorded call from eapo.core's functions alone (and verl's agg_loss); ``quantile_k``:
     QAE's split (the group's K-quantile as baseline and split) instead of the mean."""
     mask = padded([[1.0] * len(row) for row in TOKENS]).bool()  # [B, T]
-    order = [0, 2, 4, 6, 1, 3, 5, 7]
-    if quantile_k is None:
-        weighted, _ = polarity_weighted_advantages(torch.tensor([SCORES[i] for i in order]), 4, w_pos, w_neg)
-    else:
-        weighted, _, _ = grouped_polarity_advantages(
-            torch.tensor([SCORES[i] for i in order]),
-            [0] * 4 + [1] * 4,
-            w_pos,
-            w_neg,
-            by="quantile",
-            quantile_k=quantile_k,
-        )
-    advantages = torch.empty(8)
-    advantages[torch.tensor(order)] = weighted
+    split = {} if quantile_k is None else {"by": "quantile", "quantile_k": quantile_k}
+    advantages, _, _ = grouped_polarity_advantages(torch.tensor(SCORES), UIDS, w_pos, w_neg, **split)
     advantages = advantages[:, None] * mask  # [B, T]
     logp, old_logp = call["logp"], call["old_logp"]
     actor = trainer.config.actor_rollout_ref.actor
@@ -795,10 +780,8 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None, quantile_k=Non
             kl_cov_ratio=controls.kl_cov_ratio,
             ppo_kl_coef=controls.ppo_kl_coef,
         )
-    else:  # vanilla: the PPO-clip surrogate, dual clip (c = 3) for A < 0
-        ratio = torch.exp(logp - old_logp)
-        clipped = torch.maximum(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - low, 1 + high))
-        per_token = torch.where(advantages < 0, torch.minimum(-advantages * 3.0, clipped), clipped)
+    else:  # vanilla: the paper's PPO-clip surrogate (dual clip off, as eapo's launch sets it)
+        per_token = ppo_clip_per_token(logp, old_logp, advantages, clip_low=low, clip_high=high)
     if controls.top_entropy_quantile is not None:
         per_token = per_token * top_entropy_mask(call["entropy"], mask, controls.top_entropy_quantile)
     if controls.entropic:  # EntroPIC: 1 ± α on tokens with π > threshold, α from the step's controller input
@@ -814,7 +797,9 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None, quantile_k=Non
 
 
 def train(trainer, queue, steps: int, policy: TinyPolicy):
-    """``steps`` of: rollouts → advantage step → actor update (two epochs: ρ ≠ 1 on the second)."""
+    """``steps`` of: rollouts → advantage step → actor update (two epochs: ρ ≠ 1 on the second), with
+    verl's dual clip off as ``eapo train --engine verl`` sets it."""
+    trainer.config.actor_rollout_ref.actor.clip_ratio_c = NO_DUAL_CLIP
     trainer.config.actor_rollout_ref.actor.ppo_epochs = 2
     trainer.config.actor_rollout_ref.actor.ppo_mini_batch_size = 2  # × n = 4: the whole batch, one update
     trainer.actor_rollout_wg = TinyActorWorkerGroup(queue, policy)

@@ -17,8 +17,10 @@ from verl.trainer.ppo.core_algos import get_adv_estimator_fn  # noqa: E402
 import eapo.engines.verl  # noqa: E402, F401  (the plugin; verl also loads it via the entry point)
 from eapo.core import (  # noqa: E402
     EAPOStep,
+    group_advantages,
     make_weighting,
-    polarity_weighted_advantages,  # noqa: E402
+    positive_mask,
+    weight_advantages,
 )
 from eapo.engines.verl import step_call  # noqa: E402
 
@@ -41,6 +43,13 @@ def outcome_batch(scores: list[float], lengths: list[int]) -> tuple[torch.Tensor
         mask[row, :length] = 1.0
         rewards[row, length - 1] = score
     return rewards, mask
+
+
+def polarity_weighted_advantages(rewards, group_size, w_pos, w_neg, *, scale="group"):
+    """eapo.core's three steps on contiguous groups: the maths the estimators must reproduce."""
+    positive = positive_mask(rewards, group_size)
+    advantages = group_advantages(rewards, group_size, scale=scale)
+    return weight_advantages(advantages, positive, w_pos, w_neg), positive
 
 
 def expected_from_core(scores, uids, w_pos, w_neg, group_size, scale="group"):

@@ -22,14 +22,13 @@ from typing import Any
 
 import torch
 
-from eapo.core import CONTROL_METRICS, LOSS_AGGREGATIONS, kl_penalty
+from eapo.core import CONTROL_METRICS, aggregate_loss, kl_penalty, ppo_clip_per_token
 from eapo.core.controls import (
     EntropyControl,
     TokenInputs,
     control_token_weights,
     policy_loss_of,
 )
-from eapo.core.losses import ppo_clip_per_token
 
 __all__ = ["EntropyControlMixin", "options_eapo_loss_drops"]
 
@@ -197,7 +196,7 @@ class EntropyControlMixin:
                 kl = kl * torch.exp(logps - old_logps)
             per_token = per_token + self.beta * kl
             self._metrics[mode]["kl"].append(self._global_masked_mean(kl.detach(), mask))
-        loss = LOSS_AGGREGATIONS[_COV_AGGREGATION[self.loss_type]](per_token, mask)
+        loss = aggregate_loss(per_token, mask, _COV_AGGREGATION[self.loss_type])
         self._metrics[mode]["entropy"].append(self._global_masked_mean(entropies.detach(), mask))
         normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         return loss / normalizer

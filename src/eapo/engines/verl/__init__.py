@@ -41,7 +41,6 @@ from eapo.engines.verl.entropy_control import register_policy_losses
 from eapo.engines.verl.estimators import (
     StepCall,
     estimators,
-    polarity_grpo_advantages,
     register_estimators,
     step_call,
 )
@@ -54,7 +53,7 @@ from eapo.engines.verl.settings import TRAINER_NAME, algorithm_for_trainer, esti
 VERL_INSTALLED = importlib.util.find_spec("verl") is not None
 
 #: Names that exist only where verl is installed (the trainer module imports verl at its top).
-_TRAINER_NAMES = ("ENTROPY_FIELD", "WEIGHTING_STATE_FILE", "EAPOVerlTrainer", "EAPOSingleTurnAgentLoop")
+_TRAINER_NAMES = ("ENTROPY_FIELD", "EAPOVerlTrainer", "EAPOSingleTurnAgentLoop")
 
 if VERL_INSTALLED:
     register_estimators()
@@ -64,7 +63,6 @@ if VERL_INSTALLED:
     )
     from eapo.engines.verl.trainer import (  # noqa: F401  (registers the trainer; in __all__ below)
         ENTROPY_FIELD,
-        WEIGHTING_STATE_FILE,
         EAPOVerlTrainer,
     )
 else:
@@ -86,7 +84,6 @@ __all__ = [
     "estimators",
     "StepCall",
     "compute_score",
-    "polarity_grpo_advantages",
     "step_call",
     "register_estimators",
     "register_policy_losses",

@@ -1,24 +1,14 @@
 """Entropy controls on verl: eapo's unified ``algorithm.eapo.*`` names, mapped onto verl's own options
 where verl has the control, and run through :mod:`eapo.core.controls` where it does not.
 
-Where verl 0.9.1 has the control, the ``eapo`` trainer writes eapo's value into verl's option before
-verl's ``__init__`` (:func:`apply_to_actor_config`) and verl does the rest; nothing is re-implemented:
-
-========================  ==========================================================
-``algorithm.eapo.…``      verl option (under ``actor_rollout_ref.actor``)
-========================  ==========================================================
-``entropy_coef``          ``entropy_coeff`` (set per update under ``adaptive_entropy``)
-``epsilon_high``          ``clip_ratio_high``
-``loss_mode``             ``policy_loss.loss_mode`` (``vanilla``, ``clip_cov``, ``kl_cov``)
-``clip_cov_ratio/lb/ub``  ``policy_loss.clip_cov_ratio`` / ``clip_cov_lb`` / ``clip_cov_ub``
-``kl_cov_ratio``          ``policy_loss.kl_cov_ratio``
-``ppo_kl_coef``           ``policy_loss.ppo_kl_coef``
-========================  ==========================================================
+Where verl 0.9.1 has the control, the ``eapo`` trainer writes eapo's value into verl's option under
+``actor_rollout_ref.actor`` (each control's ``verl_options``:
+:func:`eapo.core.controls.verl_control_options`) before verl's ``__init__``
+(:func:`apply_to_actor_config`) and verl does the rest; nothing is re-implemented.
 
 A verl option that is already set to something other than verl's default and other than eapo's
 value is a conflict and refused (name one of the two). The controls verl lacks
-(:func:`eapo.core.controls.applied_by_eapo`: today ``adaptive_entropy`` and ``top_entropy``) run
-through one generic path, never by name: a wrapper of verl's ``ppo_loss``
+(:func:`eapo.core.controls.applied_by_eapo`) run through one generic path, never by name: a wrapper of verl's ``ppo_loss``
 (:func:`entropy_control_loss`) that the trainer hands to the actor workers with verl's own
 ``set_loss_fn`` after ``init()``:
 

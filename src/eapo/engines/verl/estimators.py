@@ -1,21 +1,23 @@
-"""verl advantage estimators ``eapo``, ``psr``, ``nsr`` and ``w_reinforce``: polarity-weighted GRPO.
+"""verl advantage estimators, one per weighting scheme of :data:`eapo.core.WEIGHTING_SCHEMES`
+(:func:`estimators`; each scheme's :attr:`eapo.core.Scheme.verl_estimator`: ``grpo`` is ``eapo_grpo``,
+named apart from verl's own ``grpo`` estimator):
+polarity-weighted GRPO.
 
 Each estimator computes ``Â_i = w+·A_i`` on D+ and ``w-·A_i`` on D- (Section 4.1 of the EAPO paper)
-with :func:`eapo.core.polarity_weighted_advantages`; the four differ only in where ``(w+, w-)`` come
-from:
+with :meth:`eapo.core.EAPOStep.step`; they differ only in where ``(w+, w-)`` come from:
 
-* ``psr`` (1, 0), ``nsr`` (0, 1), ``w_reinforce`` (0.1, 1), ``eapo_grpo`` (1, 1: GRPO, eapo.core's
-  ``grpo`` scheme, named apart from verl's own ``grpo`` estimator): the scheme's defaults, or the
-  overrides ``algorithm.eapo.w_pos`` / ``algorithm.eapo.w_neg``. They work with any verl trainer;
-  outside the ``eapo`` trainer ``algorithm.eapo`` is read by
-  :func:`eapo.engines.verl.settings.algorithm_for_estimator`.
+* a fixed scheme's estimator (``psr``, ``eapo_grpo``, ...): the scheme's defaults
+  (:func:`eapo.core.scheme_defaults`), or the overrides ``algorithm.eapo.w_pos`` /
+  ``algorithm.eapo.w_neg``. They work with any verl trainer; outside the ``eapo`` trainer
+  ``algorithm.eapo`` is read by :func:`eapo.engines.verl.settings.algorithm_for_estimator`.
   ``eapo_grpo`` is the estimator of the entropy-control presets (``algorithm.eapo.method=clip_cov``
   and the others of :data:`eapo.core.controls.ENTROPY_CONTROLS`), which the ``eapo`` trainer
   runs (:mod:`eapo.engines.verl.entropy_control`).
-* ``eapo``: ``w+_t`` depends on this step's rollout entropy (Eq. ``dynamic_weight``), which an
-  estimator never sees. The ``eapo`` trainer (:mod:`eapo.engines.verl.trainer`) computes the
-  step's weights and hands them over with :func:`polarity_weights`; called without it, the estimator
-  fails and says so. Under that trainer the fixed schemes take their weights the same way.
+* a scheme whose ``w+_t`` depends on this step's rollout entropy (``needs_entropy``: ``eapo``'s
+  Eq. ``dynamic_weight``), which an estimator never sees. The ``eapo`` trainer
+  (:mod:`eapo.engines.verl.trainer`) computes the step's weights and hands them over with
+  :func:`step_call`; called without it, the estimator fails and says so. Under that trainer the
+  fixed schemes take their weights the same way.
 
 verl calls an estimator as ``fn(token_level_rewards=, response_mask=, index=, config=, **optional)``
 with ``config`` the ``algorithm`` section (``verl.trainer.ppo.ray_trainer.compute_advantage``).
@@ -51,14 +53,13 @@ from typing import Any
 
 import torch
 
-from eapo.core.step import EAPOStep, grouped_polarity_advantages
+from eapo.core.step import EAPOStep
 from eapo.engines.verl.settings import algorithm_for_estimator, estimator_names, read_section
 
 __all__ = [
     "StepCall",
     "step_call",
     "active_step",
-    "polarity_grpo_advantages",
     "estimators",
     "register_estimators",
 ]
@@ -113,35 +114,6 @@ def active_step() -> StepCall | None:
 # ---------------------------------------------------------------------------------------------
 # The estimator maths: gather groups, call eapo.core, scatter back
 # ---------------------------------------------------------------------------------------------
-
-
-def polarity_grpo_advantages(
-    scores: torch.Tensor,
-    index: Sequence[Any],
-    w_pos: float,
-    w_neg: float,
-    *,
-    norm_by_std: bool = True,
-    epsilon: float = 1e-6,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Polarity-weighted group advantages for rows grouped by ``index`` (any order, any group sizes).
-
-    Args:
-        scores: ``(B,)`` sequence rewards; NaN marks a rollout that could not be scored (advantage 0,
-            positive, not part of its group's statistics).
-        index: ``B`` group ids (verl's ``uid``); rows with equal ids form a group.
-        w_pos, w_neg: the polarity weights.
-        norm_by_std: divide by the group std + ``epsilon`` (GRPO) or only centre (Dr. GRPO).
-        epsilon: added to the std.
-
-    Returns:
-        ``(advantages (B,), positive (B,) bool)`` in verl's row order. Groups with fewer than two
-        scored rows get 0 and count as positive.
-    """
-    advantages, positive, _ = grouped_polarity_advantages(
-        scores, index, w_pos, w_neg, scale="group" if norm_by_std else "none", eps=epsilon
-    )
-    return advantages, positive
 
 
 def _estimate(

@@ -16,8 +16,8 @@ and ``entropy/rollout_tokens``, the number of response tokens ``H_t`` averages o
 batch, read back from the TransferQueue, so every data-parallel worker's rollouts count (verl's
 old-log-prob pass writes each worker's shard there)
 
-(the keys of :class:`eapo.engines.trl.trainer.EAPOTrainer`; ``eapo/H0`` is the scheme's anchor for ``eapo`` and
-the first step's entropy for the fixed schemes). The step's decision — ``(w+, w-)``, ``H_0``, the
+(the keys of :class:`eapo.engines.trl.trainer.EAPOTrainer`; ``eapo/H0`` is the anchor of a scheme that
+``needs_entropy`` and the first step's entropy for the others). The step's decision — ``(w+, w-)``, ``H_0``, the
 split, these metrics and the state — is :class:`eapo.core.step.EAPOStep`'s, the one the TRL trainer
 uses; this class only moves verl's tensors and files in and out of it. Its state (the ``H_0`` anchor)
 is written beside verl's checkpoint as ``global_step_N/eapo_state.json`` (the TRL checkpoint's name,
@@ -102,7 +102,6 @@ from eapo.runtime.stop import cut_text
 
 __all__ = [
     "ENTROPY_FIELD",
-    "WEIGHTING_STATE_FILE",
     "EAPOVerlTrainer",
     "batch_entropy",
 ]
@@ -114,10 +113,6 @@ _COEF_SETTING = next(key for key, option in VERL_ACTOR_OPTIONS.items() if option
 
 #: The per-token entropy field verl's old-log-prob pass writes into the TransferQueue.
 ENTROPY_FIELD = "entropy"
-#: The file written into verl's ``global_step_N`` checkpoint folder: core's :data:`eapo.core.STATE_FILE`
-#: (the one definition of the name, the TRL checkpoint's too), under the name the plugin exported it.
-WEIGHTING_STATE_FILE = STATE_FILE
-
 
 #: The number of response tokens ``H_t`` (``entropy/rollout``) averages over, the step's whole batch
 #: (every data-parallel worker's rollouts), logged by the ``eapo`` trainer.
@@ -479,7 +474,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
                 "resuming from %s, which has no %s (written by a run without the eapo trainer): "
                 "the weighting scheme starts afresh and re-anchors H_0 on the next step",
                 folder,
-                WEIGHTING_STATE_FILE,
+                STATE_FILE,
             )
             return
         _load_state(folder, self.eapo_step)
