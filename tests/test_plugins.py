@@ -81,7 +81,17 @@ except ConfigError as error:
 
 
 def test_eapo_train_runs_the_plugins_scheme_and_control_on_trl(tmp_path):
-    """Two steps on the tiny model: w+ = tilt and w- = 1 - tilt every step, the control's token weight logged."""
+    """A config's ``plugins:`` (no EAPO_PLUGINS: the command line reads the list first, so the scheme's own
+    ``tilt`` is a key of the config's algorithm section), two steps on the tiny model: w+ = tilt and
+    w- = 1 - tilt every step, the control's token weight logged."""
+    import yaml
+
+    tree = yaml.safe_load(TINY.read_text())
+    tree["plugins"] = ["toy_plugin"]
+    tree["algorithm"] = {**tree.get("algorithm", {}), "method": "tilted", "tilt": 0.3, "token_floor": 0.5}
+    tree["algorithm"].pop("w0", None)
+    config = tmp_path / "plugin.yaml"
+    config.write_text(yaml.safe_dump(tree))
     run_dir = tmp_path / "run"
     done = subprocess.run(
         [
@@ -90,16 +100,13 @@ def test_eapo_train_runs_the_plugins_scheme_and_control_on_trl(tmp_path):
             "eapo.cli",
             "train",
             "--config",
-            str(TINY),
+            str(config),
             "--output-dir",
             str(run_dir),
-            "algorithm.method=tilted",
-            "algorithm.tilt=0.3",
-            "algorithm.token_floor=0.5",
             "train.max_steps=2",
             "train.save_steps=0",
         ],
-        env=_env(EAPO_PLUGINS="toy_plugin"),
+        env=_env(),
         capture_output=True,
         text=True,
         timeout=900,
