@@ -118,3 +118,20 @@ def test_eapo_train_runs_the_plugins_scheme_and_control_on_trl(tmp_path):
     for row in steps:
         assert row["eapo/w_pos"] == pytest.approx(0.3) and row["eapo/w_neg"] == pytest.approx(0.7)
         assert row["toy/token_floor"] == pytest.approx(0.5)
+
+
+def test_the_examples_plugin_works_from_the_command_line():
+    """examples/plugin/mixed_weights.py (docs/guide/plugins.md): ``eapo weights --method mixed --mix 0.2``
+    prints w+ = 0.8 and w- = 0.2 every step, its own option generated from the registration."""
+    env = _env(EAPO_PLUGINS="mixed_weights")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "examples" / "plugin"), env["PYTHONPATH"]])
+    done = subprocess.run(
+        [sys.executable, "-m", "eapo.cli", "weights", "--method", "mixed", "--mix", "0.2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert rows and all(row[-2:] == ["0.8000", "0.20"] for row in rows)
