@@ -29,14 +29,15 @@ def sweep_command(
     methods: str = typer.Option(
         "grpo,psr,nsr,w_reinforce,eapo",
         "--methods",
-        help="Comma-separated algorithm.method values: the weighting schemes (grpo, psr, nsr, w_reinforce, qae, "
-        "eapo, eapo_pi) and the entropy-control presets (entropy_bonus, ..., entropic).",
+        help="Comma-separated algorithm.method values: any registered weighting scheme or entropy-control preset "
+        "(eapo.core.methods(); plugins' too). Default: the paper's five.",
     ),
     grid: list[str] = typer.Option(
         None,
         "--grid",
-        help="KEY=V1,V2,... (repeatable). w_pos/w_neg vary w_reinforce; w0/w_min/w_max vary eapo; "
-        "METHOD.KEY=... targets one method. Axes of one method multiply.",
+        help="KEY=V1,V2,... (repeatable). An unscoped KEY varies each scheme whose registration lists it in "
+        "its grid (eapo.core.Scheme.grid: the paper's tables vary w_reinforce's w_pos/w_neg and eapo's "
+        "w0/w_min/w_max); METHOD.KEY=... targets one method. Axes of one method multiply.",
     ),
     seeds: str = typer.Option(
         None, "--seeds", help="Comma-separated train.seed values (default: the config's)."

@@ -48,7 +48,8 @@ def train(
     ),
     engine: str = ENGINE,
 ) -> None:
-    """Train with EAPO or a baseline (grpo, psr, nsr, w_reinforce) on TRL, or on verl (--engine verl)."""
+    """Train with EAPO or a baseline (algorithm.method: a weighting scheme or an entropy-control preset) on
+    TRL, or on verl (--engine verl)."""
     from eapo.config import ConfigError, load_config
     from eapo.run_dir import ProcessFailedError
     from eapo.train import RunError, run

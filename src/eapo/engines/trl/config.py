@@ -63,7 +63,7 @@ from eapo.core import (
     SettingError,
     WeightingScheme,
 )
-from eapo.core.algorithm import OBJECTIVE_TRL_FIELDS
+from eapo.core.algorithm import OBJECTIVE_TRL_FIELDS, method_setting
 from eapo.core.controls import trl_control_args
 from eapo.core.settings import derive_fields
 from eapo.runtime.stop import check_stops
@@ -145,13 +145,7 @@ class EAPOConfig(GRPOConfig):
 
     # --- the polarity weighting (eapo.core.make_weighting); its weights, split_by and entropy_agg are
     # derived from eapo.core's declarations by the decorators above ------------------------------------
-    method: str = field(
-        default="eapo",
-        metadata={
-            "help": "A weighting scheme (eapo.core.WEIGHTING_SCHEMES) or an entropy-control preset on GRPO's weights "
-            "(eapo.core.ENTROPY_CONTROLS)."
-        },
-    )
+    method: str = field(default=method_setting().default, metadata={"help": method_setting().doc})
     entropy_target: float | None = field(
         default=None,
         metadata={
