@@ -174,7 +174,7 @@ def _load_plugins(names: Any) -> None:
     """Import the config's ``plugins`` (:func:`eapo.plugins.load_plugins`); ConfigError names the key."""
     if not names:
         return
-    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+    if not isinstance(names, list) or not all(isinstance(name, str) and name.strip() for name in names):
         raise ConfigError(f"plugins={names!r} is invalid; valid: a list of module names", key="plugins")
     try:
         load_plugins(names, where="plugins")

@@ -42,7 +42,9 @@ class RunConfig:
         "process eapo starts inherits. A plugin's own settings need it imported at start: the CLI reads this "
         "list first, a Python script sets EAPO_PLUGINS.",
         factory=list,
-        valid=satisfies(lambda names: all(isinstance(n, str) and n.strip() for n in names), "module names"),
+        valid=satisfies(
+            lambda names: all(isinstance(n, str) and n.strip() for n in names), "a list of module names"
+        ),
     )
 
     def validate(self) -> RunConfig:

@@ -354,9 +354,10 @@ class Algorithm:
         if loss_only:
             shown = ", ".join(f"{s.name}={values[s.name]}" for c in loss_only for s in c.declares[:1])
             problems.append(
-                f"{where}{formed[0]} with {', '.join(c.name for c in loss_only)} ({shown}) cannot run on TRL: eapo "
-                "forms the loss there in place of TRL's, which alone applies the latter; drop one of the two, or "
-                "run the pair on verl (actor.entropy_coeff composes with eapo's loss there)"
+                f"{where}{formed[0]} with an entropy bonus TRL applies only in its own loss "
+                f"({', '.join(c.name for c in loss_only)}: {shown}) cannot run on TRL: eapo forms the loss there "
+                "in place of TRL's, whose entropy bonus it does not re-implement; drop one of the two, or run the "
+                "pair on verl (actor.entropy_coeff composes with eapo's loss there)"
             )
         loss_type = self.objective.get("loss_type")
         if loss_type is not None and loss_type not in EAPO_LOSS_TYPES:

@@ -219,6 +219,12 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         # each control's run state (eapo.core.controls), kept and saved by core's step; TRL's own adaptive
         # controller moves the adaptive coefficient, whose state is copied in and out at checkpoints
         controls = self.algorithm.control_states()
+        if (
+            getattr(self.args, "entropy_target", 0.0) is None
+        ):  # anchored at ratio × H_0 at step 1 (a run state's
+            self.args.entropy_target = (
+                0.0  # trl_reads); TRL's own controller compares with a number until then
+            )
         self.eapo_step = EAPOStep(
             self.weighting,
             method=self.algorithm.method if weighting is None else None,  # None: the given scheme's name
