@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from eapo.evaluation.settings import DEFAULT_SCORERS
+from eapo.evaluation.settings import default_scorers
+from eapo.rewards.registry import eval_scorers
 
 
 def eval_command(
@@ -80,9 +81,11 @@ def eval_command(
     ),
     dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16, float16."),
     scorers: str = typer.Option(
-        ",".join(DEFAULT_SCORERS),
+        ",".join(default_scorers()),
         "--scorers",
-        help="Comma-separated: rouge_l, reranker, format (laaj: see --judge-*).",
+        help="Comma-separated, of: "
+        + ", ".join(f"{n} (see --judge-*)" if s.endpoint else n for n, s in eval_scorers().items())
+        + ".",
     ),
     rouge_level: str = typer.Option(
         None, "--rouge-level", help="Rouge-L tokens: char, word, auto (default: the run's)."

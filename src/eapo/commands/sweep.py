@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from eapo.evaluation.settings import DEFAULT_SCORERS
+from eapo.evaluation.settings import default_scorers
 
 
 def sweep_command(
@@ -54,7 +54,7 @@ def sweep_command(
         "auto", "--backend", help="Generation backend for eval: auto, transformers, paged, vllm."
     ),
     scorers: str = typer.Option(
-        None, "--scorers", help=f"Eval scorers (default {','.join(DEFAULT_SCORERS)})."
+        None, "--scorers", help=f"Eval scorers (default {','.join(default_scorers())})."
     ),
     reranker_backend: str = typer.Option(None, "--reranker-backend", help="auto, cross-encoder, bi-encoder."),
     judge_base_url: str = typer.Option(None, "--judge-base-url", help="LLM judge endpoint (enables LAAJ)."),

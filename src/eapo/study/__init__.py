@@ -59,7 +59,6 @@ from eapo.study.paper import (
     paper_claims_markdown,
 )
 from eapo.study.run import (
-    SENSITIVITY_COLUMNS,
     STUDY_GRIDS,
     StudyReport,
     StudySettings,
@@ -67,6 +66,7 @@ from eapo.study.run import (
     plan_study,
     read_study_config,
     run_study,
+    sensitivity_columns,
     study_runs,
     write_study_tables,
 )
@@ -150,7 +150,7 @@ __all__ = [
     "control_claims_markdown",
     # run
     "STUDY_GRIDS",
-    "SENSITIVITY_COLUMNS",
+    "sensitivity_columns",
     "StudySettings",
     "StudyReport",
     "read_study_config",
