@@ -18,6 +18,7 @@ import torch
 
 from eapo.config import ConfigError, load_config
 from eapo.core import make_weighting
+from eapo.core.step import polarity_split, split_metrics
 from eapo.run_dir import REQUIRED_METRIC_KEYS, read_metrics, read_rollouts
 from eapo.train import RunError, run
 
@@ -304,7 +305,7 @@ def _trainer(config, tmp_path: Path, reward=None, **kwargs):
     """An EAPOTrainer for ``config`` as run() builds it (no training), in train mode."""
     from transformers.trainer_callback import PrinterCallback
 
-    from eapo.engines.trl.args import entropy_control_settings, grpo_args, reward_function
+    from eapo.engines.trl.args import grpo_args, reward_function
     from eapo.engines.trl.trainer import EAPOTrainer
     from eapo.runtime.models import load_tokenizer, resolve_model
     from eapo.train import build_dataset, build_reward
@@ -318,12 +319,6 @@ def _trainer(config, tmp_path: Path, reward=None, **kwargs):
         args=grpo_args(config, tmp_path),
         train_dataset=dataset,
         processing_class=tokenizer,
-        weighting=make_weighting(
-            config.algorithm.weighting_method(), **config.algorithm.weighting_overrides()
-        ),
-        entropy_control=entropy_control_settings(config),
-        split_by=config.algorithm.split_by,
-        entropy_agg=config.algorithm.entropy_agg,
         **kwargs,
     )
     trainer.remove_callback(PrinterCallback)
@@ -341,7 +336,7 @@ def test_kl_term_is_the_papers_k3_unless_bias_correction_is_asked_for(bias_corre
     """TRL's loss gradient equals the paper's objective from eapo.core (PPO-clip + β·k3, 1/|y_i|) with
     the default kl_bias_correction=false; TRL's own default (the KL times the importance ratio,
     differentiable even where it is 1) gives another gradient."""
-    from eapo.core import aggregate_loss, kl_penalty, policy_loss
+    from eapo.core import aggregate_loss, kl_penalty, ppo_clip_per_token
 
     beta = 0.5
     flag = str(bias_correction).lower()
@@ -367,7 +362,9 @@ def test_kl_term_is_the_papers_k3_unless_bias_correction_is_asked_for(bias_corre
     mask = inputs["completion_mask"]
     kl = kl_penalty(logp, inputs["ref_per_token_logps"], kind="k3")  # [B, T]
     assert float(aggregate_loss(kl.detach(), mask)) > 1e-3, "the test needs a non-zero KL"
-    surrogate, _ = policy_loss(logp, logp.detach(), inputs["advantages"], mask, clip_low=0.2, clip_high=0.2)
+    surrogate = aggregate_loss(
+        ppo_clip_per_token(logp, logp.detach(), inputs["advantages"], clip_low=0.2, clip_high=0.2), mask
+    )
     (surrogate + beta * aggregate_loss(kl, mask, "seq-mean-token-mean")).backward()
     paper = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
 
@@ -545,7 +542,7 @@ def test_a_rollout_the_judge_could_not_score_gets_no_advantage(missing, tmp_path
     totals, scored_mask = trainer._total_rewards()
     assert scored_mask.tolist() == [False] + [True] * 7
     assert math.isnan(totals[0])  # left out of its group's centre, as out of its mean and std
-    positive, _ = trainer.eapo_step.split(totals, [0, 0, 0, 0, 1, 1, 1, 1])
+    positive, _ = polarity_split(totals, [0, 0, 0, 0, 1, 1, 1, 1], by=trainer.eapo_step.split_by)
     assert positive[0]  # counted positive, with advantage 0
 
 
@@ -557,7 +554,8 @@ def test_median_split_leaves_an_unscored_rollout_out_of_the_median(tmp_path):
     )
     totals, scored = trainer._total_rewards()
     assert scored.tolist() == [False, True, True, True, True, True, True, False]
-    positive, metrics = trainer.eapo_step.split(totals, [0, 0, 0, 0, 1, 1, 1, 1])
+    positive, scored = polarity_split(totals, [0, 0, 0, 0, 1, 1, 1, 1], by=trainer.eapo_step.split_by)
+    metrics = split_metrics(positive, scored)
     # group 1: median of [0.1, 0.2, 0.9] is 0.2 (the mean, 0.4, would put 0.2 in D-); group 2: median 0
     assert positive.tolist() == [True, False, True, True, True, True, True, True]
     assert metrics == {"eapo/frac_positive": pytest.approx(5 / 6), "eapo/num_unscored": 2.0}

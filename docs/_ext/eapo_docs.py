@@ -14,6 +14,10 @@ tree must be rendered somewhere: a section the pages leave out is a warning, whi
 columns, plot panels), and ``{eapo-eval-columns}`` the evaluation columns they declare (key, title, how a
 prompt's samples make it, the Avgs it joins, its strict variant).
 
+``{eapo-claims-registry}`` renders what a study's claims file can use, from :mod:`eapo.study`'s registries:
+its statistics (``stat:``), comparisons (``compare:``), reasons (``missing: {why: ...}``) and claims.md
+blocks (``markdown:``), each with its options and its help.
+
 ``{eapo-trl-config}`` renders the fields :class:`eapo.engines.trl.config.EAPOConfig` defines on top of TRL's
 ``GRPOConfig``: its default, TRL's default where it overrides one, and the help string.
 """
@@ -182,6 +186,46 @@ def eval_column_rows() -> list[tuple[str, str, str, str, str, str]]:
     ]
 
 
+def weighting_scheme_rows() -> list[tuple[str, str, str, str, str]]:
+    """The weighting schemes of :data:`eapo.core.WEIGHTING_SCHEMES`: ``(method, label, its weights with their
+    defaults, verl's estimator, what it does)``, in registration order."""
+    from eapo.core import WEIGHTING_SCHEMES
+
+    return [
+        (
+            name,
+            scheme.label,
+            ", ".join(f"{key}={yaml_value(value)}" for key, value in scheme.defaults.items()),
+            scheme.verl_estimator,
+            scheme.help,
+        )
+        for name, scheme in WEIGHTING_SCHEMES.items()
+    ]
+
+
+def claims_registry_rows() -> list[tuple[str, str, str, str]]:
+    """Every entry of the claims engine's registries: ``(where it is named in a claims file, name, its
+    options, what it does)``, in registration order."""
+    import re
+
+    from eapo.study import BLOCKS, COMPARISONS, REASONS, STATISTICS
+
+    def plain(text: str) -> str:  # the docstring's reST roles and literals as plain text
+        return re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")
+
+    rows = [
+        ("stat", s.name, ", ".join([*s.required, *(f"[{o}]" for o in s.optional)]), plain(s.help))
+        for s in STATISTICS.values()
+    ]
+    rows += [
+        ("compare", c.name, ", ".join([*c.quantities, *c.numbers]), plain(c.help))
+        for c in COMPARISONS.values()
+    ]
+    rows += [("missing.why", r.name, ", ".join(r.options), plain(r.help)) for r in REASONS.values()]
+    rows += [("markdown", b.name, ", ".join(b.keys[1:]), plain(b.help)) for b in BLOCKS.values()]
+    return rows
+
+
 # --- docutils tables ----------------------------------------------------------------------------------------
 
 
@@ -265,6 +309,22 @@ class EvalColumns(SphinxDirective):
         return [_table(header, eval_column_rows(), {0, 2, 4, 5}, [12, 10, 10, 20, 14, 16])]
 
 
+class WeightingSchemes(SphinxDirective):
+    """``{eapo-weighting-schemes}``: the weighting schemes (``algorithm.method``) from the registry."""
+
+    def run(self) -> list[nodes.Node]:
+        header = ["method", "label", "weights (defaults)", "verl estimator", "what it does"]
+        return [_table(header, weighting_scheme_rows(), {0, 2, 3}, [12, 12, 26, 12, 38])]
+
+
+class ClaimsRegistry(SphinxDirective):
+    """``{eapo-claims-registry}``: what a claims file can name, from the claims engine's registries."""
+
+    def run(self) -> list[nodes.Node]:
+        header = ["key", "name", "options", "what"]
+        return [_table(header, claims_registry_rows(), {0, 1, 2}, [12, 14, 24, 50])]
+
+
 def _check_every_section(app, env) -> None:
     missing = [name for name in config_sections() if name not in getattr(env, "eapo_config_sections", set())]
     if missing:
@@ -293,6 +353,8 @@ def setup(app) -> dict[str, Any]:
     app.add_directive("eapo-entropy-controls", EntropyControlPresets)
     app.add_directive("eapo-reward-components", RewardComponents)
     app.add_directive("eapo-eval-columns", EvalColumns)
+    app.add_directive("eapo-weighting-schemes", WeightingSchemes)
+    app.add_directive("eapo-claims-registry", ClaimsRegistry)
     app.connect("env-purge-doc", _purge)
     app.connect("env-merge-info", _merge)
     app.connect("env-check-consistency", _check_every_section)

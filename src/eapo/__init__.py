@@ -6,8 +6,8 @@ The package reads in pipeline order; each layer imports only the layers above it
 1. :mod:`eapo.core` — EAPO's maths as pure tensor functions: advantages and the polarity split, the
    weighting schemes and ``w+_t``, entropy, losses, the field's entropy controls, and
    :class:`eapo.core.step.EAPOStep`, the one owner of a training step's decision.
-2. :mod:`eapo.data` (datasets, splits, prompts), :mod:`eapo.rewards` (format, Rouge-L, reranker, the
-   LLM judge, the composite) and :mod:`eapo.run_dir` (the run-directory contract, atomic writes).
+2. :mod:`eapo.data` (datasets, splits, prompts), :mod:`eapo.rewards` (the reward components of
+   :data:`eapo.rewards.REWARD_COMPONENTS` and their composite) and :mod:`eapo.run_dir` (the run-directory contract, atomic writes).
 3. :mod:`eapo.config` — the typed ``eapo train`` configuration (YAML + ``key=value`` overrides).
 4. :mod:`eapo.runtime` — what generates text: model sources, generation backends, vLLM (in-process
    and as a server), generators.
@@ -25,9 +25,17 @@ In a TRL script, ``from eapo import EAPOTrainer, EAPOConfig`` replaces ``GRPOTra
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Your own schemes, controls and reward components (eapo.plugins): imported before any of eapo's views of
+# the registries is built, in every process that imports eapo.
+if os.environ.get("EAPO_PLUGINS"):
+    from eapo.plugins import load_plugins
+
+    load_plugins()
 
 __all__ = ["EAPOConfig", "EAPOTrainer", "__version__"]
 

@@ -25,7 +25,7 @@ def demo_preset(cuda: bool | None = None) -> str:
 
 def demo_config(cuda: bool | None = None) -> Path:
     """The packaged file of :func:`demo_preset` (``configs/demo.yaml`` or ``configs/demo_gpu.yaml``)."""
-    from eapo.commands.train import packaged_config
+    from eapo.config import packaged_config
 
     return packaged_config(demo_preset(cuda))
 

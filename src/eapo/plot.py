@@ -26,7 +26,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from eapo.core.controls import control_panels
+from eapo.core.controls import actuator_panels, control_panels
 from eapo.evaluation.labels import run_label
 from eapo.rewards.registry import REWARD_COMPONENTS, component_panels
 from eapo.run_dir import CAP_SHARE_KEY, atomic_write_bytes, cap_share, read_metrics
@@ -266,8 +266,7 @@ BAND_PANELS: tuple[tuple[str, str], ...] = (
     (CAP_SHARE_KEY, "Share cut at the length cap"),
     ("eapo/w_pos", "w+ (positive weight)"),
     # the closed-loop controls' own actuators, drawn when a run logged them (the controls study)
-    ("entropic/alpha", "EntroPIC α (applied)"),
-    ("entropy_control/coef", "Entropy coefficient (applied)"),
+    *actuator_panels(),
 )
 
 

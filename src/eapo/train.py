@@ -162,7 +162,6 @@ def _train(config: RunConfig, launch: _Launch, *, state, rollout, callbacks: lis
             vllm_settings=trl_args.vllm_settings(config, rollout),
             lm_head=config.train.lm_head,
             share_frozen_layers=config.train.share_frozen_layers,
-            entropy_control=trl_args.entropy_control_settings(config),
         )
     except VLLMEngineError as error:  # the colocated engine could not start: say why and what to do
         raise RunError(str(error)) from error

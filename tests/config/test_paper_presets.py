@@ -17,7 +17,7 @@ PAPER_PRESETS = ["paper_rjua", "paper_cmd", "paper_qwen25_7b_rjua"]
 
 @pytest.mark.parametrize("name", PAPER_PRESETS)
 def test_paper_presets_load_round_trip_and_ship_in_the_package(name, tmp_path):
-    from eapo.commands.train import packaged_config
+    from eapo.config import packaged_config
 
     config = load_config(ROOT / "configs" / f"{name}.yaml")
     again = tmp_path / "again.yaml"

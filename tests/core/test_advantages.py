@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from eapo.core import group_advantages, polarity_weighted_advantages, positive_mask, weight_advantages
+from eapo.core import group_advantages, positive_mask, weight_advantages
 
 F64 = torch.float64
 
@@ -254,10 +254,3 @@ def test_weight_advantages_is_differentiable_in_advantages():
 def test_weight_advantages_rejects_mismatched_lengths():
     with pytest.raises(ValueError, match=r"positive has 3 entries but advantages has 4 sequences"):
         weight_advantages(torch.zeros(4), torch.ones(3, dtype=torch.bool), 1.0, 1.0)
-
-
-def test_polarity_weighted_advantages_chains_the_three_steps():
-    rewards = t64([0.0, 1.0, 1.0, 2.0, 2.0, 2.0])
-    weighted, positive = polarity_weighted_advantages(rewards, 3, 0.2, 1.0, scale="none")
-    assert positive.tolist() == [False, True, True, True, True, True]
-    torch.testing.assert_close(weighted, t64([-2 / 3, 0.2 / 3, 0.2 / 3, 0.0, 0.0, 0.0]), rtol=1e-14, atol=0)

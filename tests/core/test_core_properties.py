@@ -13,7 +13,6 @@ from eapo.core import (
     group_advantages,
     make_weighting,
     positive_mask,
-    token_entropy,
     weight_advantages,
 )
 
@@ -194,25 +193,3 @@ def test_advantages_are_shift_invariant(eighths, group_size, scale, shift_eighth
     b = group_advantages(shifted, group_size, scale=scale)
     torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     assert torch.equal(a == 0, b == 0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Entropy
-# ---------------------------------------------------------------------------------------------
-
-
-@FAST
-@given(
-    rows=st.integers(min_value=1, max_value=12),
-    vocab=st.integers(min_value=1, max_value=40),
-    chunk_size=st.integers(min_value=1, max_value=20),
-    temperature=st.floats(min_value=0.1, max_value=3.0),
-    seed=st.integers(min_value=0, max_value=2**16),
-)
-def test_chunked_entropy_equals_unchunked(rows, vocab, chunk_size, temperature, seed):
-    logits = 5 * torch.randn(rows, 2, vocab, generator=torch.Generator().manual_seed(seed))
-    chunked = token_entropy(logits, temperature=temperature, chunk_size=chunk_size)
-    whole = token_entropy(logits, temperature=temperature, chunk_size=rows * 2)
-    torch.testing.assert_close(chunked, whole, rtol=0, atol=1e-6)
-    # ... and lies in [0, log V].
-    assert (whole >= -1e-6).all() and (whole <= math.log(vocab) + 1e-5).all()

@@ -10,11 +10,13 @@ import torch
 from eapo.core import (
     WEIGHTING_SCHEMES,
     AdaptiveEntropyCoef,
+    Algorithm,
     EAPOStep,
     group_advantages,
     make_weighting,
-    polarity_weighted_advantages,
+    positive_mask,
     register_weighting,
+    weight_advantages,
 )
 from eapo.core.step import (
     contiguous_index,
@@ -34,7 +36,8 @@ def test_uneven_groups_with_unscored_rows_match_the_contiguous_maths_on_the_scor
     assert scored.tolist() == [True, True, False, True, True, True, False, True]
     x, y = [0, 3, 5, 7], [1, 4]
     for rows in (x, y):
-        weighted, pos = polarity_weighted_advantages(scores[rows], len(rows), 0.5, 2.0, eps=1e-6)
+        pos = positive_mask(scores[rows], len(rows))  # the contiguous maths, one group
+        weighted = weight_advantages(group_advantages(scores[rows], len(rows), eps=1e-6), pos, 0.5, 2.0)
         torch.testing.assert_close(advantages[rows], weighted)
         assert positive[rows].tolist() == pos.tolist()
     assert advantages[2] == 0.0 and advantages[6] == 0.0  # unscored: advantage 0 ...
@@ -82,8 +85,9 @@ def test_step_weights_h0_metrics_and_state_round_trip():
     _, after = resumed.step(scores, index, 3.0)
     _, straight = step.step(scores, index, 3.0)
     assert after == straight and after["eapo/w_pos"] == pytest.approx(0.3)
-    legacy = {key: value for key, value in state.items() if key != "method"}  # TRL's older files
-    EAPOStep(make_weighting("eapo")).load_state_dict(legacy)
+    for key in ("method", "controls"):  # every key of state_dict is required
+        with pytest.raises(ValueError, match=f"the state has no {key}: it was not written by EAPOStep"):
+            EAPOStep(make_weighting("eapo")).load_state_dict({k: v for k, v in state.items() if k != key})
     with pytest.raises(ValueError, match="written by method eapo"):
         EAPOStep(make_weighting("grpo")).load_state_dict(state)
 
@@ -97,10 +101,19 @@ def test_fixed_scheme_anchors_h0_on_the_first_entropy_and_runs_without_one():
     assert step.h0 == 1.5
 
 
-def test_registry_by_decorator_keeps_the_dict_shape():
+def test_registry_entries_carry_what_other_code_needs():
     assert list(WEIGHTING_SCHEMES) == ["grpo", "psr", "nsr", "w_reinforce", "qae", "eapo", "eapo_pi"]
-    builder, accepted = WEIGHTING_SCHEMES["psr"]
-    assert accepted == ("w_pos", "w_neg") and builder("psr").weights(None) == (1.0, 0.0)
+    psr = WEIGHTING_SCHEMES["psr"]
+    assert psr.accepts == ("w_pos", "w_neg") and psr.build("psr").weights(None) == (1.0, 0.0)
+    assert (psr.label, psr.defaults, psr.needs_entropy, psr.verl_estimator) == (
+        "PSR",
+        {"w_pos": 1.0, "w_neg": 0.0},
+        False,
+        "psr",
+    )
+    assert WEIGHTING_SCHEMES["grpo"].verl_estimator == "eapo_grpo"  # verl has its own grpo
+    assert WEIGHTING_SCHEMES["qae"].split_by == "quantile"
+    assert WEIGHTING_SCHEMES["eapo"].needs_entropy and WEIGHTING_SCHEMES["eapo"].shown == ("w0",)
     with pytest.raises(ValueError, match="already registered"):
         register_weighting("psr", ("w_pos",))(lambda name: None)
     try:
@@ -118,8 +131,7 @@ def test_registry_by_decorator_keeps_the_dict_shape():
 
 def test_controls_state_is_anchored_saved_and_restored_in_one_schema():
     """A control's run state (here the adaptive entropy coefficient) is anchored on the first step's H,
-    saved under ``controls`` by core, restored by core; the layouts written before (the TRL engine's
-    top-level ``entropy_target``, the verl plugin's top-level ``adaptive_entropy``) are still read."""
+    saved under ``controls`` by core, restored by core."""
     from eapo.core import AdaptiveEntropyCoef
 
     adaptive = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
@@ -142,23 +154,11 @@ def test_controls_state_is_anchored_saved_and_restored_in_one_schema():
     resumed = EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": fresh})
     assert resumed.load_state_dict(state) == []
     assert (fresh.coef, fresh.target, fresh.last_entropy) == (pytest.approx(0.015), pytest.approx(1.5), 1.0)
-    # the older layouts
-    legacy = {key: value for key, value in state.items() if key != "controls"}
-    trl_old = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
-    EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": trl_old}).load_state_dict(
-        {**legacy, "entropy_target": 1.5}
-    )
-    assert (trl_old.target, trl_old.coef) == (1.5, 0.01)
-    verl_old = AdaptiveEntropyCoef(coef=0.01, target_ratio=0.5)
-    EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": verl_old}).load_state_dict(
-        {**legacy, "adaptive_entropy": state["controls"]["adaptive_entropy"]}
-    )
-    assert verl_old.coef == pytest.approx(0.015)
     # a control the state has none of starts afresh (and is anchored on the saved H); one it has but this
     # run lacks, or changed settings, are refused
     afresh = AdaptiveEntropyCoef(target_ratio=0.5)
     assert EAPOStep(make_weighting("grpo"), controls={"adaptive_entropy": afresh}).load_state_dict(
-        legacy
+        {**state, "controls": {}}
     ) == ["adaptive_entropy"]
     assert afresh.target == pytest.approx(1.5)
     with pytest.raises(ValueError, match="written with the entropy control adaptive_entropy"):
@@ -276,10 +276,10 @@ def test_the_two_quantile_methods_at_the_papers_group_size(method, baseline, pos
 
 def test_quantile_method_applies_only_with_the_quantile_split():
     with pytest.raises(ValueError, match="quantile_method=inverse_cdf applies only with split_by=quantile"):
-        EAPOStep(make_weighting("grpo"), quantile_method="inverse_cdf")
-    EAPOStep(make_weighting("grpo"), quantile_method="linear")  # the default, written out: fine
+        Algorithm.resolve("grpo", {"quantile_method": "inverse_cdf"})
+    Algorithm.resolve("grpo", {"quantile_method": "linear"})  # the default, written out: fine
     with pytest.raises(ValueError, match="quantile_method='mode' is invalid; valid: linear, inverse_cdf"):
-        EAPOStep(make_weighting("grpo"), split_by="quantile", quantile_method="mode")
+        Algorithm.resolve("grpo", {"split_by": "quantile", "quantile_method": "mode"})
     from eapo.config import load_config
 
     config = load_config(None, ["algorithm.method=qae", "algorithm.quantile_method=inverse_cdf"])
@@ -323,8 +323,8 @@ def test_quantile_split_with_continuous_rewards_ties_unscored_rows_and_eapo_weig
 
 def test_quantile_k_applies_only_with_the_quantile_split():
     with pytest.raises(ValueError, match="quantile_k=0.3 applies only with split_by=quantile"):
-        EAPOStep(make_weighting("grpo"), quantile_k=0.3)
-    EAPOStep(make_weighting("grpo"), quantile_k=0.4)  # the default, written out: fine
+        Algorithm.resolve("grpo", {"quantile_k": 0.3})
+    Algorithm.resolve("grpo", {"quantile_k": 0.4})  # the default, written out: fine
     from eapo.config import ConfigError, load_config
 
     with pytest.raises(
@@ -346,8 +346,11 @@ def test_the_qae_method_is_grpos_weights_with_the_quantile_split():
     assert qae.split_by == "quantile" and qae.quantile_k == 0.4
     by_setting = EAPOStep(make_weighting("grpo"), split_by="quantile")
     assert qae.step(scores, index, None)[0].tolist() == by_setting.step(scores, index, None)[0].tolist()
-    with pytest.raises(ValueError, match="method qae splits at the quantile; split_by=median contradicts it"):
-        EAPOStep(make_weighting("qae"), split_by="median")
+    assert Algorithm.resolve("qae", {"split_by": "mean"}).make_step().split_by == "quantile"
+    with pytest.raises(
+        ValueError, match="split_by=median contradicts method qae, which splits at the quantile"
+    ):
+        Algorithm.resolve("qae", {"split_by": "median"})
     from eapo.config import load_config
 
     assert load_config(None, ["algorithm.method=qae", "algorithm.quantile_k=0.3"]).algorithm.quantile_k == 0.3

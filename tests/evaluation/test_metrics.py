@@ -11,14 +11,13 @@ from eapo.evaluation.metrics import (
     aggregate,
     avg_columns,
     bootstrap_ci,
-    bootstrap_interval,
     metric_keys,
     per_prompt_values,
     strict_avg_columns,
     strict_columns,
     unscored_counts,
 )
-from eapo.evaluation.report import results_csv, results_markdown, stand_in_columns, upgrade_results
+from eapo.evaluation.report import results_csv, results_markdown, stand_in_columns
 
 # Two prompts, k = 3 samples each.
 SCORES = [
@@ -107,6 +106,11 @@ def test_unscored_samples_are_left_out_and_unscored_prompts_too():
     assert metrics["reranker"] is None and metrics["rr_at_k"] is None
     # Avg needs all four of its columns: a 2-column mean is a number no table reports
     assert metrics["avg"] is None and metrics["avg_laaj"] is None
+
+
+def bootstrap_interval(values, **options) -> tuple[float, float] | None:
+    """The interval :func:`bootstrap_ci` gives the mean of one per-prompt column."""
+    return bootstrap_ci({"rouge_l": np.asarray(values, dtype=float)}, **options)["rouge_l"]
 
 
 def test_bootstrap_interval_contains_the_point_estimate_and_is_seeded():
@@ -211,19 +215,6 @@ def test_with_a_judge_results_md_has_both_of_the_papers_tables():
     assert "With LLM-as-a-Judge: Avg: mean of Rouge-L, Reranker and LAAJ" in markdown
     assert "Rouge-L: the whole response (extract=whole); Reranker: the <advice> part" in markdown
     assert "LAAJ 2/6" in markdown  # the two samples the judge did not score
-
-
-def test_results_from_before_the_explicit_avgs_are_recomputed():
-    scores = [dict(prompt, laaj=[0.7, 0.9, 0.8]) for prompt in SCORES]
-    new = _results(scores)
-    old = {**new, "avg_of": ["rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj"]}
-    old["metrics"] = {k: v for k, v in new["metrics"].items() if k != "avg_laaj"}
-    old["metrics"]["avg"] = (0.35 + 0.55 + 0.65 + 0.80 + 0.8) / 5  # the old 5-column mean
-    upgraded = upgrade_results(old)
-    assert upgraded["metrics"]["avg"] == pytest.approx(new["metrics"]["avg"], abs=1e-12)
-    assert upgraded["metrics"]["avg_laaj"] == pytest.approx(new["metrics"]["avg_laaj"], abs=1e-12)
-    assert upgraded["ci95"]["avg"] is None and upgraded["ci95"]["avg_laaj"] is None
-    assert upgrade_results(new) == new
 
 
 def test_both_avgs_get_intervals_from_the_shared_resampling():
@@ -335,8 +326,3 @@ def test_results_markdown_and_csv_carry_the_strict_table():
     csv_row = dict(zip(header_csv.split(","), row_csv.split(","), strict=True))
     assert float(csv_row["avg_strict"]) == pytest.approx(avg_strict, abs=1e-12)
     assert float(csv_row["avg_strict_ci_low"]) <= avg_strict <= float(csv_row["avg_strict_ci_high"])
-    # results written before the strict columns: null, and no strict table
-    old = {**results, "metrics": {k: v for k, v in results["metrics"].items() if "strict" not in k}}
-    upgraded = upgrade_results(old)
-    assert upgraded["metrics"]["avg_strict"] is None and upgraded["ci95"]["avg"] == results["ci95"]["avg"]
-    assert "## Strict" not in results_markdown(old)

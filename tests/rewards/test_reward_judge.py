@@ -245,18 +245,21 @@ def test_a_format_the_server_refuses_scores_none_and_says_what_to_do() -> None:
     assert "HTTP 400" in error and "structured_output=auto falls back" in error
 
 
-def test_json_mode_is_structured_output_json_object(judge_server: JudgeServer) -> None:
-    judge = make_judge(judge_server, structured_output="auto", json_mode=True)
+def test_structured_output_json_object_sends_it_without_a_probe(judge_server: JudgeServer) -> None:
+    judge = make_judge(judge_server, structured_output="json_object")
     try:
         assert judge(["q"], [COMPLETION], ["ref"]) == [pytest.approx(0.8)]
     finally:
         judge.close()
     assert judge.structured_output == "json_object" and judge.stats["probes"] == 0
     assert _formats_sent(judge_server) == ["json_object"]
-    with pytest.raises(ValueError, match="json_mode=True contradicts structured_output='plain'"):
-        LLMJudge(base_url="http://x/v1", model="m", structured_output="plain", json_mode=True)
     with pytest.raises(ValueError, match="structured_output must be one of auto, json_schema"):
         LLMJudge(base_url="http://x/v1", model="m", structured_output="grammar")
+    # the removed json_mode switch is refused, naming its replacement
+    with pytest.raises(
+        ValueError, match=r"\['json_mode'\]; json_mode is gone, use structured_output: json_object"
+    ):
+        make_reward("llm_judge", base_url="http://x/v1", model="m", json_mode=True)
 
 
 # -- scoring against the server --------------------------------------------------------------------

@@ -19,7 +19,6 @@ from eapo.runtime.generate import TransformersGenerator, VLLMGenerator
 from eapo.runtime.stop import (
     check_stops,
     cut_text,
-    cut_tokens,
     end_completion,
     first_stop,
     stop_reason,
@@ -61,7 +60,6 @@ def test_the_first_stop_string_ends_first_and_the_longer_wins_a_tie():
 def test_the_token_that_completes_the_string_is_kept_and_what_follows_is_dropped():
     row = [1, 2, 3, 4, 5, 6, 6, EOS]  # "<advice>Rest well.</adv" + "ice>\n" + "moremore" + EOS
     assert stop_token_count(row, decode, STOPS) == 5  # "ice>\n" (the 5th token) completes it
-    assert cut_tokens(row, decode, STOPS) == ([1, 2, 3, 4, 5], True)
     ids, text, reason = end_completion(row, decode, STOPS, {EOS})
     assert ids == [1, 2, 3, 4, 5]  # the straddling token stays, the EOS goes with what followed
     assert text == "<advice>Rest well.</advice>"  # its "\n" past the string does not

@@ -435,3 +435,25 @@ def test_the_script_on_the_committed_partial_study(tmp_path):
         assert rows["premise"]["verdict"] in (NOT_MEASURED, report.PREMISE_FAILED)
     for label, shape in rows["answer_shape"]["shapes"].items():
         assert (shape is None) == (label not in complete)
+
+
+def test_eapo_study_judges_the_same_claims_file_and_writes_its_claims_md(tmp_path):
+    """configs/study_cpu_stop.yaml's study.claims is the file this report reads: on the full synthetic study
+    eapo study's claims (the engine on the same runs) hold the report's verdicts, every one of plan.md's
+    rules is in claims.md, and claim 5's table has a row per EAPO run."""
+    from eapo.study import assess, claims_markdown, collect_method_data, study_params
+
+    study = _full_study(tmp_path / "study")
+    root = study.done()
+    built = report.build_report(root, _controls(tmp_path / "controls.json", ALL_HELD))
+    runs, _ = report.planned_runs(root)
+    assessment = assess(report.CLAIMS, collect_method_data(root, runs), study_params(0.1, 0.1, 0.1))
+    claims = assessment.claims["claims"]
+    assert len(claims) == 16 and report.CLAIMS.path.name == "study_cpu_stop.claims.yaml"
+    rows = _rows(built)
+    assert {c.key: c.verdict for c in claims} == {c.key: rows[c.key]["verdict"] for c in claims}
+    markdown = claims_markdown(report.CLAIMS, assessment)
+    for number in map(str, range(1, 9)):
+        assert report.RULES[number] in markdown, number
+    regime = markdown.split("## Claim 5, run by run", 1)[1].split("\n\n")[1].splitlines()
+    assert len(regime) == 2 + 6 and regime[2].startswith("| EAPO w0=0.2 | 0 | 0.2 | ")

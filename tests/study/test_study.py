@@ -1,6 +1,7 @@
 """``eapo study``: the plan (five methods, one base, one seed, the paper's weights), the verdict rules on
-synthetic metrics (held / did not hold / within noise, hand-derived intervals), the study on a fake
-runner with scripted dynamics, and one tiny end-to-end study on CPU."""
+synthetic metrics (held / did not hold / within noise, hand-derived intervals), the paper claims file's
+first eight claims judged by the engine, the study on a fake runner with scripted dynamics, and one tiny
+end-to-end study on CPU."""
 
 from __future__ import annotations
 
@@ -23,15 +24,17 @@ from eapo.study import (
     Interval,
     MethodData,
     StudySettings,
-    assess_claims,
+    assess,
     avg_interval,
     band_verdict,
     best_verdict,
     change_verdict,
+    load_claims,
     plan_study,
     read_study_config,
     run_study,
     slope_interval,
+    study_params,
     window_interval,
 )
 from eapo.sweep import SweepError
@@ -39,7 +42,15 @@ from eapo.sweep import SweepError
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
 STUDY = ROOT / "configs" / "study.yaml"
+PAPER = load_claims(ROOT / "configs" / "paper.claims.yaml")
 Z = 1.959963984540054
+
+
+def assess_claims(data):
+    """The paper claims file's first eight claims and its per-method table, as eapo study judges them."""
+    assessment = assess(PAPER, data, study_params(0.1, 0.1, 0.1))
+    return assessment.claims["claims"], assessment.tables["methods"]
+
 
 # --------------------------------------------------------------------------------------------
 # The plan and the config
@@ -394,7 +405,7 @@ def test_study_on_scripted_runs_writes_table_figure_and_claims(tmp_path):
     assert eval_args[eval_args.index("--k") + 1] == "8" and eval_args[eval_args.index("--split") + 1] == "dev"
     assert eval_args[eval_args.index("--scorers") + 1] == "rouge_l,reranker,format"
     out = tmp_path / "study"
-    assert [c.verdict for c in report.claims] == [HELD] * 8
+    assert [c.verdict for c in report.claims["claims"]] == [HELD] * 8
     claims = (out / "claims.md").read_text()
     assert "| PSR lowers entropy | **held** |" in claims and "How each verdict is decided" in claims
     assert "Rollout backend(s): paged" in claims and "seeds: 3" in claims

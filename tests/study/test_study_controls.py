@@ -1,6 +1,6 @@
-"""The controls study's claims (:mod:`eapo.study.controls`, issue 38): each of plan.md's seven rules on
-synthetic dynamics whose verdicts follow by hand, the seed pairing of the similar-trajectory claim, and
-``eapo study`` with ``study.claims: controls`` on a scripted runner (claims.md is claims.json's data)."""
+"""The controls study's claims (configs/study_cpu_controls.claims.yaml, issue 38): each of plan.md's seven
+rules on synthetic dynamics whose verdicts follow by hand, the seed pairing of the similar-trajectory claim,
+and ``eapo study`` with that claims file on a scripted runner (claims.md is claims.json's data)."""
 
 from __future__ import annotations
 
@@ -19,21 +19,28 @@ from eapo.study import (
     WITHIN_NOISE,
     MethodData,
     StudySettings,
+    assess,
+    claims_markdown,
+    load_claims,
     read_study_config,
+    run_role,
     run_study,
+    study_params,
 )
-from eapo.study.controls import (
-    CONTROL_ROLES,
-    assess_control_claims,
-    control_claims_markdown,
-    paired_difference,
-    ratio_series,
-)
+from eapo.study.quantities import Reading
 from eapo.sweep import SweepError
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "configs" / "study_cpu_controls.yaml"
+CONTROLS = load_claims(ROOT / "configs" / "study_cpu_controls.claims.yaml")
+CONTROL_ROLES = dict(CONTROLS.names)  # role -> label, in plan.md's order
 STEPS = 40
+
+
+def assess_control_claims(data, *, window=0.1):
+    """The controls claims file judged over ``data``: its claims and the whole assessment."""
+    assessment = assess(CONTROLS, data, study_params(window, 0.1, 0.1))
+    return assessment.claims["claims"], assessment
 
 
 def _noise(seed: int, n: int = STEPS, scale: float = 0.01) -> np.ndarray:
@@ -136,33 +143,46 @@ def test_the_same_trajectory_at_both_w0_is_similar_and_missing_runs_are_not_meas
 
 
 def test_the_paired_difference_pairs_by_seed_not_by_order():
+    """``divide: H0, minus: b`` (the similar-trajectory claim's d_t): r_t of a minus r_t of b, seed by seed."""
     a = _data(lambda seed: np.full(6, 1.0 + seed), seeds=(0, 1))
     b = _data(lambda seed: np.full(6, 0.5 + seed), seeds=(1, 0))  # the other order
-    assert paired_difference(a, b) == [[0.5] * 6, [0.5] * 6]
+    reading = Reading({}, {"a": a, "b": b}, {}, role="a")
+    assert reading.series("entropy/rollout", divide="H0", minus="b") == [[0.5] * 6, [0.5] * 6]
     b.h0[0] = None  # a seed without H_0 is left out of r and of the pairing
-    assert ratio_series(b) == [[0.5] * 6]
-    assert paired_difference(a, b) == [[0.5] * 6]
+    assert Reading({}, {"b": b}, {}, role="b").series("entropy/rollout", divide="H0") == [[0.5] * 6]
+    assert reading.series("entropy/rollout", divide="H0", minus="b") == [[0.5] * 6]
 
 
 def test_the_regime_table_prints_the_prediction_beside_the_logged_weight():
     data = {"eapo:w0=1": _data(_flat(0.8, scale=0.0), w0=1.0, seeds=(4,))}
-    claims, tables = assess_control_claims(data)
-    (run,) = tables["regime_runs"]
+    claims, assessment = assess_control_claims(data)
+    (run,) = assessment.tables["regime_runs"]
     assert run["role"] == "eapo:w0=1" and run["seed"] == 4
     assert run["r_end"] == pytest.approx(0.8) and run["predicted_w_pos"] == pytest.approx(0.8)
     assert run["logged_w_pos"] == pytest.approx(0.8)
-    markdown = control_claims_markdown(claims, tables, window=0.1)
+    markdown = claims_markdown(CONTROLS, assessment)
     assert "| EAPO w0=1.0 | 4 | 1 | 0.800 | 0.800 | 0.800 |" in markdown
     for claim in claims:
         assert f"| **{claim.verdict}** | {claim.evidence.replace('|', chr(92) + '|')} |" in markdown
         assert claim.rule in markdown
 
 
-def test_bad_claims_setting_is_refused():
-    with pytest.raises(SweepError, match="study.claims must be one of paper, controls"):
-        StudySettings(claims="control").validate()
+def test_bad_claims_setting_is_refused(tmp_path):
+    """study.claims names a claims file: a path beside the config or a packaged name; anything else is an
+    error that says what it looked for, before anything runs."""
+    with pytest.raises(SweepError, match="study.claims must name a claims file"):
+        StudySettings(claims="").validate()
     settings, _ = read_study_config(STUDY)
-    assert settings.claims == "controls"
+    assert settings.claims == "study_cpu_controls.claims.yaml"
+    config = tmp_path / "study.yaml"
+    config.write_text(STUDY.read_text().replace("claims: study_cpu_controls.claims.yaml", "claims: control"))
+    with pytest.raises(
+        SweepError, match=r"study.claims: 'control' is neither .* \(.*paper.*study_cpu_controls"
+    ):
+        read_study_config(config)
+    config.write_text(STUDY.read_text())  # the path is read beside the config: not here
+    with pytest.raises(SweepError, match=r"study.claims: no claims file .*study_cpu_controls.claims.yaml"):
+        read_study_config(config)
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,8 +207,6 @@ class ControlsRunner:
         self.trained: list[str] = []
 
     def train(self, base_config, overrides, run_dir, *, resume, log):
-        from eapo.study.claims import run_role
-
         config = load_config(base_config, overrides)
         a = config.algorithm
         role = run_role(
@@ -217,8 +235,6 @@ class ControlsRunner:
 
             config = yaml.safe_load((Path(args[args.index("--model") + 1]) / "config.yaml").read_text())
             a = config["algorithm"]
-            from eapo.study.claims import run_role
-
             weights = (
                 {"w0": a["w0"], "integral_gain": a["integral_gain"]} if a["method"].startswith("eapo") else {}
             )
@@ -237,9 +253,10 @@ def test_a_controls_study_on_scripted_runs_writes_its_seven_claims(tmp_path):
     )
     assert sorted(set(runner.trained)) == sorted(CONTROL_ROLES) and len(runner.trained) == 14
     payload = json.loads((out / "claims.json").read_text())
-    assert "paper_claims" not in payload and payload["settings"]["claims"] == "controls"
+    assert "paper_claims" not in payload
+    assert payload["settings"]["claims"] == "study_cpu_controls.claims.yaml"
     verdicts = {c["key"]: c["verdict"] for c in payload["claims"]}
-    assert [c.key for c in report.claims] == list(verdicts)
+    assert [c.key for c in report.claims["claims"]] == list(verdicts)
     assert verdicts["grpo_collapses"] == HELD and verdicts["controller_engaged_w0_1.0"] == HELD
     assert verdicts["operating_regime"] == NOT_HELD and verdicts["eapo_pi_holds_entropy"] == NOT_HELD
     assert verdicts["eapo_best_avg"] == HELD
@@ -286,7 +303,7 @@ def test_an_interim_report_decides_only_complete_configurations_and_writes_no_ma
     payload = json.loads((out / "claims.json").read_text())
     assert payload["report_only"] is True
     assert payload["incomplete"] == {"grpo": {"label": "GRPO", "finished": 1, "planned": 2}}
-    verdicts = {c.key: c.verdict for c in report.claims}
+    verdicts = {c.key: c.verdict for c in report.claims["claims"]}
     assert verdicts["grpo_collapses"] == NOT_MEASURED and verdicts["psr_collapses"] == HELD
     assert verdicts["controller_engaged_w0_1.0"] == HELD and verdicts["operating_regime"] == NOT_HELD
     grpo = payload["controls"]["configurations"]["grpo"]

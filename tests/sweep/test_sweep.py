@@ -614,27 +614,6 @@ def test_every_table_names_what_the_scorers_read(tmp_path):
     )
 
 
-def test_results_from_before_the_explicit_avgs_are_evaluated_again(tmp_path):
-    sweep(tmp_path, FakeRunner(), methods=["grpo"], grids=[])
-    old = fake_results(0.3, 0.95, laaj=0.7)
-    old["metrics"].pop("avg_laaj")
-    old["metrics"]["avg"] = (0.3 + 0.95 + 0.33 + 0.97 + 0.7) / 5  # the old mean of every column
-    old["avg_of"] = ["rouge_l", "reranker", "rl_at_k", "rr_at_k", "laaj"]
-    path = tmp_path / "sweep" / "runs" / "grpo" / "eval" / "results.json"
-    path.write_text(json.dumps(old))
-    assert not EvalSettings(k=8).matches(old)
-    # the tables never show the old 5-column mean, even before the evaluation is redone
-    from eapo.sweep import collect_entries
-
-    manifest = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
-    (grpo,) = [e for e in collect_entries(tmp_path / "sweep", manifest) if e.method == "grpo"]
-    assert grpo.results[0]["metrics"]["avg"] == pytest.approx((0.3 + 0.95 + 0.33 + 0.97) / 4)
-    assert grpo.results[0]["metrics"]["avg_laaj"] == pytest.approx((0.3 + 0.95 + 0.7) / 3)
-    runner = FakeRunner()
-    sweep(tmp_path, runner, methods=["grpo"], grids=[])
-    assert runner.trained == [] and runner.evaluated == ["grpo"]
-
-
 # --jobs: configurations run concurrently; the manifest stays whole
 # --------------------------------------------------------------------------------------------
 

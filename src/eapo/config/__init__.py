@@ -19,7 +19,9 @@ One module per concern; every name is importable from ``eapo.config``:
 * :mod:`eapo.config.train` — the ``train`` and ``logging`` sections;
 * :mod:`eapo.config.verl` — the ``verl`` section (``verl.workers``);
 * :mod:`eapo.config.tree` — :class:`RunConfig`, the tree of sections, and its validation;
-* :mod:`eapo.config.load` — YAML files, ``key=value`` overrides, :func:`load_config`, :func:`dump_config`.
+* :mod:`eapo.config.load` — YAML files, ``key=value`` overrides, :func:`load_config`, :func:`dump_config`;
+* :mod:`eapo.config.presets` — the packaged presets and :func:`resolve_config`, the one reading of a
+  ``--config`` value (a file, or a preset's name).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from eapo.config.load import (
     read_config_tree,
     yaml_load,
 )
+from eapo.config.presets import packaged_config, preset_names, resolve_config
 from eapo.config.reward import STRUCTURED_OUTPUTS, JudgeConfig, RewardConfig
 from eapo.config.rollout import DTYPES, ROLLOUT_BACKENDS, DataConfig, LoraSettings, ModelConfig, RolloutConfig
 from eapo.config.train import LR_SCHEDULERS, TRACKERS, LoggingConfig, TrainConfig
@@ -96,6 +99,9 @@ __all__ = [
     "parse_overrides",
     "read_config_tree",
     "load_config",
+    "resolve_config",
+    "preset_names",
+    "packaged_config",
     "config_from_tree",
     "dump_config",
     "config_changes",

@@ -13,13 +13,22 @@ from typing import Any
 import yaml
 
 from eapo.config.fields import ConfigError, allowed, coerce, is_section
+from eapo.config.presets import resolve_config
 from eapo.config.tree import RunConfig
+from eapo.plugins import PluginError, load_plugins
 
 
 def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in values if k not in names]
+    if unknown and prefix == "algorithm." and unknown[0] in registered_settings():
+        raise ConfigError(
+            f"algorithm.{unknown[0]} is a setting registered after eapo's config was built (by a plugin module "
+            "imported late): name the module in EAPO_PLUGINS before Python starts, or in the config's plugins: "
+            "with the eapo command line, which reads that list first",
+            key=prefix + unknown[0],
+        )
     if unknown:
         where = f"section {prefix.rstrip('.')!r}" if prefix else "the top level"
         raise ConfigError(
@@ -128,13 +137,12 @@ def read_config_tree(path: Path) -> dict[str, Any]:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Read a YAML config (or start from the defaults), apply ``key=value`` overrides, validate.
 
-    A :class:`ConfigError` is one line that names the file, the key, the value and what is allowed,
-    and the override that set the value when one did."""
+    ``path`` is a file or a packaged preset's name (:func:`eapo.config.resolve_config`). A
+    :class:`ConfigError` is one line that names the file, the key, the value and what is allowed, and
+    the override that set the value when one did."""
     tree: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file {path} does not exist (presets live in configs/)")
+        path = resolve_config(path)
         tree = read_config_tree(path)
     return config_from_tree(tree, overrides, source=path)
 
@@ -146,12 +154,32 @@ def config_from_tree(
     overrides = list(overrides or [])
     tree = _merge(tree, parse_overrides(overrides))
     try:
+        _load_plugins(tree.get("plugins"))  # before the algorithm section is read: their registrations
         return _build(RunConfig, tree, "").validate()
     except ConfigError as error:
         where = f"{source}: " if source is not None else ""
         given = [item for item in overrides if error.key and _overrides_key(item, error.key)]
         set_by = f" (set by the override {given[-1]!r})" if given else ""
         raise ConfigError(f"{where}{error}{set_by}", key=error.key) from None
+
+
+def registered_settings() -> set[str]:
+    """Every algorithm setting registered now (a plugin's included)."""
+    from eapo.core import CONTROL_SETTINGS, WEIGHT_SETTINGS
+
+    return {*WEIGHT_SETTINGS, *CONTROL_SETTINGS}
+
+
+def _load_plugins(names: Any) -> None:
+    """Import the config's ``plugins`` (:func:`eapo.plugins.load_plugins`); ConfigError names the key."""
+    if not names:
+        return
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ConfigError(f"plugins={names!r} is invalid; valid: a list of module names", key="plugins")
+    try:
+        load_plugins(names, where="plugins")
+    except PluginError as error:
+        raise ConfigError(str(error), key="plugins") from None
 
 
 def _overrides_key(item: str, key: str) -> bool:

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from eapo.config.algorithm import AlgorithmConfig
-from eapo.config.fields import ConfigError, allowed, coerce, is_section, one_of, setting
+from eapo.config.fields import ConfigError, allowed, coerce, is_section, one_of, satisfies, setting
 from eapo.config.reward import RewardConfig
 from eapo.config.rollout import DataConfig, ModelConfig, RolloutConfig
 from eapo.config.train import LoggingConfig, TrainConfig
 from eapo.config.verl import VerlConfig
 from eapo.core.settings import SettingError
-from eapo.core.step import step_problems
 from eapo.rewards import REWARD_COMPONENTS, make_reward
 from eapo.rewards.registry import light_components
 
@@ -38,6 +37,14 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     verl: VerlConfig = field(default_factory=VerlConfig)
+    plugins: list[str] = setting(
+        "Your own modules that register a weighting scheme, an entropy control or a reward component "
+        "(eapo.plugins), imported before the rest of the config is read; added to EAPO_PLUGINS, which every "
+        "process eapo starts inherits. A plugin's own settings need it imported at start: the CLI reads this "
+        "list first, a Python script sets EAPO_PLUGINS.",
+        factory=list,
+        valid=satisfies(lambda names: all(isinstance(n, str) and n.strip() for n in names), "module names"),
+    )
 
     def validate(self) -> RunConfig:
         """Check every setting against what its field admits (``valid`` in the field's metadata), then
@@ -52,6 +59,8 @@ class RunConfig:
             if coerced is not value:
                 setattr(section, spec.name, coerced)
             valid = spec.metadata.get("valid")
+            if isinstance(section, AlgorithmConfig):  # its ranges: once, by Algorithm.resolve (below)
+                continue
             if coerced is not None and valid is not None and not valid.admits(coerced):
                 raise ConfigError(f"{key}={coerced!r} is invalid; valid: {allowed(spec, tp)}", key=key)
         self._check_relations()
@@ -61,19 +70,10 @@ class RunConfig:
         """Constraints between settings (each setting alone has passed its own)."""
         a, r, t = self.algorithm, self.rollout, self.train
         try:
-            a.weighting_overrides()  # the one "does not apply" rule and the weights' ranges (eapo.core)
+            a.resolve()  # the algorithm section, validated once (eapo.core.Algorithm.resolve)
         except SettingError as error:
             raise ConfigError(str(error), key=error.key) from None
-        problems = step_problems(
-            {"split_by": a.split_by, "quantile_k": a.quantile_k, "quantile_method": a.quantile_method},
-            "algorithm.",
-            a.weighting_method(),
-        )
-        if problems:
-            key = "quantile_k" if "quantile_k=" in problems[0] else "quantile_method"
-            raise ConfigError(problems[0], key=f"algorithm.{key}")
-        a.resolve_controls()
-        problems = a.control_problems()
+        problems = a.trl_problems()
         if problems:
             raise ConfigError(problems[0], key="algorithm.method")
         if r.compile and r.cache_implementation != "static":

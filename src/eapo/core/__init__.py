@@ -7,9 +7,9 @@ Everything the engines (TRL, verl) and users' own code need lives here, one modu
   Â_i = w+·A_i on D+, w-·A_i on D- (Section 4.1);
 * :mod:`eapo.core.weighting` — the entropy-driven positive weight  w+_t = clip(w0 · H_t / H_0, w_min, w_max)
   (Eq. ``dynamic_weight``; closed form of the recursion in the appendix "Formula Derivation") and the
-  registry of weighting schemes (GRPO, PSR, NSR, W-REINFORCE, EAPO), filled by :func:`register_weighting`
+  registry of weighting schemes (:data:`WEIGHTING_SCHEMES`), filled by :func:`register_weighting`
   (as verl's ``register_adv_est``);
-* :mod:`eapo.core.entropy` — per-token entropy, masked means, the rollout entropy ``H_t`` with a named
+* :mod:`eapo.core.entropy` — masked means, the rollout entropy ``H_t`` with a named
   aggregation (:func:`rollout_entropy`, the one definition both engines share);
 * :mod:`eapo.core.losses` — the importance weights between the trainer and a vLLM rollout engine
   (:func:`importance_correction`, TRL 1.16's modes), the PPO-clip surrogate of Eq. ``grpo`` with named
@@ -44,7 +44,6 @@ from eapo.core.advantages import (
     QUANTILE_METHODS,
     AdvantageScale,
     group_advantages,
-    polarity_weighted_advantages,
     positive_mask,
     weight_advantages,
 )
@@ -53,7 +52,6 @@ from eapo.core.entropy import (
     entropy_sums,
     masked_mean,
     rollout_entropy,
-    token_entropy,
 )
 from eapo.core.losses import (
     IMPORTANCE_CORRECTIONS,
@@ -63,7 +61,7 @@ from eapo.core.losses import (
     importance_correction,
     importance_correction_counts,
     kl_penalty,
-    policy_loss,
+    ppo_clip_per_token,
 )
 from eapo.core.settings import Setting, SettingError, Valid
 from eapo.core.weighting import (
@@ -71,9 +69,11 @@ from eapo.core.weighting import (
     WEIGHTING_SCHEMES,
     EntropyAdaptiveWeighting,
     FixedWeighting,
+    Scheme,
     WeightingScheme,
     check_weights,
     make_weighting,
+    register_scheme,
     register_weighting,
     scheme_defaults,
 )
@@ -84,7 +84,6 @@ __all__ = [
     "group_advantages",
     "positive_mask",
     "weight_advantages",
-    "polarity_weighted_advantages",
     "WeightingScheme",
     "FixedWeighting",
     "EntropyAdaptiveWeighting",
@@ -97,7 +96,8 @@ __all__ = [
     "Valid",
     "SettingError",
     "register_weighting",
-    "token_entropy",
+    "register_scheme",
+    "Scheme",
     "masked_mean",
     "ENTROPY_AGGREGATIONS",
     "entropy_sums",
@@ -107,7 +107,7 @@ __all__ = [
     "importance_correction_counts",
     "aggregate_loss",
     "LOSS_AGGREGATIONS",
-    "policy_loss",
+    "ppo_clip_per_token",
     "kl_penalty",
     "KL_ESTIMATORS",
 ]
@@ -133,23 +133,7 @@ from eapo.core.controls import (  # noqa: E402
     top_entropy_mask,
 )
 
-#: Every ``algorithm.method``: the polarity weighting schemes, then the entropy-control presets.
-METHODS: tuple[str, ...] = (*WEIGHTING_SCHEMES, *ENTROPY_CONTROLS)
-
-
-def method_scheme(method: str) -> str:
-    """The polarity weighting scheme of a method: the method itself, or ``grpo`` for an entropy-control
-    preset (GRPO's weights plus one control)."""
-    if method in WEIGHTING_SCHEMES:
-        return method
-    if method in ENTROPY_CONTROLS:
-        return "grpo"
-    raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
-
-
 __all__ += [
-    "METHODS",
-    "method_scheme",
     "CONTROL_METRICS",
     "CONTROL_SETTINGS",
     "control_defaults",
@@ -190,3 +174,16 @@ __all__ += [
     "grouped_polarity_advantages",
     "polarity_split",
 ]
+
+# One run's algorithm as one frozen value, resolved and validated once: :mod:`eapo.core.algorithm`.
+from eapo.core.algorithm import (  # noqa: E402
+    OBJECTIVE_SETTINGS,
+    Algorithm,
+    methods,
+    scheme_of_method,
+)
+
+#: The polarity weighting scheme of a method (the method, or ``grpo`` for an entropy-control preset).
+method_scheme = scheme_of_method
+
+__all__ += ["OBJECTIVE_SETTINGS", "Algorithm", "methods", "scheme_of_method", "method_scheme"]

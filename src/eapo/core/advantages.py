@@ -203,19 +203,3 @@ def weight_advantages(
     while positive.dim() < advantages.dim():
         positive = positive.unsqueeze(-1)  # [B, 1] broadcasts over T
     return torch.where(positive, advantages * w_pos, advantages * w_neg)
-
-
-def polarity_weighted_advantages(
-    rewards: torch.Tensor,
-    group_size: int,
-    w_pos: float,
-    w_neg: float,
-    *,
-    scale: AdvantageScale = "group",
-    by: Literal["mean", "median"] = "mean",
-    eps: float = 1e-6,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rewards → (weighted advantages ``(B,)``, positive mask ``(B,)``): the three steps above in one call."""
-    advantages = group_advantages(rewards, group_size, scale=scale, eps=eps)
-    positive = positive_mask(rewards, group_size, by=by)
-    return weight_advantages(advantages, positive, w_pos, w_neg), positive

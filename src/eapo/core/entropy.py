@@ -1,5 +1,5 @@
-"""Per-token entropy, masked means and the rollout entropy ``H_t`` with a named aggregation
-(:func:`rollout_entropy`: the one definition the TRL and verl engines share)."""
+"""Masked means and the rollout entropy ``H_t`` with a named aggregation (:func:`rollout_entropy`: the
+one definition the TRL and verl engines share; each engine computes the per-token entropies itself)."""
 
 from __future__ import annotations
 
@@ -8,40 +8,8 @@ from collections.abc import Callable
 import torch
 
 # ---------------------------------------------------------------------------------------------
-# Per-token entropy and masked means
+# Masked means
 # ---------------------------------------------------------------------------------------------
-
-
-def token_entropy(logits: torch.Tensor, *, temperature: float = 1.0, chunk_size: int = 1024) -> torch.Tensor:
-    """Per-token entropy ``H = -Σ_v p_v log p_v`` of ``softmax(logits / temperature)``.
-
-    Args:
-        logits: ``(..., V)``, any float dtype (computed in float32 or higher).
-        temperature: sampling temperature (> 0) whose distribution the entropy describes.
-        chunk_size: rows of ``(chunk_size, V)`` processed at once; peak extra memory is
-            O(chunk_size × V) instead of O(rows × V).
-
-    Returns:
-        ``(...)`` entropies, float32 (float64 for float64 input). Differentiable.
-    """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    leading = logits.shape[:-1]
-    flat = logits.reshape(-1, logits.shape[-1])  # [N, V]
-    compute_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    pieces = []
-    for start in range(0, flat.shape[0], chunk_size):
-        chunk = flat[start : start + chunk_size].to(compute_dtype) / temperature  # [n, V]
-        log_probs = torch.log_softmax(chunk, dim=-1)
-        probs = log_probs.exp()
-        # 0·log 0 = 0: masked (-inf) logits contribute nothing (and no NaN gradient)
-        safe_log_probs = torch.where(probs > 0, log_probs, torch.zeros_like(log_probs))
-        pieces.append(-(probs * safe_log_probs).sum(dim=-1))  # [n]
-    if not pieces:
-        return flat.new_zeros(leading, dtype=compute_dtype)
-    return torch.cat(pieces).reshape(leading)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

@@ -140,53 +140,6 @@ def ppo_clip_per_token(
     )
 
 
-def policy_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    agg: str = "seq-mean-token-mean",
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO-clip surrogate of Eq. ``grpo`` (without the KL term; add :func:`kl_penalty` for it).
-
-    ``loss = agg(-min(ρ_t Â, clip(ρ_t, 1 - clip_low, 1 + clip_high) Â))`` with ``ρ_t = π_θ / π_old``.
-
-    Args:
-        logp: ``(B, T)`` log-probs of the sampled tokens under the current policy.
-        old_logp: ``(B, T)`` the same under the behaviour (old) policy; no gradient flows into it.
-        advantages: ``(B,)`` per-sequence or ``(B, T)`` per-token (already polarity-weighted).
-        mask: ``(B, T)`` 1 for response tokens, 0 for padding.
-        clip_low, clip_high: the clip range ε (the paper: 0.2 both sides).
-        agg: a key of :data:`LOSS_AGGREGATIONS`.
-
-    Returns:
-        ``(loss, metrics)``: a scalar loss to minimise and detached 0-dim tensors
-        ``clip_frac`` (fraction of tokens where the clipped branch is active),
-        ``approx_kl`` (k3 estimate of KL(π_old ‖ π_θ)) and ``ratio_mean``.
-    """
-    if logp.shape != old_logp.shape or logp.shape != mask.shape:
-        raise ValueError(
-            f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask {tuple(mask.shape)} must have one shape (B, T)"
-        )
-    per_token = ppo_clip_per_token(logp, old_logp, advantages, clip_low=clip_low, clip_high=clip_high)
-    if advantages.dim() == 1:
-        advantages = advantages.unsqueeze(-1)  # [B, 1] broadcasts over T
-    ratio = torch.exp(logp - old_logp.detach())  # [B, T]
-    unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
-    loss = aggregate_loss(per_token, mask, agg)
-    with torch.no_grad():
-        metrics = {
-            "clip_frac": masked_mean((clipped < unclipped).to(logp.dtype), mask),
-            "approx_kl": masked_mean(kl_penalty(old_logp.detach(), logp.detach(), kind="k3"), mask),
-            "ratio_mean": masked_mean(ratio.detach(), mask),
-        }
-    return loss, metrics
-
-
 def _k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return logp - ref_logp
 

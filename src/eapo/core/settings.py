@@ -124,6 +124,7 @@ class Setting:
         default: the value the code uses when the setting is unset. ``None`` where the default is
             the owner's (a weighting scheme's own ``w_pos``, a preset's value): the help says which.
         citation: where the setting and its default come from (a paper, a reference implementation).
+        symbol: how labels, tables and legends write it (``w+`` for ``w_pos``); the name when empty.
     """
 
     name: str
@@ -132,6 +133,12 @@ class Setting:
     valid: Valid
     default: Any = None
     citation: str = ""
+    symbol: str = ""
+
+    @property
+    def shown_as(self) -> str:
+        """The symbol labels write, or the name."""
+        return self.symbol or self.name
 
     @property
     def doc(self) -> str:
@@ -146,8 +153,9 @@ class Setting:
             return _TYPE_NAMES.get(self.type, self.type.__name__)
         return self.valid.allowed
 
-    def check(self, value: Any, where: str = "") -> Any:
-        """``value`` held to the declared type and range (ints become floats for a float setting).
+    def check(self, value: Any, where: str = "", *, nullable: bool = False) -> Any:
+        """``value`` held to the declared type and range (ints become floats for a float setting);
+        ``nullable``: the view admits null for it (unset), which the error says.
 
         Raises:
             ValueError: naming ``where + name``, the value and what is allowed.
@@ -157,7 +165,8 @@ class Setting:
             value = float(value)
         ok_type = isinstance(value, self.type) and not (self.type is not bool and isinstance(value, bool))
         if not ok_type or not self.valid.admits(value):
-            raise SettingError(f"{key}={value!r} is invalid; valid: {self.allowed()}", key)
+            allowed = self.allowed() + (", or null" if nullable else "")
+            raise SettingError(f"{key}={value!r} is invalid; valid: {allowed}", key)
         return value
 
 
@@ -172,15 +181,20 @@ def settings_by_name(settings: Iterable[Setting]) -> dict[str, Setting]:
 
 
 def check_settings(
-    declared: Mapping[str, Setting], values: Mapping[str, Any], where: str = ""
+    declared: Mapping[str, Setting], values: Mapping[str, Any], where: str = "", *, nullable: bool = False
 ) -> dict[str, Any]:
-    """The non-null ``values`` held to their declarations; an undeclared key raises naming the known ones."""
+    """The non-null ``values`` held to their declarations (``nullable``: the view admits null for them, as
+    errors say); an undeclared key raises naming the known ones."""
     unknown = sorted(set(values) - set(declared))
     if unknown:
         raise SettingError(
             f"{where}{unknown[0]} is not a setting here; known: {', '.join(declared)}", f"{where}{unknown[0]}"
         )
-    return {key: declared[key].check(value, where) for key, value in values.items() if value is not None}
+    return {
+        key: declared[key].check(value, where, nullable=nullable)
+        for key, value in values.items()
+        if value is not None
+    }
 
 
 def derive_fields(

@@ -31,7 +31,7 @@ import torch
 
 from eapo.core.advantages import QUANTILE_METHODS
 from eapo.core.entropy import ENTROPY_AGGREGATIONS
-from eapo.core.settings import Setting, between, check_settings, one_of, settings_by_name
+from eapo.core.settings import Setting, between, one_of, settings_by_name
 
 __all__ = [
     "STEP_SETTINGS",
@@ -119,9 +119,9 @@ def step_problems(values: Mapping[str, Any], prefix: str, scheme: str | None = N
     """The step's settings' rule between them (one declaration for every view): ``quantile_k`` or
     ``quantile_method`` set to other than its default applies only with ``split_by=quantile`` (or a
     ``scheme`` that splits there, qae)."""
-    from eapo.core.weighting import make_weighting
+    from eapo.core.weighting import WEIGHTING_SCHEMES
 
-    implied = getattr(make_weighting(scheme), "split_by", None) if scheme is not None else None
+    implied = WEIGHTING_SCHEMES[scheme].split_by if scheme is not None else None
     split = implied or values.get("split_by") or "mean"
     if split == "quantile":
         return []
@@ -305,6 +305,9 @@ def split_metrics(positive: torch.Tensor, scored: torch.Tensor) -> dict[str, flo
 class EAPOStep:
     """The per-step decision of one run: a weighting scheme, its polarity split and the step's state.
 
+    Engines build it from the run's resolved :class:`eapo.core.Algorithm` (:meth:`~eapo.core.Algorithm.make_step`),
+    which has validated every setting; the constructor trusts its arguments.
+
     Args:
         weighting: a :class:`eapo.core.WeightingScheme` (``eapo.core.make_weighting``).
         method: the name recorded in (and checked against) the checkpointed state; default the
@@ -312,11 +315,9 @@ class EAPOStep:
             preset that runs the ``grpo`` scheme).
         split_by: ``"mean"`` (the paper), ``"median"`` or ``"quantile"`` (QAE); None: the scheme's own
             split where it has one (``qae``: the quantile), else the mean.
-        quantile_k: with ``split_by="quantile"``, K (None: QAE's 0.4); refused with another split unless
-            it is the default.
+        quantile_k: with ``split_by="quantile"``, K (None: QAE's 0.4).
         quantile_method: with ``split_by="quantile"``, how the K-quantile is read
-            (:data:`STEP_SETTINGS`; None: ``linear``, the reference's); refused with another split
-            unless it is the default.
+            (:data:`STEP_SETTINGS`; None: ``linear``, the reference's).
         controls: the run's entropy controls that keep state, by name (see :attr:`controls`).
     """
 
@@ -330,25 +331,10 @@ class EAPOStep:
         quantile_method: str | None = None,
         controls: Mapping[str, Any] | None = None,
     ) -> None:
-        implied = getattr(weighting, "split_by", None)  # a scheme with its own split (qae)
-        if implied is not None:
-            if split_by not in (None, "mean", implied):
-                raise ValueError(
-                    f"method {getattr(weighting, 'name', implied)} splits at the {implied}; split_by={split_by} "
-                    "contradicts it (leave split_by unset)"
-                )
-            split_by = implied
-        split_by = split_by or "mean"
-        if split_by not in ("mean", "median", "quantile"):
-            raise ValueError(f"unknown split {split_by!r}; known: 'mean' (the paper), 'median', 'quantile'")
+        # a scheme with its own split (qae) splits there; the settings were validated where the run's
+        # eapo.core.Algorithm was resolved (Algorithm.make_step builds this), not again here
+        split_by = getattr(weighting, "split_by", None) or split_by or "mean"
         default_k = STEP_SETTINGS["quantile_k"].default
-        problems = step_problems(
-            {"quantile_k": quantile_k, "quantile_method": quantile_method, "split_by": split_by}, ""
-        )
-        if problems:
-            raise ValueError(problems[0])
-        check_settings(STEP_SETTINGS, {"quantile_k": quantile_k}, "")
-        check_settings(STEP_SETTINGS, {"quantile_method": quantile_method}, "")
         #: K of the quantile split (QAE), used with ``split_by="quantile"``.
         self.quantile_k = default_k if quantile_k is None else float(quantile_k)
         #: how the K-quantile is read (:func:`eapo.core.advantages.group_quantile`), with ``split_by="quantile"``.
@@ -380,17 +366,6 @@ class EAPOStep:
             for control in self.controls.values():  # a target of ratio × H_0 is fixed now
                 control.anchor(self.first_entropy)
         return w_pos, w_neg
-
-    def split(self, scores: torch.Tensor, index: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        """``(positive (B,), split metrics)`` of this step's rewards (:func:`polarity_split`)."""
-        positive, scored = polarity_split(
-            scores,
-            index,
-            by=self.split_by,  # type: ignore[arg-type]
-            quantile_k=self.quantile_k,
-            quantile_method=self.quantile_method,
-        )
-        return positive, split_metrics(positive, scored)
 
     def weight_metrics(self, entropy: float | None, w_pos: float, w_neg: float) -> dict[str, float]:
         """``entropy/rollout`` (with an entropy), ``eapo/H0`` (once known), ``eapo/w_pos``, ``eapo/w_neg``, and
@@ -480,25 +455,29 @@ class EAPOStep:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> list[str]:
-        """Restore from :meth:`state_dict`, or from the layouts written before it (the TRL engine's
-        top-level ``entropy_target``, the verl plugin's top-level ``adaptive_entropy``, files without
-        ``method``). Returns the names of this run's controls the state has none for (they start
-        afresh; the engine says so).
+        """Restore from :meth:`state_dict`. Returns the names of this run's controls the state has none
+        for (they start afresh; the engine says so).
 
         Raises:
-            ValueError: the state was written for another method, other settings, or with a control
-                this run does not have.
+            ValueError: the state lacks one of :meth:`state_dict`'s keys, or was written for another
+                method, other settings, or with a control this run does not have.
         """
-        saved = state.get("method")
+        missing = [key for key in ("method", "weighting", "first_entropy", "controls") if key not in state]
+        if missing:
+            raise ValueError(
+                f"the state has no {', '.join(missing)}: it was not written by EAPOStep.state_dict "
+                "(method, weighting, first_entropy, controls)"
+            )
+        saved = state["method"]
         if saved is not None and self.method is not None and saved != self.method:
             raise ValueError(
                 f"the state was written by method {saved}, but this run uses {self.method}; "
                 "resume with the same algorithm settings"
             )
         self.weighting.load_state_dict(state["weighting"])
-        first = state.get("first_entropy")
+        first = state["first_entropy"]
         self.first_entropy = None if first is None else float(first)
-        controls = _saved_controls(state)
+        controls = dict(state["controls"])
         unexpected = sorted(set(controls) - set(self.controls))
         if unexpected:
             raise ValueError(
@@ -511,14 +490,3 @@ class EAPOStep:
             if self.first_entropy is not None:  # a control that starts afresh anchors on the saved H
                 control.anchor(self.first_entropy)
         return [name for name in self.controls if name not in controls]
-
-
-def _saved_controls(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``controls`` of a state file, including the two layouts written before it had them."""
-    if "controls" in state:
-        return dict(state["controls"])
-    if state.get("adaptive_entropy") is not None:  # the verl plugin's
-        return {"adaptive_entropy": state["adaptive_entropy"]}
-    if state.get("entropy_target") is not None:  # the TRL engine's: the anchored target only
-        return {"adaptive_entropy": {"target": state["entropy_target"]}}
-    return {}

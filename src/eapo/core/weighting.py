@@ -1,12 +1,14 @@
 """The entropy-driven positive weight ``w+_t = clip(w0 · H_t / H_0, w_min, w_max)`` (Eq. ``dynamic_weight``;
 closed form of the recursion in the appendix "Formula Derivation") and the registry of weighting schemes
-(GRPO, PSR, NSR, W-REINFORCE, EAPO), filled by :func:`register_weighting` as verl's ``register_adv_est``."""
+(:data:`WEIGHTING_SCHEMES`, each a :class:`Scheme` carrying what other code needs), filled by
+:func:`register_weighting` as verl's ``register_adv_est``."""
 
 from __future__ import annotations
 
 import inspect
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from eapo.core.settings import Setting, SettingError, at_least, check_settings, settings_by_name
@@ -24,16 +26,18 @@ WEIGHT_SETTINGS: dict[str, Setting] = settings_by_name(
         Setting(
             "w_pos",
             float,
-            "Fixed positive weight w+ (fixed schemes; default: the scheme's: grpo 1, psr 1, nsr 0, w_reinforce 0.1).",
+            "Fixed positive weight w+ (fixed schemes; default: the scheme's, eapo.core.scheme_defaults).",
             at_least(0),
             citation=_PAPER,
+            symbol="w+",
         ),
         Setting(
             "w_neg",
             float,
-            "Negative weight w- (every scheme; default: the scheme's: 1, but 0 for psr).",
+            "Negative weight w- (every scheme; default: the scheme's, eapo.core.scheme_defaults).",
             at_least(0),
             citation=_PAPER,
+            symbol="w−",
         ),
         Setting(
             "w0",
@@ -55,6 +59,7 @@ WEIGHT_SETTINGS: dict[str, Setting] = settings_by_name(
             at_least(0),
             default=0.0,
             citation="eapo's option (a PI form of Eq. dynamic_weight); 0 is the paper's",
+            symbol="k_I",
         ),
         Setting(
             "anchor_steps",
@@ -63,6 +68,7 @@ WEIGHT_SETTINGS: dict[str, Setting] = settings_by_name(
             at_least(1),
             default=1,
             citation="eapo's option; 1 is the paper's",
+            symbol="anchor",
         ),
     ]
 )
@@ -101,23 +107,18 @@ class WeightingScheme(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def _check_weight(name: str, value: float) -> float:
-    value = float(value)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {value}")
-    return value
-
-
 class FixedWeighting:
     """Constant ``(w_pos, w_neg)``: GRPO (1, 1), PSR (1, 0), NSR (0, 1), W-REINFORCE (0.1, 1), and QAE (GRPO's
-    weights with its own split, ``split_by="quantile"``: core's step splits and centres there)."""
+    weights with its own split, ``split_by="quantile"``: core's step splits and centres there). Build it with
+    :func:`make_weighting` (or :meth:`eapo.core.Algorithm.make_weighting`), which hold the weights to their
+    declarations; the constructor trusts them."""
 
     needs_entropy = False
 
     def __init__(self, name: str, w_pos: float, w_neg: float, split_by: str | None = None) -> None:
         self.name = name
-        self.w_pos = _check_weight("w_pos", w_pos)
-        self.w_neg = _check_weight("w_neg", w_neg)
+        self.w_pos = float(w_pos)
+        self.w_neg = float(w_neg)
         #: the polarity split this scheme implies (None: the run's ``split_by``)
         self.split_by = split_by
 
@@ -145,7 +146,8 @@ class EntropyAdaptiveWeighting:
     paper: "the rollout entropy recorded at the first training step, fixed thereafter"). During the
     anchor steps the weight is ``clip(w0, w_min, w_max)``. The closed form equals the paper's
     recursion ``w_t = w_{t-1} · H_t / H_{t-1}`` (appendix "Formula Derivation") without its error
-    accumulation.
+    accumulation. Build it with :func:`make_weighting` (or :meth:`eapo.core.Algorithm.make_weighting`),
+    which hold the settings to their declarations; the constructor trusts them.
 
     **Integral term** (``integral_gain`` k_I > 0; 0, the default, is the paper's EAPO exactly). The paper's
     rule is a proportional controller of the relative error ``e_t = H_t / H_0 − 1`` with gain ``w0``
@@ -172,20 +174,10 @@ class EntropyAdaptiveWeighting:
         anchor_steps: int = _EAPO_DEFAULTS["anchor_steps"],
         integral_gain: float = _EAPO_DEFAULTS["integral_gain"],
     ) -> None:
-        if not (math.isfinite(w0) and w0 >= 0):
-            raise ValueError(f"w0 must be finite and >= 0, got {w0}")
-        if not (w_min <= w_max):
-            raise ValueError(f"w_min ({w_min}) must be <= w_max ({w_max})")
-        if w_min < 0:
-            raise ValueError(f"w_min must be >= 0 (a negative weight flips the update), got {w_min}")
-        if not isinstance(anchor_steps, int) or anchor_steps < 1:
-            raise ValueError(f"anchor_steps must be an integer >= 1, got {anchor_steps!r}")
-        if not (math.isfinite(integral_gain) and integral_gain >= 0):
-            raise ValueError(f"integral_gain must be finite and >= 0, got {integral_gain}")
         self.name = name
         self.w0, self.w_min, self.w_max, self.anchor_steps = w0, w_min, w_max, anchor_steps
         self.integral_gain = float(integral_gain)
-        self.w_neg = _check_weight("w_neg", w_neg)
+        self.w_neg = float(w_neg)
         self._anchor_sum = 0.0
         self._anchor_count = 0
         #: ``I_t``: the accumulated relative entropy error since the anchor (0 without the integral term).
@@ -214,13 +206,6 @@ class EntropyAdaptiveWeighting:
             integral = self.integral  # conditional integration: no windup while clipped
             raw = proportional + self.integral_gain * integral
         return self._clip(raw), integral
-
-    def peek(self, entropy: float) -> float:
-        """The ``w+`` :meth:`update` would return for ``entropy``, without changing any state."""
-        entropy = _check_entropy(entropy)
-        if self.h0 is None:
-            return self._clip(self.w0)
-        return self._step(entropy)[0]
 
     def update(self, entropy: float) -> float:
         """Record this step's rollout entropy ``H_t`` and return ``w+_t``."""
@@ -259,14 +244,12 @@ class EntropyAdaptiveWeighting:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict`, or from the layouts before it (the anchor under ``adaptive``;
-        no integral: 0, the paper's EAPO).
+        """Restore from :meth:`state_dict` (no ``integral_gain``: 0, the paper's EAPO).
 
         Raises:
             KeyError: the anchor is missing. ValueError: a setting differs from the configured one.
         """
-        merged = {**state.get("adaptive", {}), **{k: v for k, v in state.items() if k != "adaptive"}}
-        merged.setdefault("integral_gain", 0.0)  # written before the integral term existed
+        merged = {"integral_gain": 0.0, **state}  # state_dict writes the integral term only when on
         missing = {"anchor_sum", "anchor_count"} - set(merged)
         if missing:
             raise KeyError(f"the eapo weighting's state is missing {sorted(missing)}")
@@ -287,25 +270,110 @@ class EntropyAdaptiveWeighting:
         )
 
 
-#: name -> (builder, the override keys it accepts), filled by :func:`register_weighting`. Defaults
-#: are the paper's (Section 5.1).
-WEIGHTING_SCHEMES: dict[str, tuple[Callable[..., WeightingScheme], tuple[str, ...]]] = {}
+@dataclass(frozen=True)
+class Scheme:
+    """A weighting scheme, registered whole: everything other code needs about it.
+
+    Attributes:
+        name: ``algorithm.method`` (and verl's estimator name unless ``estimator`` says otherwise).
+        build: ``build(name, **weights) -> WeightingScheme``; its keyword defaults are the scheme's
+            defaults (:func:`scheme_defaults`).
+        accepts: the weight settings it takes (keys of :data:`WEIGHT_SETTINGS`).
+        label: its name in tables, legends and reports.
+        help: one sentence for ``--help`` and the docs.
+        shown: the weights its label always shows (``W-REINFORCE (w+=0.1, w−=1)``); the others only
+            where they differ from the scheme's defaults.
+        grid: the weights an unscoped ``eapo sweep --grid KEY=...`` varies on this scheme.
+        split_by: the polarity split the scheme implies (QAE's ``quantile``), or None (the run's).
+        estimator: verl's advantage-estimator name where it must differ from ``name`` (verl has its
+            own ``grpo``).
+        declares: settings of its own, added to :data:`WEIGHT_SETTINGS` when it registers (a plugin's
+            scheme with a gain of its own).
+    """
+
+    name: str
+    build: Callable[..., WeightingScheme]
+    accepts: tuple[str, ...]
+    label: str = ""
+    help: str = ""
+    shown: tuple[str, ...] = ()
+    grid: tuple[str, ...] = ()
+    split_by: str | None = None
+    estimator: str = ""
+    declares: tuple[Setting, ...] = ()
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The weights the scheme uses when unset: its builder's keyword defaults, by key it accepts."""
+        parameters = inspect.signature(self.build).parameters
+        return {key: parameters[key].default for key in self.accepts if key in parameters}
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether its ``w+`` needs the step's rollout entropy (a scheme built with its defaults says)."""
+        return bool(self.build(self.name).needs_entropy)
+
+    @property
+    def verl_estimator(self) -> str:
+        """The name verl's ``algorithm.adv_estimator`` calls it by."""
+        return self.estimator or self.name
+
+
+#: name -> :class:`Scheme`, in registration order; filled by :func:`register_weighting` (as verl's
+#: ``register_adv_est``). Defaults are the paper's (Section 5.1).
+WEIGHTING_SCHEMES: dict[str, Scheme] = {}
+
+
+def register_scheme(scheme: Scheme) -> Scheme:
+    """Add ``scheme`` to :data:`WEIGHTING_SCHEMES` (its own settings to :data:`WEIGHT_SETTINGS`).
+
+    Raises:
+        ValueError: the name is taken by another builder, a setting is declared twice, or the scheme
+            accepts a setting no one declares.
+    """
+    existing = WEIGHTING_SCHEMES.get(scheme.name)
+    if existing is not None and existing.build is not scheme.build:
+        raise ValueError(f"weighting scheme {scheme.name!r} is already registered to {existing.build!r}")
+    declared = settings_by_name([*WEIGHT_SETTINGS.values(), *scheme.declares])
+    unknown = sorted(set(scheme.accepts) - set(declared))
+    if unknown:
+        raise ValueError(f"weighting scheme {scheme.name!r} accepts undeclared settings {unknown}")
+    WEIGHT_SETTINGS.update(declared)
+    WEIGHTING_SCHEMES[scheme.name] = scheme
+    return scheme
 
 
 def register_weighting(
-    name: str, accepts: tuple[str, ...]
+    name: str,
+    accepts: tuple[str, ...],
+    *,
+    label: str = "",
+    help: str = "",
+    shown: tuple[str, ...] = (),
+    grid: tuple[str, ...] = (),
+    split_by: str | None = None,
+    estimator: str = "",
+    declares: tuple[Setting, ...] = (),
 ) -> Callable[[Callable[..., WeightingScheme]], Callable[..., WeightingScheme]]:
-    """Register a weighting scheme's builder under ``name`` (as verl's ``register_adv_est``).
-
-    The builder is called as ``builder(name, **overrides)`` with overrides among ``accepts``.
-    Registering another builder under a taken name raises.
-    """
+    """Register a weighting scheme's builder under ``name`` (a decorator; :class:`Scheme` says what each
+    argument carries). The builder is called as ``builder(name, **weights)`` with weights among
+    ``accepts``."""
 
     def decorator(builder: Callable[..., WeightingScheme]) -> Callable[..., WeightingScheme]:
-        existing = WEIGHTING_SCHEMES.get(name)
-        if existing is not None and existing[0] is not builder:
-            raise ValueError(f"weighting scheme {name!r} is already registered to {existing[0]!r}")
-        WEIGHTING_SCHEMES[name] = (builder, tuple(accepts))
+        register_scheme(
+            Scheme(
+                name,
+                builder,
+                tuple(accepts),
+                label=label or name,
+                help=help,
+                shown=tuple(shown),
+                grid=tuple(grid),
+                split_by=split_by,
+                estimator=estimator,
+                declares=tuple(declares),
+            )
+        )
         return builder
 
     return decorator
@@ -314,12 +382,13 @@ def register_weighting(
 _FIXED_KEYS = ("w_pos", "w_neg")
 
 
-#: The fixed schemes' default (w+, w−), the paper's (Section 5.1); each is overridable per run.
-FIXED_WEIGHTS: dict[str, tuple[float, float]] = {
-    "grpo": (1.0, 1.0),
-    "psr": (1.0, 0.0),
-    "nsr": (0.0, 1.0),
-    "w_reinforce": (0.1, 1.0),
+#: The fixed schemes' default (w+, w−), the paper's (Section 5.1), with their labels and help; each
+#: is overridable per run.
+_FIXED = {
+    "grpo": (1.0, 1.0, "GRPO", "GRPO: every rollout's advantage as is (w+, w−) = (1, 1)."),
+    "psr": (1.0, 0.0, "PSR", "Positive-sample reinforcement: only D+ moves (1, 0)."),
+    "nsr": (0.0, 1.0, "NSR", "Negative-sample reinforcement: only D− moves (0, 1)."),
+    "w_reinforce": (0.1, 1.0, "W-REINFORCE", "Weighted REINFORCE: positives down-weighted (0.1, 1)."),
 }
 
 
@@ -330,11 +399,25 @@ def _fixed(default_pos: float, default_neg: float) -> Callable[..., FixedWeighti
     return build
 
 
-for _name, (_pos, _neg) in FIXED_WEIGHTS.items():
-    register_weighting(_name, _FIXED_KEYS)(_fixed(_pos, _neg))
+for _name, (_pos, _neg, _label, _help) in _FIXED.items():
+    register_weighting(
+        _name,
+        _FIXED_KEYS,
+        label=_label,
+        help=_help,
+        shown=_FIXED_KEYS if _name == "w_reinforce" else (),
+        grid=_FIXED_KEYS if _name == "w_reinforce" else (),  # the paper's fixed-weight table
+        estimator="eapo_grpo" if _name == "grpo" else "",  # verl has its own grpo estimator
+    )(_fixed(_pos, _neg))
 
 
-@register_weighting("qae", _FIXED_KEYS)
+@register_weighting(
+    "qae",
+    _FIXED_KEYS,
+    label="QAE",
+    help="QAE: GRPO's weights with the group's K-quantile as baseline and split (split_by=quantile).",
+    split_by="quantile",
+)
 def _qae(name: str, *, w_pos: float = 1.0, w_neg: float = 1.0) -> FixedWeighting:
     """QAE (Wu et al. 2025, arXiv 2509.22611): GRPO's weights with the group's K-quantile as baseline and
     split (``split_by=quantile``, ``quantile_k`` 0.4 by default)."""
@@ -372,30 +455,39 @@ def _entropy_adaptive(default_gain: float) -> Callable[..., EntropyAdaptiveWeigh
 #: as w0's paper value (0.2) does; the closed-loop test checks it settles for every w0 tried.
 EAPO_PI_GAIN = 0.2
 
-register_weighting("eapo", _EAPO_KEYS)(_entropy_adaptive(_EAPO_DEFAULTS["integral_gain"]))
-register_weighting("eapo_pi", _EAPO_KEYS)(_entropy_adaptive(EAPO_PI_GAIN))
+register_weighting(
+    "eapo",
+    _EAPO_KEYS,
+    label="EAPO",
+    help="EAPO: w+_t = clip(w0 · H_t / H_0, w_min, w_max), fixed w− (Eq. dynamic_weight).",
+    shown=("w0",),
+    grid=("w0", "w_min", "w_max"),  # the paper's sensitivity table
+)(_entropy_adaptive(_EAPO_DEFAULTS["integral_gain"]))
+register_weighting(
+    "eapo_pi",
+    _EAPO_KEYS,
+    label="EAPO-PI",
+    help="EAPO with the integral term: w+_t = clip(w0 · H_t / H_0 + k_I · I_t, w_min, w_max), k_I 0.2.",
+    shown=("w0", "integral_gain"),
+)(_entropy_adaptive(EAPO_PI_GAIN))
 
 
 def make_weighting(name: str, **overrides: Any) -> WeightingScheme:
-    """Build a weighting scheme by name: ``grpo``, ``psr``, ``nsr``, ``w_reinforce`` or ``eapo``.
+    """Build the weighting scheme registered as ``name`` (:data:`WEIGHTING_SCHEMES`), its weights held to
+    their declarations and to the scheme once (:func:`check_weights`; the constructors trust them).
 
-    ``overrides`` replace the scheme's defaults (``w_pos``/``w_neg`` for the fixed schemes;
-    ``w0``/``w_min``/``w_max``/``w_neg``/``anchor_steps`` for ``eapo``); ``None`` values are ignored.
+    ``overrides`` replace the scheme's defaults (the keys its registration ``accepts``); ``None`` values
+    are ignored.
     """
-    builder, accepted = _scheme(name)
+    scheme = _scheme(name)
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    unknown = sorted(set(overrides) - set(accepted))
-    if unknown:
-        raise ValueError(f"weighting scheme {name!r} does not take {unknown}; it accepts {list(accepted)}")
-    return builder(name, **overrides)
+    return scheme.build(name, **check_weights(name, name, overrides))
 
 
 def scheme_defaults(name: str) -> dict[str, Any]:
     """The weights scheme ``name`` uses when they are unset: its builder's defaults, by key it accepts
     (``eapo``: w0 0.2, w_min 0, w_max 2, w_neg 1, anchor_steps 1; ``psr``: w_pos 1, w_neg 0; ...)."""
-    builder, accepted = _scheme(name)
-    parameters = inspect.signature(builder).parameters
-    return {key: parameters[key].default for key in accepted if key in parameters}
+    return _scheme(name).defaults
 
 
 def check_weights(method: str, scheme: str, values: Mapping[str, Any], where: str = "") -> dict[str, Any]:
@@ -411,8 +503,8 @@ def check_weights(method: str, scheme: str, values: Mapping[str, Any], where: st
     Raises:
         SettingError: a key that does not apply to the scheme, a value out of range, or ``w_min > w_max``.
     """
-    _, accepted = _scheme(scheme)
-    weights = check_settings(WEIGHT_SETTINGS, values, where)
+    accepted = _scheme(scheme).accepts
+    weights = check_settings(WEIGHT_SETTINGS, values, where, nullable=True)
     for key in weights:
         if key not in accepted:
             raise SettingError(
@@ -433,7 +525,7 @@ def check_weights(method: str, scheme: str, values: Mapping[str, Any], where: st
     return weights
 
 
-def _scheme(name: str) -> tuple[Callable[..., WeightingScheme], tuple[str, ...]]:
+def _scheme(name: str) -> Scheme:
     if name not in WEIGHTING_SCHEMES:
         raise ValueError(f"unknown weighting scheme {name!r}; known: {', '.join(WEIGHTING_SCHEMES)}")
     return WEIGHTING_SCHEMES[name]

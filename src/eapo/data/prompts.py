@@ -180,18 +180,22 @@ class PromptList(list[str]):
     Attributes:
         truncated: positions (into the input records) whose question was truncated.
         chat_template: whether the tokenizer's chat template was applied (False: plain text).
+        questions: the question each prompt holds, cut where it was truncated (what an engine that
+            renders the prompt itself is given: verl's).
     """
 
     def __init__(
-        self, prompts: Sequence[str] = (), *, truncated: Sequence[int] = (), chat_template: bool = True
+        self,
+        prompts: Sequence[str] = (),
+        *,
+        truncated: Sequence[int] = (),
+        chat_template: bool = True,
+        questions: Sequence[str] = (),
     ) -> None:
         super().__init__(prompts)
         self.truncated = list(truncated)
         self.chat_template = chat_template
-
-    @property
-    def num_truncated(self) -> int:
-        return len(self.truncated)
+        self.questions = list(questions)
 
 
 def render_prompts(
@@ -248,6 +252,7 @@ def render_prompts(
         return len(tokenizer(text, add_special_tokens=not use_chat)["input_ids"])
 
     prompts: list[str] = []
+    questions: list[str] = []
     truncated: list[int] = []
     overhead: int | None = None  # tokens the prompt takes with an empty question
     for position, record in enumerate(records):
@@ -255,6 +260,7 @@ def render_prompts(
         text = render(question)
         if max_prompt_tokens is None or count(text) <= max_prompt_tokens:
             prompts.append(text)
+            questions.append(question)
             continue
         if overhead is None:
             overhead = count(render(""))
@@ -263,9 +269,11 @@ def render_prompts(
                     f"prompt {prompt!r} takes {overhead} tokens before any question; "
                     f"max_prompt_tokens={max_prompt_tokens} leaves no room for the question"
                 )
-        prompts.append(
-            _truncate(question, max_prompt_tokens - overhead, max_prompt_tokens, tokenizer, render, count)
+        text, question = _truncate(
+            question, max_prompt_tokens - overhead, max_prompt_tokens, tokenizer, render, count
         )
+        prompts.append(text)
+        questions.append(question)
         truncated.append(position)
     if truncated:
         logger.warning(
@@ -274,12 +282,15 @@ def render_prompts(
             len(prompts),
             max_prompt_tokens,
         )
-    return PromptList(prompts, truncated=truncated, chat_template=use_chat)
+    return PromptList(prompts, truncated=truncated, chat_template=use_chat, questions=questions)
 
 
-def _truncate(question: str, budget: int, max_tokens: int, tokenizer: Any, render: Any, count: Any) -> str:
-    """Keep the longest token prefix of ``question`` (starting at ``budget`` tokens) whose rendered
-    prompt fits ``max_tokens``; re-tokenising the joined text can shift counts by a token or two."""
+def _truncate(
+    question: str, budget: int, max_tokens: int, tokenizer: Any, render: Any, count: Any
+) -> tuple[str, str]:
+    """``(prompt, question)`` with the longest token prefix of ``question`` (starting at ``budget`` tokens)
+    whose rendered prompt fits ``max_tokens``; re-tokenising the joined text can shift counts by a token
+    or two."""
     question_ids = tokenizer(question, add_special_tokens=False)["input_ids"]
     keep = min(budget, len(question_ids))
     while keep > 0:
@@ -287,6 +298,6 @@ def _truncate(question: str, budget: int, max_tokens: int, tokenizer: Any, rende
         text = render(cut)
         excess = count(text) - max_tokens
         if excess <= 0:
-            return text
+            return text, cut
         keep -= excess
-    return render("")
+    return render(""), ""

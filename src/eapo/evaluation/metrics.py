@@ -60,13 +60,11 @@ __all__ = [
     "strict_avg_columns",
     "metric_keys",
     "scorer_columns",
-    "strict_key",
     "average_columns",
     "per_prompt_values",
     "unscored_counts",
     "aggregate",
     "bootstrap_ci",
-    "bootstrap_interval",
 ]
 
 #: The Avg of the main table (the paper's "Performance comparison" table); the columns whose
@@ -125,16 +123,6 @@ def _all_columns() -> tuple[str, ...]:
 def _all_avgs() -> dict[str, tuple[str, ...]]:
     """Every Avg with its columns."""
     return {**avg_columns(), **strict_avg_columns()}
-
-
-def strict_key(key: str) -> str:
-    """``rouge_l`` -> ``rouge_l_strict``, ``avg`` -> ``avg_strict``; ValueError for a key with no strict variant."""
-    strict = f"{key}_strict"
-    strict_avgs = strict_avg_columns()
-    if strict not in strict_columns() and strict not in strict_avgs:
-        with_one = [*strict_columns().values(), *(avg.removesuffix("_strict") for avg in strict_avgs)]
-        raise ValueError(f"{key!r} has no strict variant; those with one: {', '.join(with_one)}")
-    return strict
 
 
 def _as_float(value: float | None) -> float:
@@ -286,16 +274,3 @@ def bootstrap_ci(
         if values.size:
             out[key] = (float(np.percentile(values, low_q)), float(np.percentile(values, high_q)))
     return out
-
-
-def bootstrap_interval(
-    values: Sequence[float] | np.ndarray, *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
-) -> tuple[float, float] | None:
-    """Percentile-bootstrap interval of the mean of one per-prompt array (NaN entries ignored)."""
-    column = table_columns()[0]  # any column: the interval of one column is the interval of its values
-    return bootstrap_ci(
-        {column: np.asarray(values, dtype=float)},
-        n_resamples=n_resamples,
-        confidence=confidence,
-        seed=seed,
-    )[column]

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eapo.evaluation.metrics import (
     MAIN_AVG,
     STRICT_AVG,
-    average_columns,
     avg_columns,
     metric_keys,
     scorer_columns,
@@ -59,7 +57,6 @@ __all__ = [
     "extract_note",
     "unscored_note",
     "table_notes",
-    "upgrade_results",
     "results_markdown",
     "results_csv",
     "csv_text",
@@ -229,29 +226,12 @@ def avg_note(avg: str, k: int | None) -> str:
     return f"Avg: mean of {listed} ({source}); – when one of them was not measured."
 
 
-_LABEL_EXTRACT = re.compile(r"answer = <([A-Za-z][A-Za-z0-9_-]*)>")
-
-
 def extract_modes(results: Mapping[str, Any]) -> dict[str, str | None]:
-    """``{scorer: extract mode}`` for the scorers of one evaluation that read part of the response.
-
-    From ``results["extract"]`` (recorded since the option was reported); for older results, read
-    from the scorer's label (``answer = <advice>`` / ``whole completion``), else ``None`` (unknown).
-    """
-    recorded = dict(results.get("extract") or {})
-    out: dict[str, str | None] = {}
+    """``{scorer: extract mode}`` (``results["extract"]``) for the scorers of one evaluation that read part
+    of the response (those that fill table columns); ``None`` where a scorer's mode is not recorded."""
+    recorded = results.get("extract") or {}
     in_table = scorer_columns()
-    for name, label in (results.get("labels") or {}).items():
-        if name not in in_table:
-            continue
-        if name in recorded:
-            out[name] = recorded[name]
-        elif "whole completion" in label:
-            out[name] = "whole"
-        else:
-            match = _LABEL_EXTRACT.search(label)
-            out[name] = match.group(1) if match else None
-    return out
+    return {name: recorded.get(name) for name in results.get("labels") or {} if name in in_table}
 
 
 def _part(mode: str | None) -> str:
@@ -329,44 +309,6 @@ def table_notes(results: Sequence[Mapping[str, Any]], labels: Mapping[str, str])
         if note is not None:
             notes.append(note)
     return notes
-
-
-def upgrade_results(results: Mapping[str, Any]) -> dict[str, Any]:
-    """``results.json`` with the current Avg columns.
-
-    Results written before ``avg`` / ``avg_laaj`` had fixed column sets (``avg`` was then the mean
-    of whatever was reported) get both recomputed from their columns, with no interval (the
-    bootstrap needs the samples: rerun ``eapo eval`` on the same directory to get them back).
-    """
-    metrics = results.get("metrics") or {}
-    if isinstance(results.get("avg_of"), Mapping) and "avg_laaj" in metrics:
-        if all(key in metrics for key in (*strict_columns(), *strict_avg_columns())):
-            return dict(results)
-        # written before the strict columns: null (the samples are needed; rerun eapo eval on the directory)
-        missing = dict.fromkeys((*strict_columns(), *strict_avg_columns()))
-        return {
-            **results,
-            "metrics": {**missing, **metrics},
-            "ci95": {**missing, **(results.get("ci95") or {})},
-        }
-    upgraded = dict(results)
-    upgraded["metrics"] = {
-        **dict.fromkeys((*strict_columns(), *strict_avg_columns())),
-        **metrics,
-        **average_columns(metrics),
-    }
-    ci95 = dict(results.get("ci95") or {})
-    # An old avg over exactly today's four columns keeps its interval; any other is dropped.
-    old_avg_of = results.get("avg_of")
-    keep = isinstance(old_avg_of, Sequence) and list(old_avg_of) == list(avg_columns()["avg"])
-    upgraded["ci95"] = {
-        **dict.fromkeys((*strict_columns(), *strict_avg_columns())),
-        **ci95,
-        "avg": ci95.get("avg") if keep else None,
-        "avg_laaj": None,
-    }
-    upgraded["avg_of"] = {key: list(columns) for key, columns in avg_columns().items()}
-    return upgraded
 
 
 def _results_table(results: Mapping[str, Any], avg: str) -> str:
@@ -447,7 +389,6 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     judge ran, the LLM-as-a-Judge table (Avg = ``avg_laaj``), then, when the format scorer ran, the
     strict table (Avg = ``avg_strict``).
     """
-    results = upgrade_results(results)
     k = results["k"]
     settings = results.get("settings", {})
     tables = shown_tables([results])
@@ -489,7 +430,6 @@ def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def results_csv(results: Mapping[str, Any]) -> str:
     """``results.csv``: one row — model, data, k, n_prompts, each metric with its CI bounds, then
     each scorer's count of unscored samples (``unscored_<scorer>``)."""
-    results = upgrade_results(results)
     header: list[str] = ["model", "data", "k", "n_prompts"]
     row: list[Any] = [results["model"], results["data"], results["k"], results["n_prompts"]]
     for key in metric_keys():

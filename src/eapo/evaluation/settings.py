@@ -139,9 +139,6 @@ class EvalSettings:
         """Whether an existing ``results.json`` was produced with these settings (a sweep then reuses it)."""
         settings = results.get("settings", {})
         checks = [
-            # results.json from before the explicit Avg column sets (no avg_laaj) is recomputed from
-            # its stored samples (nothing is generated again)
-            "avg_laaj" in results.get("metrics", {}),
             results.get("k") == self.k,
             settings.get("split") == self.split,
             settings.get("limit") == self.limit,

@@ -112,7 +112,8 @@ def make_reward(name: str, **options: Any) -> RewardFunction:
 
     Raises:
         ValueError: an unknown name, or an option the component does not take (the message lists
-            the ones it accepts).
+            the ones it accepts, and names what replaces an option the component no longer takes:
+            its ``removed_options``).
     """
     cls = reward_class(name)
     parameters = inspect.signature(cls).parameters
@@ -121,7 +122,11 @@ def make_reward(name: str, **options: Any) -> RewardFunction:
     ]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise ValueError(f"reward {name!r} does not take option(s) {unknown}; it accepts {accepted}")
+        removed = getattr(cls, "removed_options", {})
+        replaced = "".join(f"; {key} is gone, use {removed[key]}" for key in unknown if key in removed)
+        raise ValueError(
+            f"reward {name!r} does not take option(s) {unknown}{replaced}; it accepts {accepted}"
+        )
     return cls(**options)
 
 

@@ -132,7 +132,6 @@ class LLMJudge:
             exact shape, :func:`score_schema`; vLLM and SGLang enforce it while decoding),
             ``"json_object"`` (any JSON object), ``"plain"`` (the prompt's output contract only) or
             ``"auto"`` (default: the first of those the server accepts, probed once).
-        json_mode: the older switch for ``structured_output="json_object"``.
         extract: which part of the completion the ``"response"`` prompt judges (see
             :func:`eapo.rewards.extract_answer`).
         http_backend: the SDK's transport — ``"aiohttp"`` (``openai.DefaultAioHttpClient``),
@@ -144,6 +143,8 @@ class LLMJudge:
     """
 
     name = "llm_judge"
+    #: Options no longer taken, with what replaces each (:func:`eapo.rewards.make_reward` names it).
+    removed_options = {"json_mode": "structured_output: json_object"}
 
     def __init__(
         self,
@@ -161,11 +162,10 @@ class LLMJudge:
         max_tokens: int = 512,
         cache_dir: str | os.PathLike[str] | None = None,
         structured_output: str = "auto",
-        json_mode: bool = False,
         http_backend: Literal["auto", "aiohttp", "httpx"] = "auto",
         extract: str = "advice",
     ) -> None:
-        structured_output = _checked_settings(
+        _checked_settings(
             base_url=base_url,
             model=model,
             target=target,
@@ -175,7 +175,6 @@ class LLMJudge:
             backoff_base=backoff_base,
             backoff_max=backoff_max,
             structured_output=structured_output,
-            json_mode=json_mode,
             extract=extract,
             http_backend=http_backend,
             api_key_env=api_key_env,
@@ -539,13 +538,11 @@ def _checked_settings(
     backoff_base: float,
     backoff_max: float,
     structured_output: str,
-    json_mode: bool,
     extract: str,
     http_backend: str,
     api_key_env: str | None,
-) -> str:
-    """Validate :class:`LLMJudge`'s settings, naming the first wrong one; returns the structured output
-    to use (``json_mode=True`` means ``"json_object"``)."""
+) -> None:
+    """Validate :class:`LLMJudge`'s settings, naming the first wrong one."""
     if not base_url:
         raise ValueError(
             "llm_judge needs base_url=, an OpenAI-compatible endpoint such as http://localhost:8000/v1 "
@@ -570,13 +567,6 @@ def _checked_settings(
             f"llm_judge: structured_output must be one of {', '.join(STRUCTURED_OUTPUTS)}, got "
             f"{structured_output!r}"
         )
-    if json_mode:
-        if structured_output not in ("auto", "json_object"):
-            raise ValueError(
-                f"llm_judge: json_mode=True contradicts structured_output={structured_output!r}; "
-                "set only structured_output"
-            )
-        structured_output = "json_object"
     extract_answer("", extract)  # validates the answer mode
     if http_backend not in ("auto", "aiohttp", "httpx"):
         raise ValueError(
@@ -584,7 +574,6 @@ def _checked_settings(
         )
     if api_key_env is not None and not (isinstance(api_key_env, str) and api_key_env.strip()):
         raise ValueError("llm_judge: api_key_env must name an environment variable (or be None for no key)")
-    return structured_output
 
 
 def judge_cache_dir(cache_dir: str | None, run_dir: str | os.PathLike[str] | None) -> Path | None:

@@ -32,7 +32,6 @@ __all__ = [
     "first_stop",
     "cut_text",
     "stop_token_count",
-    "cut_tokens",
     "stop_reason",
     "end_completion",
     "stop_reason_of",
@@ -103,17 +102,6 @@ def stop_token_count(
         else:
             low = middle + 1
     return low
-
-
-def cut_tokens(
-    token_ids: Sequence[int], decode: Callable[[Sequence[int]], str], stops: Sequence[str]
-) -> tuple[list[int], bool]:
-    """``token_ids`` cut after the token that completes the first stop string (:func:`stop_token_count`),
-    and whether one did; unchanged (as a list) when none does."""
-    count = stop_token_count(token_ids, decode, stops)
-    if count is None:
-        return list(token_ids), False
-    return list(token_ids[:count]), True
 
 
 def stop_reason(*, stopped_by_string: bool, ended_with_eos: bool) -> str:

@@ -1,20 +1,26 @@
-"""``eapo study``: the EAPO paper's comparison in one command, and a verdict on each of its claims.
+"""``eapo study``: a comparison of configurations in one command, and a verdict on each claim of a study.
 
 The study trains GRPO, PSR, NSR, W-REINFORCE (w+ = 0.1) and EAPO (w0 = 0.2) — or the labelled runs of
 ``study.runs`` — from the same base model and seed(s), evaluates each on a held-out split, and writes
-``claims.md`` / ``claims.json``: for each claim of the paper, *held*, *did not hold*, *within noise* or
-*not measured*, with the numbers and the rule that decided it.
+``claims.md`` / ``claims.json``: for each claim of its claims file (``study.claims``; the paper's by
+default, ``configs/paper.claims.yaml``), *held*, *did not hold*, *within noise* or *not measured*, with
+the numbers and the rule that decided it. A study's claims are data, beside its config; one engine
+judges them all.
 
 The package, lowest layer first (each module imports only the ones listed before it):
 
 * :mod:`eapo.study.stats`: the 95% intervals (windows, slopes, Avgs, ratios, differences, the
   Range bootstrap) and the verdict rules that compare them; pure functions over numbers.
-* :mod:`eapo.study.claims`: the first eight claims (PSR lowers entropy, ..., NSR's reward rises
-  faster), what they read per configuration (:class:`MethodData`) and ``claims.md``'s first part.
-* :mod:`eapo.study.paper`: the paper's own sentences, each with a rule fixed before the data, and
-  ``claims.md``'s second part.
-* :mod:`eapo.study.controls`: the controls study's seven claims (``study.claims: controls``; does
-  EAPO's controller correct, do closed-loop controls hold), from ``docs/results/study-cpu-controls/plan.md``.
+* :mod:`eapo.study.roles`: a configuration's role (:func:`run_role`) and what the claims read of its
+  runs (:class:`MethodData`).
+* :mod:`eapo.study.quantities`: what a claim reads, a registry of statistics (``window``, ``slope``,
+  ``avg``, ``ratio``, ``deviation``, ``difference``, ``range``, ...) over the runs.
+* :mod:`eapo.study.templates`: the texts of a claims file, templates over a claim's quantities.
+* :mod:`eapo.study.claims`: the engine: a registry of comparisons (``lowers``, ``inside``,
+  ``above_all``, ...) and of reasons a claim is not measured, the claims file's form, and
+  :func:`assess`.
+* :mod:`eapo.study.render`: ``claims.md`` (a registry of blocks) and ``claims.json`` of an assessment.
+* :mod:`eapo.study.claims_file`: reading and checking a claims file (:func:`load_claims`).
 * :mod:`eapo.study.run`: the orchestration: settings, the plan, the sweep runner (skip-if-finished),
   reading the run directories, writing ``claims.md`` / ``claims.json`` and the study's tables.
 
@@ -24,39 +30,30 @@ imported here.
 """
 
 from eapo.study.claims import (
+    COMPARISONS,
+    REASONS,
+    Assessment,
+    Claim,
+    ClaimsFile,
+    assess,
+    interval_text,
+    register_comparison,
+    register_reason,
+)
+from eapo.study.claims_file import ClaimsError, load_claims, resolve_claims, study_params
+from eapo.study.quantities import STATISTICS, register_statistic
+from eapo.study.render import BLOCKS, claims_markdown, claims_payload, register_block
+from eapo.study.roles import (
     CLIPPED_KEY,
-    CUT_SHARE,
-    ENTROPY_BAND,
     ENTROPY_KEY,
     H0_KEY,
     LENGTH_KEY,
     REWARD_KEY,
+    SERIES_KEYS,
     STUDY_METHODS,
     STUDY_WEIGHTS,
-    VERDICT_RULES,
-    Claim,
     MethodData,
-    assess_claims,
-    claims_markdown,
     run_role,
-)
-from eapo.study.controls import (
-    CONTROL_ROLES,
-    CONTROL_RULES,
-    EAPO_W0,
-    assess_control_claims,
-    control_claims_markdown,
-)
-from eapo.study.paper import (
-    APPROACH_MARGIN,
-    COMPARATORS,
-    EAPO_SENSITIVITY,
-    FIXED_WEIGHT_METHODS,
-    PAPER_RULES,
-    W_REINFORCE_SENSITIVITY,
-    PaperClaim,
-    assess_paper_claims,
-    paper_claims_markdown,
 )
 from eapo.study.run import (
     STUDY_GRIDS,
@@ -65,8 +62,10 @@ from eapo.study.run import (
     collect_method_data,
     plan_study,
     read_study_config,
+    rejudge_study,
     run_study,
     sensitivity_columns,
+    study_claims,
     study_runs,
     write_study_tables,
 )
@@ -117,46 +116,48 @@ __all__ = [
     "lower_verdict",
     "approach_verdict",
     "combine_verdicts",
-    # claims
+    # roles
     "STUDY_METHODS",
     "STUDY_WEIGHTS",
-    "ENTROPY_BAND",
-    "CUT_SHARE",
     "ENTROPY_KEY",
     "LENGTH_KEY",
     "REWARD_KEY",
     "H0_KEY",
     "CLIPPED_KEY",
-    "VERDICT_RULES",
-    "Claim",
+    "SERIES_KEYS",
     "MethodData",
     "run_role",
-    "assess_claims",
+    # the engine
+    "STATISTICS",
+    "COMPARISONS",
+    "REASONS",
+    "BLOCKS",
+    "register_statistic",
+    "register_comparison",
+    "register_reason",
+    "register_block",
+    "Claim",
+    "ClaimsFile",
+    "Assessment",
+    "ClaimsError",
+    "load_claims",
+    "resolve_claims",
+    "study_params",
+    "assess",
+    "interval_text",
     "claims_markdown",
-    # paper
-    "APPROACH_MARGIN",
-    "COMPARATORS",
-    "EAPO_SENSITIVITY",
-    "FIXED_WEIGHT_METHODS",
-    "PAPER_RULES",
-    "W_REINFORCE_SENSITIVITY",
-    "PaperClaim",
-    "assess_paper_claims",
-    "paper_claims_markdown",
-    "CONTROL_ROLES",
-    "CONTROL_RULES",
-    "EAPO_W0",
-    "assess_control_claims",
-    "control_claims_markdown",
+    "claims_payload",
     # run
     "STUDY_GRIDS",
     "sensitivity_columns",
     "StudySettings",
     "StudyReport",
     "read_study_config",
+    "study_claims",
     "plan_study",
     "study_runs",
     "collect_method_data",
     "write_study_tables",
     "run_study",
+    "rejudge_study",
 ]

@@ -1,283 +1,210 @@
-"""The first eight claims of ``eapo study``: what the paper says of its five methods, judged from their runs.
+"""The claims engine: a study's claims are data (a claims file), judged here by one set of rules.
 
-For each claim,
+A claims file (``configs/paper.claims.yaml``, ``configs/study_cpu_controls.claims.yaml``; read and checked by
+:func:`eapo.study.claims_file.load_claims`) lists each claim: its id, its statement, the paper's sentence
+it quotes (``quote``, ``section``) and the rule written from it, the quantities it reads
+(:mod:`eapo.study.quantities`), how they are compared, and the sentences that report the numbers::
 
-1. PSR lowers entropy;
-2. PSR shortens answers;
-3. NSR raises entropy;
-4. EAPO holds entropy near H_0;
-5. EAPO scores best on Avg;
-6. GRPO lowers entropy ("PSR and GRPO suffer from entropy collapse", the EAPO-vs-baselines dynamics);
-7. NSR lengthens answers ("NSR produce longer ones", Figure 2c);
-8. NSR's reward rises faster than PSR's ("NSR leads to faster reward gains", Figure 2b),
+    - id: psr_lowers_entropy
+      statement: PSR lowers entropy
+      quantities:
+        start: {stat: window, at: start, metric: entropy/rollout, role: psr}
+        end: {stat: window, at: end, metric: entropy/rollout, role: psr}
+      compare: lowers
+      evidence: "PSR entropy: start {start} → end {end} nats/token"
+      missing: {why: steps, roles: [psr], what: entropy}
 
-:func:`assess_claims` says whether it *held*, *did not hold*, or is *within noise* in this study, with
-the numbers; :func:`claims_markdown` writes them into ``claims.md``. The rules (:data:`VERDICT_RULES`,
-written into ``claims.md``), on the intervals of :mod:`eapo.study.stats`:
+:func:`assess` judges every claim of a file over the study's runs and computes its tables. A verdict is
+one of :data:`~eapo.study.stats.HELD`, :data:`~eapo.study.stats.NOT_HELD`,
+:data:`~eapo.study.stats.WITHIN_NOISE`, :data:`~eapo.study.stats.NOT_MEASURED`, decided by a registered
+comparison (:data:`COMPARISONS`: ``lowers``, ``inside``, ``above_all``, ...; a new kind is one
+:func:`register_comparison`) of the intervals of :mod:`eapo.study.stats`; a claim of several ``parts``
+combines its parts' verdicts (:func:`~eapo.study.stats.combine_verdicts`). The evidence is the claim's
+template filled with its quantities; a claim not measured says why instead (``missing``: a template, or
+a registered reason of :data:`REASONS`).
 
-* **start / end** of a run: the window intervals over its first / last ``window`` fraction of
-  optimisation steps (at least :data:`~eapo.study.stats.MIN_WINDOW_STEPS` steps, at most half the run;
-  a run shorter than twice that is *not measured*), seeds pooled.
-* **lowers / raises / shortens / lengthens** (claims 1–3, 6, 7): *held* when the end interval lies entirely below
-  (above) the start interval; *did not hold* when it lies entirely on the other side; otherwise
-  *within noise* (the intervals overlap).
-* **near H_0** (claim 4): the end-window entropy of each seed divided by that run's ``H_0`` (the
-  ``eapo/H0`` it logged); *held* when the interval of that ratio lies inside ``1 ± band``
-  (:data:`ENTROPY_BAND`, 10%); *did not hold* when it lies entirely outside; otherwise *within noise*.
-* **rises faster** (claim 8): each run's reward slope (``reward/mean`` against the step, every step);
-  *held* when NSR's interval lies entirely above PSR's, *did not hold* when entirely below, *within
-  noise* otherwise (a run with fewer than ``2·MIN_WINDOW_STEPS`` steps: *not measured*).
-* **best on Avg** (claim 5): each method's Avg with its 95% bootstrap interval over prompts (from
-  ``eapo eval``), seeds pooled. *held* when EAPO's interval lies entirely above every other method's;
-  *did not hold* when some method's interval lies entirely above EAPO's; otherwise *within noise*.
-
-A claim whose runs are missing (failed, not finished, a metric not logged) is *not measured*, with
-the reason. Nothing else decides a verdict: the wording in ``claims.md`` is generated from these rules.
-
-The claims find runs by method and effective weights (:func:`run_role`), so they read the
-w+ = 0.1 / w0 = 0.2 runs whatever a study labels them. :class:`MethodData` is what they read per
-configuration (:func:`eapo.study.run.collect_method_data` fills it from the run directories).
+The texts are templates over the claim's quantities (:mod:`eapo.study.templates`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from eapo.study.quantities import STATISTICS, Quantity, Reading
+from eapo.study.roles import MethodData
 from eapo.study.stats import (
+    HELD,
     MIN_WINDOW_STEPS,
+    NOT_HELD,
+    NOT_MEASURED,
     Interval,
+    approach_verdict,
     avg_interval,
     band_verdict,
+    below_verdict,
     best_verdict,
+    between_verdict,
     change_verdict,
-    slope_interval,
-    window_interval,
+    combine_verdicts,
+    lower_verdict,
 )
+from eapo.study.templates import Layered, Template, TemplateFormatter, Values
 
 __all__ = [
-    "STUDY_METHODS",
-    "STUDY_WEIGHTS",
-    "ENTROPY_BAND",
-    "CUT_SHARE",
-    "ENTROPY_KEY",
-    "LENGTH_KEY",
-    "REWARD_KEY",
-    "H0_KEY",
-    "CLIPPED_KEY",
-    "VERDICT_RULES",
+    "COMPARISONS",
+    "REASONS",
+    "Comparison",
+    "Reason",
+    "register_comparison",
+    "register_reason",
+    "Compare",
+    "Missing",
+    "Part",
+    "ClaimSpec",
+    "TableSpec",
+    "ClaimsFile",
     "Claim",
-    "MethodData",
-    "run_role",
-    "assess_claims",
-    "claims_markdown",
+    "Assessment",
+    "assess",
     "interval_text",
     "missing_runs",
 ]
 
-#: The five methods of the paper's comparison, in its table order.
-STUDY_METHODS = ("grpo", "psr", "nsr", "w_reinforce", "eapo")
-
-#: The weights the study's main rows run with (the paper's table): W-REINFORCE w+ = 0.1, EAPO w0 = 0.2.
-STUDY_WEIGHTS: dict[str, dict[str, float]] = {"w_reinforce": {"w_pos": 0.1}, "eapo": {"w0": 0.2}}
-
-#: Claim 4: "near H_0" means within ±10% of H_0.
-ENTROPY_BAND = 0.10
-#: "Not cut at the cap": at most 10% of the end window's completions hit max_completion_tokens.
-CUT_SHARE = 0.10
-
-#: The metrics the claims read from each run's metrics.jsonl.
-ENTROPY_KEY = "entropy/rollout"
-LENGTH_KEY = "completion/mean_length"
-REWARD_KEY = "reward/mean"
-H0_KEY = "eapo/H0"
-#: TRL's share of a step's completions that hit max_completion_tokens (kept in metrics.jsonl as logged).
-CLIPPED_KEY = "completions/clipped_ratio"
-
-#: The rules as written into claims.md ({window} and {band} filled from the settings).
-VERDICT_RULES = (
-    "- **start / end**: mean of the metric over the first / last {window:.0%} of optimisation steps (at least "
-    f"{MIN_WINDOW_STEPS} steps, at most half the run; shorter runs: not measured), with a 95% interval mean ± 1.96·SE, SE² = s²/n_eff, n_eff = n·(1−ρ)/(1+ρ) "
-    "(ρ: lag-1 autocorrelation of the window, clipped to [0, 0.9]). Several seeds: mean over seeds, "
-    "SE² = Σ SE_s²/S² (start and end of a seed are paired).\n"
-    "- **lowers / raises / shortens / lengthens**: held if the end interval lies entirely below (above) the start interval; "
-    "did not hold if it lies entirely on the other side; within noise if the intervals overlap.\n"
-    "- **near H_0**: end-window entropy ÷ the run's logged H_0 (eapo/H0); held if its interval lies inside "
-    "1 ± {band:.0%}; did not hold if entirely outside; within noise otherwise.\n"
-    "- **rises faster**: each run's reward slope per step (least squares of reward/mean on the step, every step) "
-    "with a 95% interval b ± 1.96·SE, SE² = σ²_res/Σ(t−t̄)²·(1+ρ)/(1−ρ) (ρ: lag-1 autocorrelation of the "
-    "residuals, clipped to [0, 0.9]); several seeds: mean slope, SE² = Σ SE_s²/S². Held if NSR's interval lies "
-    "entirely above PSR's; did not hold if entirely below; within noise otherwise.\n"
-    "- **best on Avg**: Avg with its 95% bootstrap interval over prompts (eapo eval); several seeds: mean over "
-    "seeds, SE² = Σ SE_i²/S² + s²_seeds/S (conservative). Held if EAPO's interval lies entirely above every "
-    "other method's; did not hold if another method's lies entirely above EAPO's; within noise otherwise.\n"
-    "- **not measured**: a run the claim needs is missing, failed, or did not log the metric."
-)
-
 
 # --------------------------------------------------------------------------------------------
-# Claims
+# Comparisons: how a claim's quantities decide its verdict
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Claim:
-    """One claim of the paper and what this study's numbers say about it."""
+@dataclass(frozen=True)
+class Comparison:
+    """A registered comparison: ``decide(**arguments) -> verdict``. ``quantities``: the arguments that name
+    quantities (a name, or a list of names); ``numbers``: those that are numbers (or ``[low, high]``)."""
 
-    key: str
-    statement: str
-    verdict: str
-    evidence: str
-    numbers: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class MethodData:
-    """What the claims read for one method: per seed, the metric series and the evaluation results."""
-
-    series: dict[str, list[list[float | None]]] = field(default_factory=dict)  # key -> per seed
-    h0: list[float | None] = field(default_factory=list)  # per seed: the logged H_0
-    results: list[dict[str, Any]] = field(default_factory=list)  # per seed: results.json
-    runs: list[str] = field(default_factory=list)
-    seeds: list[int | None] = field(
-        default_factory=list
-    )  # per seed with metrics: its seed (aligned with series, h0)
+    name: str
+    decide: Callable[..., str]
+    quantities: tuple[str, ...]
+    numbers: tuple[str, ...] = ()
+    help: str = ""
 
 
-def run_role(method: str, weights: Mapping[str, float] | None = None) -> str:
-    """The name the claims know a configuration by: the method alone for its study weights
-    (:data:`STUDY_WEIGHTS`, else the method's defaults), else ``method:key=value,...`` with the
-    effective weights that differ from them: ``w_reinforce:w_pos=0.2``, ``eapo:w0=0.05``."""
-    from eapo.evaluation.labels import effective_weights
-
-    try:
-        actual = effective_weights(method, dict(weights or {}))
-        reference = effective_weights(method, STUDY_WEIGHTS.get(method))
-    except ValueError:
-        return method
-    differ = {key: value for key, value in actual.items() if value != reference.get(key)}
-    if not differ:
-        return method
-    return method + ":" + ",".join(f"{key}={value:g}" for key, value in sorted(differ.items()))
+#: name -> comparison. ``compare:`` in a claims file picks one.
+COMPARISONS: dict[str, Comparison] = {}
 
 
-def _ratio_series(entropy: list[list[float | None]], h0: list[float | None]) -> list[list[float | None]]:
-    out = []
-    for values, anchor in zip(entropy, h0, strict=True):
-        if anchor is None or not anchor > 0:
-            continue
-        out.append([None if v is None else v / anchor for v in values])
-    return out
+def register_comparison(
+    name: str, *, quantities: Sequence[str], numbers: Sequence[str] = ()
+) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Register ``decide`` as ``compare: name`` (its docstring's first line is its help)."""
+
+    def register(decide: Callable[..., str]) -> Callable[..., str]:
+        doc = (decide.__doc__ or "").strip()
+        COMPARISONS[name] = Comparison(name, decide, tuple(quantities), tuple(numbers), " ".join(doc.split()))
+        return decide
+
+    return register
 
 
-def assess_claims(
-    data: Mapping[str, MethodData], *, window: float = 0.1, entropy_band: float = ENTROPY_BAND
-) -> tuple[list[Claim], dict[str, dict[str, Any]]]:
-    """The eight verdicts from each method's dynamics and evaluations. Returns ``(claims, per-method numbers)``."""
-    empty = MethodData()
-    table: dict[str, dict[str, Any]] = {}
-    for method in STUDY_METHODS:
-        d = data.get(method, empty)
-        entropy, length = d.series.get(ENTROPY_KEY, []), d.series.get(LENGTH_KEY, [])
-        table[method] = {
-            "runs": list(d.runs),
-            "seeds": len(d.runs),
-            "entropy_start": window_interval(entropy, fraction=window, end=False),
-            "entropy_end": window_interval(entropy, fraction=window, end=True),
-            "length_start": window_interval(length, fraction=window, end=False),
-            "length_end": window_interval(length, fraction=window, end=True),
-            "avg": avg_interval(d.results),
-            "avg_strict": avg_interval(d.results, "avg_strict"),
-            "reward_slope": slope_interval(d.series.get(REWARD_KEY, [])),
-            "steps": max((len(s) for s in entropy), default=0),
-        }
-
-    def change(method: str, what: str, expect: str, statement: str, key: str) -> Claim:
-        start, end = table[method][f"{what}_start"], table[method][f"{what}_end"]
-        verdict = change_verdict(start, end, expect)
-        unit = "nats/token" if what == "entropy" else "tokens"
-        if start is None or end is None:
-            evidence = _missing(data.get(method), what, table[method]["steps"])
-        else:
-            evidence = f"{_SHORT[method]} {what}: start {start.text()} → end {end.text()} {unit}"
-        return Claim(key, statement, verdict, evidence, {"start": start, "end": end})
-
-    claims = [
-        change("psr", "entropy", "decrease", "PSR lowers entropy", "psr_lowers_entropy"),
-        change("psr", "length", "decrease", "PSR shortens answers", "psr_shortens_answers"),
-        change("nsr", "entropy", "increase", "NSR raises entropy", "nsr_raises_entropy"),
-    ]
-
-    eapo = data.get("eapo", empty)
-    ratio = window_interval(
-        _ratio_series(eapo.series.get(ENTROPY_KEY, []), eapo.h0), fraction=window, end=True
-    )
-    h0_values = [h for h in eapo.h0 if h is not None]
-    verdict = band_verdict(ratio, 1 - entropy_band, 1 + entropy_band)
-    if ratio is None:
-        evidence = _missing(data.get("eapo"), "entropy and H_0", table["eapo"]["steps"])
-    else:
-        h0_text = ", ".join(f"{h:.3f}" for h in h0_values)
-        evidence = (
-            f"EAPO end entropy {table['eapo']['entropy_end'].text()} nats/token vs H_0 = {h0_text}: "
-            f"end/H_0 = {ratio.text()} (band 1 ± {entropy_band:.0%})"
-        )
-    claims.append(
-        Claim(
-            "eapo_holds_entropy",
-            "EAPO holds entropy near H_0",
-            verdict,
-            evidence,
-            {"ratio": ratio, "h0": h0_values},
-        )
-    )
-
-    others = {m: table[m]["avg"] for m in STUDY_METHODS if m != "eapo"}
-    verdict = best_verdict(table["eapo"]["avg"], others)
-    if table["eapo"]["avg"] is None or any(v is None for v in others.values()):
-        missing = [m for m in STUDY_METHODS if table[m]["avg"] is None]
-        evidence = f"no evaluation for {', '.join(missing)}"
-    else:
-        evidence = "Avg: " + "; ".join(f"{_SHORT[m]} {table[m]['avg'].text()}" for m in STUDY_METHODS)
-    claims.append(
-        Claim(
-            "eapo_best_avg",
-            "EAPO scores best on Avg",
-            verdict,
-            evidence,
-            {m: table[m]["avg"] for m in STUDY_METHODS},
-        )
-    )
-    claims += [
-        change("grpo", "entropy", "decrease", "GRPO lowers entropy", "grpo_lowers_entropy"),
-        change("nsr", "length", "increase", "NSR lengthens answers", "nsr_lengthens_answers"),
-    ]
-
-    nsr, psr = table["nsr"]["reward_slope"], table["psr"]["reward_slope"]
-    verdict = best_verdict(nsr, {"psr": psr})
-    if nsr is None or psr is None:
-        missing = [m for m, v in (("nsr", nsr), ("psr", psr)) if v is None]
-        evidence = "; ".join(
-            f"{_SHORT[m]}: {_missing(data.get(m), 'reward', table[m]['steps'])}" for m in missing
-        )
-    else:
-        evidence = f"reward slope per step: NSR {nsr.text(5)} vs PSR {psr.text(5)}"
-    claims.append(
-        Claim(
-            "nsr_reward_rises_faster",
-            "NSR's reward rises faster than PSR's",
-            verdict,
-            evidence,
-            {"nsr": nsr, "psr": psr},
-        )
-    )
-    return claims, table
+@register_comparison("lowers", quantities=("start", "end"))
+def _lowers(start: Interval | None, end: Interval | None) -> str:
+    """Held if ``end`` lies entirely below ``start``; did not hold if entirely above."""
+    return change_verdict(start, end, "decrease")
 
 
-def interval_text(interval: Interval | None, digits: int = 3) -> str:
-    """An interval as ``mean [low, high]``, or ``–`` when it was not measured."""
-    return "–" if interval is None else interval.text(digits)
+@register_comparison("raises", quantities=("start", "end"))
+def _raises(start: Interval | None, end: Interval | None) -> str:
+    """Held if ``end`` lies entirely above ``start``; did not hold if entirely below."""
+    return change_verdict(start, end, "increase")
+
+
+@register_comparison("inside", quantities=("value",), numbers=("band",))
+def _inside(value: Interval | None, band: Sequence[float]) -> str:
+    """Held if ``value`` lies inside ``band: [low, high]``; did not hold if entirely outside."""
+    return band_verdict(value, band[0], band[1])
+
+
+@register_comparison("outside", quantities=("value",), numbers=("band",))
+def _outside(value: Interval | None, band: Sequence[float]) -> str:
+    """Held if ``value`` lies entirely outside ``band: [low, high]``; did not hold if inside."""
+    inside = band_verdict(value, band[0], band[1])
+    return {HELD: NOT_HELD, NOT_HELD: HELD}.get(inside, inside)
+
+
+@register_comparison("above_all", quantities=("target", "others"))
+def _above_all(target: Interval | None, others: Mapping[str, Interval | None]) -> str:
+    """Held if ``target`` lies entirely above every one of ``others``; did not hold if one lies entirely
+    above it."""
+    return best_verdict(target, others)
+
+
+@register_comparison("below", quantities=("target", "other"))
+def _below(target: Interval | None, other: Interval | None) -> str:
+    """Held if ``target`` lies entirely below ``other``; did not hold if entirely above."""
+    return lower_verdict(target, other)
+
+
+@register_comparison("below_value", quantities=("value",), numbers=("threshold",))
+def _below_value(value: Interval | None, threshold: float) -> str:
+    """Held if ``value`` lies entirely below ``threshold``; did not hold if entirely above."""
+    return below_verdict(value, threshold)
+
+
+@register_comparison("between", quantities=("target", "bounds"))
+def _between(target: Interval | None, bounds: Mapping[str, Interval | None]) -> str:
+    """Held if ``target`` lies entirely above the lower (by mean) of the two ``bounds`` and entirely below the
+    higher; did not hold if entirely below the lower or above the higher."""
+    one, other = bounds.values()
+    return between_verdict(target, one, other)
+
+
+@register_comparison("overlap", quantities=("a", "b"))
+def _overlap(a: Interval | None, b: Interval | None) -> str:
+    """Held if ``a`` and ``b`` overlap; did not hold if they are disjoint (no "within noise")."""
+    if a is None or b is None:
+        return NOT_MEASURED
+    return NOT_HELD if a.high < b.low or b.high < a.low else HELD
+
+
+@register_comparison("all_above_zero", quantities=("value",))
+def _all_above_zero(value: Mapping[str, Interval | None]) -> str:
+    """Held if every interval of the ``roles:`` quantity ``value`` lies entirely above 0; did not hold if one
+    lies entirely below 0."""
+    return approach_verdict(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Reasons: why a claim is not measured
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reason:
+    """A registered reason: ``explain(missing, reading, names) -> text`` (``{why}`` in ``missing.text``)."""
+
+    name: str
+    explain: Callable[[Missing, Reading, Mapping[str, str]], str]
+    options: tuple[str, ...] = ()  # the keys of ``missing:`` it reads
+    help: str = ""
+
+
+#: name -> reason. ``missing: {why: ...}`` in a claims file picks one.
+REASONS: dict[str, Reason] = {}
+
+
+def register_reason(
+    name: str, *, options: Sequence[str] = ()
+) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Register ``explain(missing, reading, names) -> text`` as ``missing: {why: name}`` (``options``: the keys
+    of ``missing:`` it reads; its docstring is its help)."""
+
+    def register(explain: Callable[..., str]) -> Callable[..., str]:
+        REASONS[name] = Reason(name, explain, tuple(options), " ".join((explain.__doc__ or "").split()))
+        return explain
+
+    return register
 
 
 def missing_runs(
@@ -291,70 +218,282 @@ def missing_runs(
     return f"{what} not measured (too few logged steps, or not logged)"
 
 
-def _missing(data: MethodData | None, what: str, steps: int) -> str:
-    if data is None or not data.runs:
+@register_reason("runs", options=("roles", "what"))
+def _why_runs(missing: Missing, reading: Reading, names: Mapping[str, str]) -> str:
+    """ "no finished run of <the roles without one>", else "<what> not measured (too few logged steps, or not
+    logged)"."""
+    return missing_runs(reading.data, missing.roles, missing.what, names)
+
+
+def _why_steps_of(d: MethodData | None, what: str) -> str:
+    if d is None or not d.runs:
         return "no finished run"
-    if steps < 2 * MIN_WINDOW_STEPS:
-        return f"{steps} logged steps of {what}: too few for start and end windows of {MIN_WINDOW_STEPS} steps each"
+    if d.steps < 2 * MIN_WINDOW_STEPS:
+        return (
+            f"{d.steps} logged steps of {what}: too few for start and end windows of {MIN_WINDOW_STEPS} "
+            "steps each"
+        )
     return f"{what} not logged"
 
 
-_SHORT = {"grpo": "GRPO", "psr": "PSR", "nsr": "NSR", "w_reinforce": "W-REINFORCE", "eapo": "EAPO"}
-_LABELS = {
-    "grpo": "GRPO",
-    "psr": "PSR",
-    "nsr": "NSR",
-    "w_reinforce": "W-REINFORCE (w+=0.1)",
-    "eapo": "EAPO (w0=0.2)",
-}
+@register_reason("steps", options=("roles", "what"))
+def _why_steps(missing: Missing, reading: Reading, names: Mapping[str, str]) -> str:
+    """One role: "no finished run", "<n> logged steps of <what>: too few ..." or "<what> not logged". Several:
+    "<name>: ..." for each role whose quantity (the claim's quantity named as the role) is not measured."""
+    if len(missing.roles) == 1:
+        return _why_steps_of(reading.data.get(missing.roles[0]), missing.what)
+    unmeasured = [r for r in missing.roles if r not in reading or reading[r] is None]
+    return "; ".join(
+        f"{names.get(r, r)}: {_why_steps_of(reading.data.get(r), missing.what)}" for r in unmeasured
+    )
 
 
-def _cell(interval: Interval | None) -> str:
-    return "–" if interval is None else interval.text()
+@register_reason("unevaluated", options=("roles", "metric", "names"))
+def _why_unevaluated(missing: Missing, reading: Reading, names: Mapping[str, str]) -> str:
+    """The roles (by name, or as written with ``names: false``) without an evaluation of ``metric``, joined."""
+    absent = [r for r in missing.roles if avg_interval(reading.runs(r).results, missing.metric) is None]
+    return ", ".join(names.get(r, r) if missing.names else r for r in absent)
 
 
-def claims_markdown(
-    claims: Sequence[Claim],
-    table: Mapping[str, Mapping[str, Any]],
-    *,
-    window: float,
-    entropy_band: float,
-    context: Sequence[str] = (),
-) -> str:
-    """``claims.md``: the verdicts, the numbers behind them, and the rules that decided them."""
-    lines = ["# Does EAPO do what the paper says? Verdicts of this study", ""]
-    lines += [f"{line}" for line in context]
-    if context:
-        lines.append("")
-    lines += ["| Claim | Verdict | Numbers |", "|---|---|---|"]
-    for claim in claims:
-        lines.append(f"| {claim.statement} | **{claim.verdict}** | {claim.evidence} |")
-    lines += [
-        "",
-        "## Per method",
-        "",
-        "Entropy in nats/token, length in tokens: start / end = first / last window of steps with a 95% "
-        "interval; Avg with its 95% interval (strict: an answer without its <advice> block scores 0).",
-        "",
-        "| Method | Seeds | Steps | Entropy start | Entropy end | Length start | Length end | Reward slope /step | Avg | Avg (strict) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for method in STUDY_METHODS:
-        row = table[method]
-        slope = row.get("reward_slope")
-        lines.append(
-            f"| {_LABELS[method]} | {row['seeds']} | {row['steps']} | {_cell(row['entropy_start'])} | "
-            f"{_cell(row['entropy_end'])} | {_cell(row['length_start'])} | {_cell(row['length_end'])} | "
-            f"{'–' if slope is None else slope.text(5)} | {_cell(row['avg'])} | {_cell(row.get('avg_strict'))} |"
+# --------------------------------------------------------------------------------------------
+# A claims file, as load_claims checks it
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``compare:``: a comparison of :data:`COMPARISONS` and its arguments."""
+
+    kind: str
+    quantities: Mapping[str, str | tuple[str, ...]]
+    numbers: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Missing:
+    """One way to say why a claim (or part) is not measured: ``text`` (with ``{why}``: the reason ``why``
+    explains), used when the quantity ``when`` names was not measured (``None``: always)."""
+
+    text: Template
+    why: str | None = None
+    roles: tuple[str, ...] = ()
+    what: str = ""
+    metric: str = "avg"
+    names: bool = True
+    when: str | None = None
+
+
+@dataclass(frozen=True)
+class Part:
+    """A comparison with the sentences that report it (the whole claim, or one part of it)."""
+
+    compare: Compare
+    evidence: Template
+    missing: tuple[Missing, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One claim of a claims file."""
+
+    id: str
+    statement: str
+    quantities: Mapping[str, Quantity]
+    parts: tuple[Part, ...]
+    numbers: tuple[tuple[str, str], ...] = ()  # (key in claims.json, quantity or parameter)
+    constants: Mapping[str, Any] = field(default_factory=dict)
+    quote: str | None = None
+    section: str = ""
+    rule: str = ""  # the id of one of the file's rules
+    basis: str = "paper"  # "paper": the paper's sentence; "beyond": a question the paper does not ask
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table of numbers per configuration (``per_seed``: per run), in claims.json and claims.md."""
+
+    name: str
+    rows: tuple[str, ...]
+    quantities: Mapping[str, Quantity]
+    columns: tuple[str, ...]
+    per_seed: bool = False
+    constants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # role -> its row's constants
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    """A checked claims file (:func:`eapo.study.claims_file.load_claims`)."""
+
+    path: Path
+    title: str
+    names: Mapping[str, str]
+    params: Mapping[str, Any]
+    rules: Mapping[str, str]
+    groups: Mapping[str, tuple[ClaimSpec, ...]]
+    tables: Mapping[str, TableSpec]
+    layout: Mapping[str, Any]  # claims.json: key -> a group, a table, or a mapping of those
+    markdown: tuple[Mapping[str, Any], ...]
+
+    @property
+    def metrics(self) -> list[str]:
+        """Every metric key its quantities read (the runs' series to collect)."""
+        quantities = [q for g in self.groups.values() for c in g for q in c.quantities.values()]
+        quantities += [q for t in self.tables.values() for q in t.quantities.values()]
+        return list(dict.fromkeys(q.options["metric"] for q in quantities if STATISTICS[q.stat].series))
+
+
+# --------------------------------------------------------------------------------------------
+# Assessing
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Claim:
+    """One claim and what this study's numbers say about it."""
+
+    key: str
+    statement: str
+    verdict: str
+    evidence: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+    quote: str | None = None  # the paper's sentence (None: the claim quotes none)
+    section: str = ""
+    rule: str = ""
+    basis: str = "paper"
+
+    def record(self) -> dict[str, Any]:
+        """The claim as claims.json holds it (the quote, section, rule and basis when it quotes a sentence)."""
+        out = {
+            "key": self.key,
+            "statement": self.statement,
+            "verdict": self.verdict,
+            "evidence": self.evidence,
+            "numbers": self.numbers,
+        }
+        if self.quote is not None:
+            out.update(quote=self.quote, section=self.section, rule=self.rule, basis=self.basis)
+        return out
+
+
+@dataclass
+class Assessment:
+    """Every claim of a claims file, by group, and its tables (per role, or a list of per-seed rows)."""
+
+    claims: dict[str, list[Claim]]
+    tables: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)  # the numbers the claims were judged with
+    row_roles: dict[str, list[str | None]] = field(default_factory=dict)  # per-seed tables: each row's role
+
+    def all_claims(self) -> list[Claim]:
+        return [claim for group in self.claims.values() for claim in group]
+
+
+def interval_text(interval: Interval | None, digits: int = 3) -> str:
+    """An interval as ``mean [low, high]``, or ``–`` when it was not measured."""
+    return "–" if interval is None else interval.text(digits)
+
+
+def _decide(compare: Compare, reading: Reading, params: Mapping[str, Any]) -> str:
+    comparison = COMPARISONS[compare.kind]
+    arguments: dict[str, Any] = {}
+    for name in comparison.quantities:
+        ref = compare.quantities.get(name, name)
+        arguments[name] = reading[ref] if isinstance(ref, str) else {r: reading[r] for r in ref}
+    for name in comparison.numbers:
+        value = compare.numbers[name]
+        arguments[name] = (
+            [reading.number(v) for v in value] if isinstance(value, list | tuple) else reading.number(value)
         )
-    lines += [
-        "",
-        "## How each verdict is decided",
-        "",
-        VERDICT_RULES.format(window=window, band=entropy_band),
-        "",
-        "The verdicts say what these runs show at this scale (model, data, steps, seeds); they are not a "
-        "statement about the paper's setting.",
-        "",
-    ]
-    return "\n".join(lines)
+    return comparison.decide(**arguments)
+
+
+def _explain(
+    part: Part, verdict: str, reading: Reading, values: Mapping[str, Any], names: Mapping[str, str]
+) -> str:
+    if verdict == NOT_MEASURED:
+        for missing in part.missing:
+            if missing.when is None or reading[missing.when] is None:
+                why = REASONS[missing.why].explain(missing, reading, names) if missing.why else ""
+                return missing.text.render(Layered({"why": why}, values), reading, names)
+    return part.evidence.render(Layered({"verdict": verdict}, values), reading, names)
+
+
+def _assess_claim(
+    spec: ClaimSpec,
+    claims: ClaimsFile,
+    data: Mapping[str, MethodData],
+    params: Mapping[str, Any],
+    cache: dict,
+) -> Claim:
+    reading = Reading(spec.quantities, data, params, cache=cache)
+    values = Layered(Values(reading), spec.constants, params)
+    verdicts, texts = [], []
+    for part in spec.parts:
+        verdict = _decide(part.compare, reading, params)
+        verdicts.append(verdict)
+        texts.append(_explain(part, verdict, reading, values, claims.names))
+    numbers = {key: values[name] for key, name in spec.numbers} | dict(spec.constants)
+    formatter = TemplateFormatter(claims.names)
+    claim = Claim(
+        spec.id,
+        formatter.vformat(spec.statement, (), params),
+        combine_verdicts(verdicts),
+        "; ".join(texts),
+        numbers,
+    )
+    if spec.quote is not None:
+        claim.quote, claim.section, claim.basis = spec.quote, spec.section, spec.basis
+        claim.rule = formatter.vformat(claims.rules[spec.rule], (), params)
+    return claim
+
+
+def _assess_table(
+    table: TableSpec, data: Mapping[str, MethodData], params: Mapping[str, Any], cache: dict
+) -> tuple[Any, list[str | None]]:
+    def row(reading: Reading) -> dict[str, Any]:
+        return {column: reading[column] for column in table.columns}
+
+    if not table.per_seed:
+        rows = {
+            role: row(
+                Reading(table.quantities, data, params, role=role, row=table.constants.get(role), cache=cache)
+            )
+            for role in table.rows
+        }
+        return rows, list(table.rows)
+    runs, roles = [], []
+    for role in table.rows:
+        d = data.get(role, MethodData())
+        for index, seed in enumerate(d.seeds):
+            reading = Reading(
+                table.quantities,
+                data,
+                params,
+                role=role,
+                seed=(seed, index),
+                row=table.constants.get(role),
+                cache=cache,
+            )
+            runs.append(row(reading))
+            roles.append(role)
+    return runs, roles
+
+
+def assess(
+    claims: ClaimsFile, data: Mapping[str, MethodData], params: Mapping[str, Any] | None = None
+) -> Assessment:
+    """Every claim of ``claims`` judged over ``data`` (role -> its runs), and its tables.
+
+    Args:
+        params: the study's numbers (``window``, ``entropy_band``, ...), beside the file's own ``params``.
+    """
+    values = {**(params or {}), **claims.params}
+    cache: dict[Any, Any] = {}
+    groups = {
+        name: [_assess_claim(spec, claims, data, values, cache) for spec in specs]
+        for name, specs in claims.groups.items()
+    }
+    tables, roles = {}, {}
+    for name, table in claims.tables.items():
+        tables[name], roles[name] = _assess_table(table, data, values, cache)
+    return Assessment(groups, tables, values, roles)

@@ -1,7 +1,7 @@
 """How large a difference each verdict of ``eapo study`` can detect with S seeds, from a finished study.
 
-Every verdict compares 95% intervals (:mod:`eapo.study.stats`; the claims: :mod:`eapo.study.claims`,
-:mod:`eapo.study.paper`). From a study's ``claims.json`` (its per-method intervals) this module takes
+Every verdict compares 95% intervals (:mod:`eapo.study.stats`; the claims: the paper's claims file,
+``configs/paper.claims.yaml``, judged by :mod:`eapo.study.claims`). From a study's ``claims.json`` (its per-method intervals) this module takes
 each quantity's standard error for one seed and scales it to S seeds, then asks, per verdict, how large
 the true difference must be:
 
@@ -42,9 +42,12 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from eapo.study.paper import APPROACH_MARGIN
+from eapo.study.claims_file import PACKAGED, load_claims
 
 __all__ = ["Detectable", "minimum_detectable", "power_markdown", "main"]
+
+#: "Approaches the best fixed" within this share: the paper claims file's ``margin``.
+APPROACH_MARGIN: float = load_claims(PACKAGED / "paper.claims.yaml").params["margin"]
 
 _Z95 = 1.959963984540054
 
@@ -165,7 +168,7 @@ def minimum_detectable(
             )
         )
 
-    # The first eight claims (eapo.study.claims).
+    # The first eight claims (paper.claims.yaml, group claims).
     for claim, method, what in (
         ("PSR lowers entropy", "psr", "entropy"),
         ("PSR shortens answers", "psr", "length"),
@@ -196,7 +199,7 @@ def minimum_detectable(
         one_seed("psr", "reward_slope"),
     )
 
-    # The paper's claims (eapo.study.paper).
+    # The paper's claims (paper.claims.yaml, group paper_claims).
     disjoint(
         "NSR keeps a higher entropy than PSR",
         "end-window entropy: nsr vs psr",

@@ -3,9 +3,10 @@
 The study trains GRPO, PSR, NSR, W-REINFORCE (w+ = 0.1) and EAPO (w0 = 0.2) from the same base model
 and seed(s), evaluates each on a held-out split with k samples per prompt, and writes — besides the
 sweep's ``comparison.md`` table and ``dynamics.png`` figure (it *is* an ``eapo sweep``: same runner,
-tables and skip-if-finished) — ``claims.md`` and ``claims.json``: for each claim of the paper
-(:mod:`eapo.study.claims`), whether it *held*, *did not hold*, or is *within noise* in this run, with the
-numbers and the rules that decided them (:mod:`eapo.study.stats`).
+tables and skip-if-finished) — ``claims.md`` and ``claims.json``: for each claim of its claims file
+(``study.claims``, default the paper's: ``configs/paper.claims.yaml``), whether it *held*, *did not hold*,
+or is *within noise* in this run, with the numbers and the rules that decided them (the engine:
+:mod:`eapo.study.claims`; the intervals: :mod:`eapo.study.stats`).
 
 ``study.runs`` replaces the five methods with labelled runs (:func:`study_runs`), e.g.::
 
@@ -16,12 +17,13 @@ numbers and the rules that decided them (:mod:`eapo.study.stats`).
         - {label: W-REINFORCE w+=0.05, method: w_reinforce, overrides: {w_pos: 0.05}, seeds: [0, 1]}
         - {label: Clip-higher, method: clip_higher, overrides: {algorithm.epsilon_high: 0.28}, seeds: [0, 1]}
 
-The claims find runs by method and effective weights (:func:`eapo.study.claims.run_role`), so the eight
-claims read the w+ = 0.1 / w0 = 0.2 runs whatever they are labelled. With such runs, ``claims.md`` also
-judges the paper's own sentences (:mod:`eapo.study.paper`), ``sensitivity.md`` shows every metric and
-both Avgs, and ``dynamics.png`` draws each configuration's mean over seeds with a band across them
-(:func:`write_study_tables`). A run whose weights are gone but whose committed small outputs are
-complete counts as finished (:func:`eapo.run_dir.training_finished`, :mod:`eapo.sweep.run`).
+The claims find runs by method and effective weights (:func:`eapo.study.roles.run_role`), so the paper's
+claims read the w+ = 0.1 / w0 = 0.2 runs whatever they are labelled. With such runs ``sensitivity.md``
+shows every metric and both Avgs, and ``dynamics.png`` draws each configuration's mean over seeds with a
+band across them (:func:`write_study_tables`). A run whose weights are gone but whose committed small
+outputs are complete counts as finished (:func:`eapo.run_dir.training_finished`, :mod:`eapo.sweep.run`).
+``eapo study --claims-only`` (:func:`rejudge_study`) judges a finished study's claims again from its runs
+and rewrites ``claims.md`` / ``claims.json`` alone.
 """
 
 from __future__ import annotations
@@ -39,23 +41,10 @@ import yaml
 
 from eapo.evaluation.settings import EvalSettings, default_scorers
 from eapo.run_dir import SUMMARY_FILE, atomic_write_text, cap_share, read_metrics, training_finished
-from eapo.study.claims import (
-    CLIPPED_KEY,
-    CUT_SHARE,
-    ENTROPY_BAND,
-    ENTROPY_KEY,
-    H0_KEY,
-    LENGTH_KEY,
-    STUDY_METHODS,
-    Claim,
-    MethodData,
-    assess_claims,
-    claims_markdown,
-    run_role,
-)
-from eapo.study.controls import assess_control_claims, control_claims_markdown
-from eapo.study.paper import assess_paper_claims, paper_claims_markdown
-from eapo.study.stats import Interval
+from eapo.study.claims import Assessment, Claim, ClaimsFile, assess
+from eapo.study.claims_file import ClaimsError, load_claims, resolve_claims, study_params
+from eapo.study.render import claims_markdown, claims_payload
+from eapo.study.roles import CLIPPED_KEY, H0_KEY, SERIES_KEYS, STUDY_METHODS, MethodData, run_role
 from eapo.sweep.manifest import MANIFEST, read_json
 from eapo.sweep.plan import WEIGHT_KEYS, SweepError, SweepRun, plan_runs
 from eapo.sweep.run import SweepReport, run_sweep
@@ -71,12 +60,15 @@ __all__ = [
     "collect_method_data",
     "write_study_tables",
     "run_study",
+    "rejudge_study",
 ]
 
 #: Their weights, set explicitly (not left to defaults): W-REINFORCE w+ = 0.1, EAPO w0 = 0.2.
 STUDY_GRIDS = ("w_reinforce.w_pos=0.1", "eapo.w0=0.2")
-#: ``study.claims``: the claims claims.md judges.
-CLAIM_SETS = ("paper", "controls")
+#: "Near H_0" and "stable" mean within ±10% (``study.entropy_band``).
+ENTROPY_BAND = 0.10
+#: "Not cut at the cap": at most 10% of the end window's completions hit max_completion_tokens.
+CUT_SHARE = 0.10
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,15 +88,16 @@ class StudySettings:
     eval_max_new_tokens: int | None = None  # response cap in evaluation (None: the run's)
     eval_batch_size: int | None = None  # prompts per generation call (None: eapo eval's default)
     backend: str = "auto"  # eval generation backend
+    # the study's numbers its claims file may name (eapo.study.claims_file.STUDY_PARAMS)
     window: float = 0.1  # fraction of steps in the start / end windows
-    entropy_band: float = ENTROPY_BAND  # claim 4's tolerance around H_0 (and the stable-entropy band)
+    entropy_band: float = ENTROPY_BAND  # the tolerance around H_0 of "near H_0" and "stable"
     max_clipped_share: float = (
         CUT_SHARE  # "not cut at the cap": at most this share of completions hit the cap
     )
     # labelled runs, each {label, method, overrides, seeds}; None: the paper's five methods x seeds
     runs: list[dict[str, Any]] | None = None
-    # which claims claims.md judges: "paper" (eapo.study.claims + eapo.study.paper) or "controls"
-    # (eapo.study.controls: the controls study's seven, docs/results/study-cpu-controls/plan.md)
+    # the claims file claims.md judges: a .yaml path relative to the study config (e.g.
+    # study_cpu_controls.claims.yaml), or a packaged one by name ("paper": configs/paper.claims.yaml)
     claims: str = "paper"
 
     def validate(self, where: str = "study") -> StudySettings:
@@ -120,21 +113,23 @@ class StudySettings:
             raise SweepError(f"{where}.entropy_band must be in (0, 1), got {self.entropy_band}")
         if not 0 < self.max_clipped_share < 1:
             raise SweepError(f"{where}.max_clipped_share must be in (0, 1), got {self.max_clipped_share}")
-        if self.claims not in CLAIM_SETS:
-            raise SweepError(f"{where}.claims must be one of {', '.join(CLAIM_SETS)}, got {self.claims!r}")
+        if not isinstance(self.claims, str) or not self.claims.strip():
+            raise SweepError(
+                f"{where}.claims must name a claims file (a .yaml path or a packaged name such as paper), "
+                f"got {self.claims!r}"
+            )
         if self.runs is not None:
             study_runs(self.runs, self.seeds, where=f"{where}.runs")  # raises on a bad entry
         return self
 
 
 def read_study_config(path: str | os.PathLike) -> tuple[StudySettings, dict[str, Any]]:
-    """Split a study config into its ``study:`` settings and the training config every run starts from."""
-    from eapo.config import ConfigError, read_config_tree
+    """Split a study config (a file or a packaged preset's name: ``study``, ``study_cpu``, ...) into its
+    ``study:`` settings and the training config every run starts from."""
+    from eapo.config import ConfigError, read_config_tree, resolve_config
 
-    path = Path(path)
-    if not path.exists():
-        raise SweepError(f"study config {path} does not exist (the preset is configs/study.yaml)")
     try:
+        path = resolve_config(path)
         tree = read_config_tree(path)
     except ConfigError as error:
         raise SweepError(str(error)) from None
@@ -149,7 +144,17 @@ def read_study_config(path: str | os.PathLike) -> tuple[StudySettings, dict[str,
         raise SweepError(f"{path}: unknown key study.{unknown[0]}; valid keys: {', '.join(sorted(known))}")
     if isinstance(section.get("seeds"), int):
         section["seeds"] = [section["seeds"]]
-    return StudySettings(**section).validate(f"{path}: study"), tree
+    settings = StudySettings(**section).validate(f"{path}: study")
+    study_claims(settings, path)  # a claims file that cannot be used is an error before anything runs
+    return settings, tree
+
+
+def study_claims(settings: StudySettings, config: str | os.PathLike) -> ClaimsFile:
+    """The claims file of ``settings.claims`` (resolved beside ``config``), checked."""
+    try:
+        return load_claims(resolve_claims(settings.claims, config))
+    except ClaimsError as error:
+        raise SweepError(str(error)) from None
 
 
 def plan_study(seeds: Sequence[int], runs: Sequence[Mapping[str, Any]] | None = None) -> list[SweepRun]:
@@ -176,7 +181,7 @@ def study_runs(
     points); the claims find runs by method and effective weights (:func:`eapo.study.claims.run_role`), not
     by label.
     """
-    from eapo.core import METHODS
+    from eapo.core import methods
 
     if not isinstance(entries, Sequence) or isinstance(entries, str) or not entries:
         raise SweepError(f"{where} must be a non-empty list of {{label, method, overrides, seeds}} mappings")
@@ -195,8 +200,8 @@ def study_runs(
         if label in labels:
             raise SweepError(f"{here}.label {label!r} is used twice; every run needs its own label")
         labels.add(label)
-        if method not in METHODS:
-            raise SweepError(f"{here}.method {method!r} is not a method; valid: {', '.join(METHODS)}")
+        if method not in methods():
+            raise SweepError(f"{here}.method {method!r} is not a method; valid: {', '.join(methods())}")
         overrides = entry.get("overrides") or {}
         if not isinstance(overrides, Mapping):
             raise SweepError(f"{here}.overrides must be a mapping like {{w_pos: 0.05}}, got {overrides!r}")
@@ -233,31 +238,23 @@ def study_runs(
 @dataclass
 class StudyReport:
     output_dir: Path
-    sweep: SweepReport
-    claims: list[Claim]
+    sweep: SweepReport | None  # None: --claims-only (nothing was run)
+    claims: dict[str, list[Claim]]  # each group of the claims file (claims.json's key) -> its claims
     files: list[Path]
     wall_time_s: float
-    paper_claims: list[Claim] = field(default_factory=list)  # eapo.study.paper: the paper's sentences
-
-
-#: The per-step metrics the claims read from each run (the controls' coefficients for the controls study).
-SERIES_KEYS = (
-    ENTROPY_KEY,
-    LENGTH_KEY,
-    "reward/mean",
-    "eapo/w_pos",
-    CLIPPED_KEY,
-    "entropic/alpha",
-    "entropy_control/coef",
-    "eapo/integral",
-)
+    assessment: Assessment | None = None
 
 
 def collect_method_data(
-    output_dir: Path, runs: Sequence[SweepRun], *, skip: Collection[str] = ()
+    output_dir: Path,
+    runs: Sequence[SweepRun],
+    *,
+    skip: Collection[str] = (),
+    keys: Sequence[str] = SERIES_KEYS,
 ) -> dict[str, MethodData]:
     """Read each planned run's metrics.jsonl and eval/results.json, grouped by configuration
-    (:func:`eapo.study.claims.run_role`: ``"eapo"``, ``"w_reinforce:w_pos=0.2"``, ...; seeds pooled).
+    (:func:`eapo.study.roles.run_role`: ``"eapo"``, ``"w_reinforce:w_pos=0.2"``, ...; seeds pooled), with
+    the series of the metrics ``keys``.
 
     An evaluation counts once its run's training finished (:func:`eapo.run_dir.training_finished`:
     ``final/`` exists, or — the weights gone — ``metrics.jsonl`` reached ``train.max_steps``).
@@ -275,7 +272,7 @@ def collect_method_data(
         d = data.setdefault(run_role(run.method, dict(run.weights)), MethodData())
         d.runs.append(run.name)
         if rows:
-            for key in SERIES_KEYS:
+            for key in dict.fromkeys(keys):
                 # the cap's share: eapo's stopped_by_cap where logged (TRL's clipped_ratio also counts a
                 # rollout ended by a stop string), else clipped_ratio (eapo.run_dir.cap_share)
                 values = [cap_share(row) if key == CLIPPED_KEY else row.get(key) for row in rows]
@@ -346,16 +343,6 @@ def _rollout_backends(output_dir: Path, runs: Sequence[SweepRun]) -> list[str]:
     return backends
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Interval):
-        return asdict(value)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def run_study(
     config: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -382,6 +369,7 @@ def run_study(
     output_dir = Path(output_dir)
     from_file, tree = read_study_config(config)
     settings = (settings or from_file).validate()
+    claims = study_claims(settings, config)
     runs = plan_study(settings.seeds, settings.runs)
 
     # The training config every run starts from: the study config without its study section, checked
@@ -424,7 +412,7 @@ def run_study(
     )
 
     incomplete = incomplete_configurations(output_dir, runs) if report_only else {}
-    data = collect_method_data(output_dir, runs, skip=incomplete)
+    data = collect_method_data(output_dir, runs, skip=incomplete, keys=[*SERIES_KEYS, *claims.metrics])
     study_files = write_study_tables(output_dir, runs)
     wall = time.time() - started
     backends = _rollout_backends(output_dir, runs)
@@ -461,32 +449,102 @@ def run_study(
             for role, (label, done, planned) in incomplete.items()
         },
     }
-    paper_claims: list[Claim] = []
-    if settings.claims == "controls":
-        claims, tables = assess_control_claims(data, window=settings.window)
-        markdown = control_claims_markdown(claims, tables, window=settings.window, context=context)
-        payload["claims"] = [_jsonable(asdict(claim)) for claim in claims]
-        payload["controls"] = _jsonable(tables)
-    else:
-        claims, table = assess_claims(data, window=settings.window, entropy_band=settings.entropy_band)
-        paper_claims, paper_tables = assess_paper_claims(
-            data,
-            window=settings.window,
-            entropy_band=settings.entropy_band,
-            max_clipped_share=settings.max_clipped_share,
-        )
-        markdown = claims_markdown(
-            claims, table, window=settings.window, entropy_band=settings.entropy_band, context=context
-        )
-        markdown += "\n" + paper_claims_markdown(paper_claims, paper_tables)
-        payload["claims"] = [_jsonable(asdict(claim)) for claim in claims]
-        payload["methods"] = _jsonable(table)
-        payload["paper_claims"] = [_jsonable(asdict(claim)) for claim in paper_claims]
-        payload["entropy_controls"] = _jsonable(paper_tables["entropy_controls"])
-    atomic_write_text(output_dir / "claims.md", markdown)
-    payload["configurations"] = {role: list(d.runs) for role, d in data.items()}
-    payload["manifest"] = MANIFEST
-    atomic_write_text(output_dir / "claims.json", json.dumps(payload, indent=2, default=str) + "\n")
+    assessment = _write_claims(output_dir, claims, data, settings, context, payload)
     files = [*sweep.files, *study_files, output_dir / "claims.md", output_dir / "claims.json"]
     echo(f"wrote {output_dir / 'claims.md'}")
-    return StudyReport(output_dir, sweep, list(claims), files, wall, list(paper_claims))
+    return StudyReport(output_dir, sweep, assessment.claims, files, wall, assessment)
+
+
+#: The keys of claims.json that record the invocation that wrote it (the rest is the claims' own).
+RECORD_KEYS = ("config", "settings", "wall_time_s", "backends", "report_only", "incomplete")
+
+
+def _write_claims(
+    output_dir: Path,
+    claims: ClaimsFile,
+    data: Mapping[str, MethodData],
+    settings: StudySettings,
+    context: Sequence[str],
+    record: Mapping[str, Any],
+) -> Assessment:
+    """Judge ``claims`` over ``data`` and write claims.md (``context`` under its title) and claims.json
+    (``record``, then the claims file's layout, the configurations read and the manifest's name)."""
+    assessment = assess(
+        claims, data, study_params(settings.window, settings.entropy_band, settings.max_clipped_share)
+    )
+    atomic_write_text(output_dir / "claims.md", claims_markdown(claims, assessment, context))
+    payload = {
+        **record,
+        **claims_payload(claims, assessment),
+        "configurations": {role: list(d.runs) for role, d in data.items()},
+        "manifest": MANIFEST,
+    }
+    atomic_write_text(output_dir / "claims.json", json.dumps(payload, indent=2, default=str) + "\n")
+    return assessment
+
+
+def _context_of(markdown: str) -> list[str]:
+    """The context lines of a claims.md: those between its title and the first blank line after it."""
+    lines = markdown.split("\n")
+    if len(lines) < 3 or not lines[0].startswith("# ") or lines[1]:
+        return []
+    context = []
+    for line in lines[2:]:
+        if not line:
+            break
+        context.append(line)
+    return context
+
+
+def rejudge_study(
+    config: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    settings: StudySettings | None = None,
+    echo: Callable[[str], None] = print,
+) -> StudyReport:
+    """``eapo study --claims-only``: judge a study's claims again, from its finished runs, by its claims file
+    as it is now, and rewrite ``claims.md`` / ``claims.json`` (nothing else: no run, table or figure).
+
+    What the invocation that ran the study recorded — ``claims.json``'s :data:`RECORD_KEYS` (its config,
+    settings, wall time, backends, interim state) and the context lines under ``claims.md``'s title — is
+    kept as written; the claims, their tables and the configurations read are computed again. As
+    ``--report-only``, a configuration counts once all its planned runs have finished; if that set differs
+    from the one ``claims.json`` recorded, the runs changed since, and this refuses (write a new report with
+    ``eapo study --report-only``).
+    """
+    started = time.time()
+    output_dir = Path(output_dir)
+    from_file, _ = read_study_config(config)
+    settings = (settings or from_file).validate()
+    claims = study_claims(settings, config)
+    written_json, written_md = output_dir / "claims.json", output_dir / "claims.md"
+    if not written_json.is_file() or not written_md.is_file():
+        raise SweepError(
+            f"--claims-only: {output_dir} holds no claims.json and claims.md to rewrite; run eapo study (or "
+            "eapo study --report-only) first"
+        )
+    try:
+        previous = json.loads(written_json.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise SweepError(f"{written_json}: not valid JSON ({error})") from None
+    if not isinstance(previous, dict):
+        raise SweepError(f"{written_json}: expected a JSON object")
+    runs = plan_study(settings.seeds, settings.runs)
+    incomplete = incomplete_configurations(output_dir, runs)
+    recorded = previous.get("incomplete") or {}
+    if set(incomplete) != set(recorded):
+        now = ", ".join(sorted(incomplete)) or "none"
+        then = ", ".join(sorted(recorded)) or "none"
+        raise SweepError(
+            f"--claims-only: the runs of {output_dir} changed since {written_json} was written (configurations "
+            f"not complete then: {then}; now: {now}); write a new report with eapo study --report-only"
+        )
+    data = collect_method_data(output_dir, runs, skip=incomplete, keys=[*SERIES_KEYS, *claims.metrics])
+    context = _context_of(written_md.read_text(encoding="utf-8"))
+    record = {key: previous[key] for key in RECORD_KEYS if key in previous}
+    assessment = _write_claims(output_dir, claims, data, settings, context, record)
+    echo(f"wrote {written_md} and {written_json} (claims judged again; the run record kept)")
+    return StudyReport(
+        output_dir, None, assessment.claims, [written_md, written_json], time.time() - started, assessment
+    )

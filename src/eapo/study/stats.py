@@ -5,7 +5,7 @@ returns an :class:`Interval` (``None`` when there is too little to measure), and
 intervals and returns :data:`HELD`, :data:`NOT_HELD`, :data:`WITHIN_NOISE` or :data:`NOT_MEASURED`.
 A verdict can only say *held* when an interval clears its rule: noise alone gives *within noise* (or,
 with intervals that clear the other way, *did not hold*). The claims that use them are in
-:mod:`eapo.study.claims` (the first eight) and :mod:`eapo.study.paper` (the paper's sentences).
+the claims engine (:mod:`eapo.study.claims`), which judges the claims files.
 
 Intervals (95%):
 

@@ -50,11 +50,11 @@ configuration), :mod:`eapo.sweep.tables` (the tables and the figure).
 from eapo.sweep.manifest import MANIFEST, read_json, update_manifest
 from eapo.sweep.plan import (
     GRID_KEYS,
-    GRID_TARGETS,
     WEIGHT_KEYS,
     GridAxis,
     SweepError,
     SweepRun,
+    grid_targets,
     parse_grid,
     plan_runs,
 )
@@ -75,7 +75,7 @@ from eapo.sweep.tables import (
 __all__ = [
     # plan
     "GRID_KEYS",
-    "GRID_TARGETS",
+    "grid_targets",
     "WEIGHT_KEYS",
     "GridAxis",
     "SweepRun",

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eapo.core import METHODS, WEIGHT_SETTINGS, WEIGHTING_SCHEMES, method_scheme
+from eapo.core import WEIGHT_SETTINGS, WEIGHTING_SCHEMES, method_scheme
+from eapo.core import methods as registered_methods
 from eapo.evaluation.labels import method_label
 
 #: Every per-method weighting key of ``algorithm`` (dropped for methods that do not take them):
@@ -19,14 +20,12 @@ from eapo.evaluation.labels import method_label
 WEIGHT_KEYS: tuple[str, ...] = tuple(WEIGHT_SETTINGS)
 #: Weights a grid can vary: the float weights (``anchor_steps`` counts steps, not a weight).
 GRID_KEYS: tuple[str, ...] = tuple(key for key, spec in WEIGHT_SETTINGS.items() if spec.type is float)
-#: The methods an unscoped ``--grid KEY=...`` varies (see :mod:`eapo.sweep`).
-GRID_TARGETS: dict[str, tuple[str, ...]] = {
-    "w_pos": ("w_reinforce",),
-    "w_neg": ("w_reinforce",),
-    "w0": ("eapo",),
-    "w_min": ("eapo",),
-    "w_max": ("eapo",),
-}
+
+
+def grid_targets(key: str) -> tuple[str, ...]:
+    """The methods an unscoped ``--grid KEY=...`` varies: the schemes whose registration lists ``KEY`` in its
+    :attr:`eapo.core.Scheme.grid` (see :mod:`eapo.sweep`)."""
+    return tuple(name for name, scheme in WEIGHTING_SCHEMES.items() if key in scheme.grid)
 
 
 class SweepError(ValueError):
@@ -65,15 +64,23 @@ def parse_grid(spec: str) -> GridAxis:
     if any(not math.isfinite(v) or v < 0 for v in values):
         raise SweepError(f"--grid {spec!r}: weights must be finite and >= 0")
     if method:
-        if method not in METHODS:
-            raise SweepError(f"--grid {spec!r}: unknown method {method!r}; valid: {', '.join(METHODS)}")
-        accepted = WEIGHTING_SCHEMES[method_scheme(method)][1]
+        if method not in registered_methods():
+            raise SweepError(
+                f"--grid {spec!r}: unknown method {method!r}; valid: {', '.join(registered_methods())}"
+            )
+        accepted = WEIGHTING_SCHEMES[method_scheme(method)].accepts
         if key not in accepted:
             raise SweepError(
                 f"--grid {spec!r}: method {method!r} does not take {key}; it accepts {', '.join(accepted)}"
             )
         return GridAxis(key, values, (method,), scoped=True)
-    return GridAxis(key, values, GRID_TARGETS[key])
+    targets = grid_targets(key)
+    if not targets:
+        raise SweepError(
+            f"--grid {spec!r}: no method varies {key} unscoped; scope it to a method that takes it "
+            f"(e.g. --grid {next(n for n, s in WEIGHTING_SCHEMES.items() if key in s.accepts)}.{target}=...)"
+        )
+    return GridAxis(key, values, targets)
 
 
 @dataclass(frozen=True)
@@ -133,9 +140,9 @@ def plan_runs(
     methods = list(dict.fromkeys(methods))
     if not methods:
         raise SweepError("--methods is empty; e.g. --methods grpo,psr,nsr,w_reinforce,eapo")
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in registered_methods()]
     if unknown:
-        raise SweepError(f"--methods: unknown {unknown}; valid: {', '.join(METHODS)}")
+        raise SweepError(f"--methods: unknown {unknown}; valid: {', '.join(registered_methods())}")
     axes = [parse_grid(g) if isinstance(g, str) else g for g in grids]
     for axis in axes:
         if not set(axis.methods) & set(methods):

@@ -27,6 +27,7 @@ from eapo.config import (
     load_config,
     parse_overrides,
     read_config_tree,
+    resolve_config,
 )
 from eapo.core import WEIGHTING_SCHEMES, method_scheme
 from eapo.evaluation.settings import EvalSettings
@@ -139,7 +140,7 @@ def _configure_runs(
         raise SweepError(f"base config: {error}") from None
     for key in WEIGHT_KEYS:
         if key in override_algorithm and not any(
-            key in WEIGHTING_SCHEMES[method_scheme(m)][1] for m in {r.method for r in runs}
+            key in WEIGHTING_SCHEMES[method_scheme(m)].accepts for m in {r.method for r in runs}
         ):
             raise SweepError(
                 f"override algorithm.{key}={override_algorithm[key]} applies to none of the methods "
@@ -150,7 +151,7 @@ def _configure_runs(
     }
     configured: dict[str, _ConfiguredRun] = {}
     for run in runs:
-        accepted = WEIGHTING_SCHEMES[method_scheme(run.method)][1]
+        accepted = WEIGHTING_SCHEMES[method_scheme(run.method)].accepts
         dropped = [f"algorithm.{key}=null" for key in sorted(set_weights - set(accepted))]
         run_overrides = [*overrides, *dropped, *run.overrides]
         try:
@@ -374,7 +375,7 @@ def run_sweep(
     """Train and evaluate every planned configuration, then write the tables and the figure.
 
     Args:
-        base_config: the training config every run starts from.
+        base_config: the training config every run starts from (a file or a packaged preset's name).
         output_dir: the sweep directory (see :mod:`eapo.sweep`).
         methods, grids, seeds: what to run (see :func:`plan_runs`).
         overrides: ``key=value`` applied to every run (and to the base model's evaluation config).
@@ -394,7 +395,10 @@ def run_sweep(
             one stopped part way). Runs not finished yet are left out of the tables, as they are while
             a sweep runs; the directory must hold a manifest.
     """
-    base_config = Path(base_config)
+    try:
+        base_config = resolve_config(base_config)
+    except ConfigError as error:
+        raise SweepError(f"base config: {error}") from None
     output_dir = Path(output_dir)
     eval_options = eval_options or EvalSettings()
     runner = runner or SubprocessRunner()

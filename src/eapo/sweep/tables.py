@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eapo.core import WEIGHT_SETTINGS, WEIGHTING_SCHEMES, method_scheme
 from eapo.evaluation.labels import METHOD_NAMES, METHOD_ORDER, effective_weights, method_label
 from eapo.evaluation.metrics import MAIN_AVG, avg_columns, metric_keys
 from eapo.evaluation.report import (
@@ -25,7 +26,6 @@ from eapo.evaluation.report import (
     stand_in_columns,
     stand_in_mark,
     table_notes,
-    upgrade_results,
 )
 from eapo.rewards.registry import eval_columns
 from eapo.run_dir import atomic_write_text
@@ -42,8 +42,11 @@ def paper_weight_columns() -> tuple[str, ...]:
 
 #: The fixed-weight table's named rows, in the paper's order (W-REINFORCE follows in blocks).
 FIXED_ROWS = ("psr", "nsr", "grpo")
-#: How the tables write each grid weight.
-_SYMBOLS = {"w_pos": "w+", "w_neg": "w−", "w0": "w0", "w_min": "w_min", "w_max": "w_max"}
+
+
+def _symbol(key: str) -> str:
+    """How the tables write a weight: its declared symbol (eapo.core.Setting.symbol)."""
+    return WEIGHT_SETTINGS[key].shown_as if key in WEIGHT_SETTINGS else key
 
 
 @dataclass
@@ -92,14 +95,12 @@ def collect_entries(
         seen.add((key, record.get("seed")))
         label = tag if tag is not None else method_label(method, record.get("weights"))
         entry = grouped.setdefault(key, Entry(name, method, label, weights, []))
-        entry.results.append(upgrade_results(results))
+        entry.results.append(results)
         entry.runs.append(name)
     entries = sorted(grouped.values(), key=_sort_key)
     base = read_json(output_dir / "base" / "results.json") if include_base else None
     if base is not None:
-        entries.insert(
-            0, Entry("base", None, "Base model (before training)", {}, [upgrade_results(base)], ["base"])
-        )
+        entries.insert(0, Entry("base", None, "Base model (before training)", {}, [base], ["base"]))
     return entries
 
 
@@ -242,8 +243,9 @@ def sensitivity_blocks(entries: Sequence[Entry]) -> list[tuple[str, str, str, li
                 if len({value for value, _ in members}) < 2:
                     continue
                 defaults = effective_weights(method)
-                shown = [(k, v) for k, v in rest if method == "w_reinforce" or v != defaults.get(k)]
-                fixed = ", ".join(f"{_SYMBOLS.get(k, k)}={v:g}" for k, v in shown)
+                always = WEIGHTING_SCHEMES[method_scheme(method)].shown  # W-REINFORCE: w+ and w−
+                shown = [(k, v) for k, v in rest if k in always or v != defaults.get(k)]
+                fixed = ", ".join(f"{_symbol(k)}={v:g}" for k, v in shown)
                 blocks.append((method, key, fixed, sorted(members, key=lambda item: item[0])))
     return blocks
 
@@ -294,13 +296,13 @@ def sensitivity_table(
     rows: list[list[str]] = []
     csv_rows: list[list[Any]] = []
     for (method, key, fixed), by_data in merged.items():
-        title = f"*{METHOD_NAMES.get(method, method)}, {_SYMBOLS[key]} varied" + (
+        title = f"*{METHOD_NAMES.get(method, method)}, {_symbol(key)} varied" + (
             f" ({fixed})*" if fixed else "*"
         )
         rows.append([title] + [""] * len(columns))
         values = sorted({value for members in by_data.values() for value in members})
         for value in values:
-            row = [f"{_SYMBOLS[key]}={value:g}"]
+            row = [f"{_symbol(key)}={value:g}"]
             for name, column in columns:
                 entry = by_data.get(name, {}).get(value)
                 row.append(_cell(*_summary(entry, column)) if entry is not None else "–")
@@ -391,7 +393,7 @@ def fixed_weight_table(entries: Sequence[Entry]) -> tuple[str, str]:
             continue  # a grid over PSR/NSR/GRPO weights is W-REINFORCE by another name; listed above
         direction = "P/N ↓" if key == "w_neg" else "P/N ↑"
         name = METHOD_NAMES.get(method, method)
-        blocks.append((f"{name}, {direction} ({held}, {_SYMBOLS[key]} varied)", [e for _, e in members]))
+        blocks.append((f"{name}, {direction} ({held}, {_symbol(key)} varied)", [e for _, e in members]))
         placed.update(id(e) for _, e in members)
     others = [e for e in fixed if e.method not in FIXED_ROWS and id(e) not in placed]
     if others:

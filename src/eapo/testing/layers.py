@@ -24,8 +24,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 #: Neither engine imports the other.
 SIDE_BY_SIDE = ("eapo.engines.trl", "eapo.engines.verl")
-#: Outside the pipeline: the package root (a lazy facade over the TRL engine) and the test helpers.
-APART = ("eapo", "eapo.testing")
+#: Outside the pipeline: the package root (a lazy facade over the TRL engine), the plugin loader it runs
+#: (:mod:`eapo.plugins`, which imports no eapo module) and the test helpers.
+APART = ("eapo", "eapo.plugins", "eapo.testing")
 
 DEFAULT_SRC = Path(__file__).resolve().parents[2]
 

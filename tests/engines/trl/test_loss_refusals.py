@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from eapo.engines.trl.entropy_control import (
-    LOSS_ONLY_OPTIONS,
-    EntropyControlSettings,
-    options_eapo_loss_drops,
-)
+from eapo.engines.trl.entropy_control import LOSS_ONLY_OPTIONS, options_eapo_loss_drops
 
 CPU = {"use_cpu": True}
 
@@ -50,7 +46,7 @@ def test_loss_type_and_the_routers_loss_are_named_and_the_defaults_drop_nothing(
     assert router.startswith("router_aux_loss_coef=None (the mixture-of-experts router's load-balancing loss")
 
 
-def _trainer(tmp_path, args, entropy_control):
+def _trainer(tmp_path, args):
     from test_trl_config import _dataset, _length_reward
 
     from eapo import EAPOTrainer
@@ -61,7 +57,6 @@ def _trainer(tmp_path, args, entropy_control):
         reward_funcs=_length_reward,
         args=args,
         train_dataset=_dataset(),
-        entropy_control=entropy_control,
     )
 
 
@@ -70,16 +65,16 @@ def _options(**kwargs):
 
 
 @pytest.mark.parametrize(
-    "control",
-    [EntropyControlSettings(loss_mode="clip_cov"), EntropyControlSettings(entropic=True)],
-    ids=["clip_cov", "entropic"],
+    "control", [{"loss_mode": "clip_cov"}, {"entropic": True}], ids=["clip_cov", "entropic"]
 )
 def test_eapo_trainer_refuses_at_construction_each_option_its_loss_would_drop(control, tmp_path):
     """A TRL script (not eapo train, whose config refuses the bonus earlier): Clip-Cov's loss, or EntroPIC's
     weights in eapo's loss, with three options only TRL's loss applies: one error names all three."""
-    args = _args(tmp_path, **_options(entropy_coef=0.01, delta=1.5, importance_sampling_level="sequence"))
+    args = _args(
+        tmp_path, **control, **_options(entropy_coef=0.01, delta=1.5, importance_sampling_level="sequence")
+    )
     with pytest.raises(ValueError, match="EAPOTrainer forms the policy loss itself here") as refused:
-        _trainer(tmp_path, args, control)
+        _trainer(tmp_path, args)
     message = str(refused.value)
     for named in (
         "entropy_coef=0.01 (TRL's entropy bonus",
@@ -93,7 +88,10 @@ def test_eapo_trainer_refuses_at_construction_each_option_its_loss_would_drop(co
 def test_the_defaults_build_and_trls_own_loss_keeps_its_options(tmp_path):
     """Clip-Cov with EAPOConfig's defaults builds; the entropy bonus and delta without a loss eapo forms
     build too (TRL's loss applies them)."""
-    clip_cov = _trainer(tmp_path, _args(tmp_path, **_options()), EntropyControlSettings(loss_mode="clip_cov"))
+    clip_cov = _trainer(tmp_path, _args(tmp_path, loss_mode="clip_cov", **_options()))
     assert clip_cov._eapo_runs_the_loss()
-    trls = _trainer(tmp_path, _args(tmp_path, **_options(entropy_coef=0.01, delta=1.5)), None)
+    assert _trainer(
+        tmp_path, _args(tmp_path, method="clip_cov", **_options())
+    )._eapo_runs_the_loss()  # preset
+    trls = _trainer(tmp_path, _args(tmp_path, **_options(entropy_coef=0.01, delta=1.5)))
     assert not trls._eapo_runs_the_loss() and trls.args.delta == 1.5

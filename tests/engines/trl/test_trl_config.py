@@ -42,7 +42,8 @@ def test_eapo_config_defaults_are_paper_rjua_yaml_objective():
     assert (args.method, args.split_by, args.entropy_agg) == ("eapo", "mean", "token-mean")
     # the weighting the defaults build is the preset's (w0 0.2, w in [0, 2], w- 1, H_0 from step 1)
     ours = args.make_weighting()
-    assert repr(ours) == repr(make_weighting(a.method, **a.weighting_overrides()))
+    assert repr(ours) == repr(a.resolved().make_weighting()) == repr(make_weighting(a.method))
+    assert args.algorithm == a.resolved()  # one value: EAPOConfig's and the YAML's agree
     assert (ours.w0, ours.w_min, ours.w_max, ours.w_neg) == (0.2, 0.0, 2.0, 1.0)
     # ... and TRL's own defaults are not the paper's objective (why EAPOConfig exists)
     trl = {name: f.default for name, f in GRPOConfig.__dataclass_fields__.items()}
@@ -145,7 +146,8 @@ def test_grpo_args_returns_an_eapo_config_built_from_the_tree(tmp_path):
         0.0,  # unset: resolved to the scheme's default, the value the run uses
         "seq-mean-token-mean",
     )
-    assert args.weighting_overrides() == {
+    assert args.algorithm is config.algorithm.resolved()  # the tree's value, held (not resolved again)
+    assert dict(args.algorithm.weights) == {
         "w0": 0.5,
         "w_min": 0.0,
         "w_max": 1.5,

@@ -304,6 +304,8 @@ def test_the_actor_trained_on_the_papers_objective(run):
     for expected in (
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
         "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        "actor_rollout_ref.actor.clip_ratio_c=1000000000.0",  # no dual clip: the paper's PPO-clip
+        "data.truncation=error",  # the questions were cut to fit; eapo's agent loop refuses a longer prompt
         "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.rollout.dtype=float32",
         "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
@@ -458,7 +460,7 @@ def adaptive_coefficients(run_dir: Path, entropies: list[float]) -> list[float]:
     from eapo.config import load_config
     from eapo.core import AdaptiveEntropyCoef
 
-    values = load_config(run_dir / "config.yaml").algorithm.control_values()
+    values = load_config(run_dir / "config.yaml").algorithm.resolved().control_values()
     controller = AdaptiveEntropyCoef(
         coef=values["entropy_coef"],
         delta=values["entropy_coef_delta"],

@@ -7,6 +7,7 @@ with the loss eapo.core's functions give, and resume restores the adaptive coeff
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,7 +26,7 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.metric import Metric  # noqa: E402
 from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
-from eapo.core import make_weighting, polarity_weighted_advantages  # noqa: E402
+from eapo.core import Algorithm, make_weighting, ppo_clip_per_token  # noqa: E402
 from eapo.core.controls import (  # noqa: E402
     ENTROPY_CONTROLS,
     clip_cov_policy_loss,
@@ -33,14 +34,16 @@ from eapo.core.controls import (  # noqa: E402
     top_entropy_mask,
 )
 from eapo.core.step import grouped_polarity_advantages  # noqa: E402
-from eapo.engines.verl import EapoSettings, EAPOVerlTrainer  # noqa: E402
+from eapo.engines.verl import EAPOVerlTrainer  # noqa: E402
 from eapo.engines.verl.entropy_control import (  # noqa: E402
     CONTROL_INPUTS_KEY,
     WEIGHTED_LOSS_MODE,
-    EntropyControls,
     compute_policy_loss_token_weights,
+    controls_active,
     entropy_control_loss,
 )
+from eapo.engines.verl.launch import NO_DUAL_CLIP  # noqa: E402
+from eapo.engines.verl.settings import algorithm_for_estimator, algorithm_for_trainer  # noqa: E402
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 
@@ -189,21 +192,24 @@ ACCEPTED_KEYS = (
 def test_every_preset_is_covered():
     import dataclasses
 
-    from eapo.engines.verl.settings import CONTROL_KEYS, SETTING_KEYS
+    from eapo.core import CONTROL_SETTINGS
+    from eapo.engines.verl.settings import setting_keys
 
     assert set(PRESET_OPTIONS) == set(ENTROPY_CONTROLS)
-    assert SETTING_KEYS == ACCEPTED_KEYS
-    # the controls are defined once (EntropyControls); EapoSettings holds them, resolved
-    assert CONTROL_KEYS == tuple(f.name for f in dataclasses.fields(EntropyControls))
-    fields = tuple(f.name for f in dataclasses.fields(EapoSettings))
+    assert setting_keys() == ACCEPTED_KEYS
+    # the controls are declared once (eapo.core); the one resolved value holds them
+    assert tuple(Algorithm.resolve("eapo", objective=False).controls) == tuple(CONTROL_SETTINGS)
+    fields = tuple(f.name for f in dataclasses.fields(Algorithm))
     assert fields == (
         "method",
+        "scheme",
         "weights",
         "split_by",
         "quantile_k",
         "quantile_method",
         "entropy_agg",
         "controls",
+        "objective",
     )
     assert sum(len(row) for row in TOKENS) == N_TOKENS
 
@@ -211,7 +217,7 @@ def test_every_preset_is_covered():
 @pytest.mark.parametrize("method", sorted(PRESET_OPTIONS))
 def test_preset_reaches_verls_actor_config(method, verl_config):
     trainer = EAPOVerlTrainer(preset_config(verl_config, method))
-    assert (trainer.settings.scheme, trainer.settings.estimator) == ("grpo", "eapo_grpo")
+    assert (trainer.algorithm.scheme, trainer.estimator) == ("grpo", "eapo_grpo")
     assert trainer.weighting.weights(None) == (1.0, 1.0)
     actor = trainer.config.actor_rollout_ref.actor
     for option, value in PRESET_OPTIONS[method].items():
@@ -232,7 +238,7 @@ def test_preset_reaches_verls_actor_config(method, verl_config):
         "entropic": ("entropic",),
     }.get(method, ())
     assert loss_fn.keywords["controls"] == expected
-    assert loss_fn.keywords["settings"] == trainer.controls.resolved_values()
+    assert loss_fn.keywords["settings"] == trainer.algorithm.control_values()
 
 
 def test_keys_set_beside_a_preset_win_and_are_mapped(verl_config):
@@ -243,7 +249,9 @@ def test_keys_set_beside_a_preset_win_and_are_mapped(verl_config):
         1e-3,
         0.3,
     )
-    assert trainer.controls.verl_overrides() == [
+    from eapo.engines.verl.entropy_control import verl_overrides
+
+    assert verl_overrides(trainer.algorithm) == [
         "actor_rollout_ref.actor.clip_ratio_high=0.3",
         "actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
         "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.001",
@@ -255,7 +263,7 @@ def test_keys_set_beside_a_preset_win_and_are_mapped(verl_config):
 def test_plain_eapo_leaves_verls_options_and_loss_alone(verl_config):
     before = OmegaConf.to_container(verl_config.actor_rollout_ref.actor)
     trainer = EAPOVerlTrainer(verl_config)
-    assert not trainer.controls.active and trainer.verl_options == {}
+    assert not controls_active(trainer.algorithm) and trainer.verl_options == {}
     assert OmegaConf.to_container(trainer.config.actor_rollout_ref.actor) == before
 
 
@@ -401,10 +409,10 @@ def test_refused_where_verl_cannot_run_them(verl_config):
     with pytest.raises(
         ValueError, match=r"entropy control \(clip_cov\), which only the eapo trainer applies"
     ):
-        EapoSettings.for_estimator("eapo_grpo", {"eapo": {"method": "clip_cov"}})
+        algorithm_for_estimator("eapo_grpo", {"eapo": {"method": "clip_cov"}})
     with pytest.raises(ValueError, match=r"entropy control \(\['epsilon_high'\]\)"):
-        EapoSettings.for_estimator("psr", {"eapo": {"epsilon_high": 0.28}})
-    assert EapoSettings.for_estimator("eapo_grpo", {}).build_weighting().weights(None) == (1.0, 1.0)
+        algorithm_for_estimator("psr", {"eapo": {"epsilon_high": 0.28}})
+    assert algorithm_for_estimator("eapo_grpo", {}).make_weighting().weights(None) == (1.0, 1.0)
 
 
 def test_eapo_token_weights_is_not_selected_by_hand():
@@ -467,7 +475,9 @@ def test_top_entropy_mask_and_step_coefficient_in_the_loss_by_hand():
         extra={CONTROL_INPUTS_KEY: json.dumps({"adaptive_entropy": {"entropy_coef": 0.1}})},
     )
     config = actor_config(calculate_entropy=True)
-    settings = EntropyControls(adaptive_entropy=True, top_entropy_quantile=0.4).resolved_values()
+    settings = Algorithm.resolve(
+        "eapo", {"adaptive_entropy": True, "top_entropy_quantile": 0.4}
+    ).control_values()
     loss, metrics = entropy_control_loss(
         config, model_output, data, controls=("adaptive_entropy", "top_entropy"), settings=settings
     )
@@ -531,7 +541,7 @@ def test_entropic_weights_in_the_loss_by_hand():
         extra={CONTROL_INPUTS_KEY: json.dumps({"entropic": {"entropic_alpha": 0.5}})},
     )
     del model_output["entropy"]  # EntroPIC needs none (calculate_entropy stays False)
-    settings = EntropyControls(entropic=True, entropic_threshold=0.5).resolved_values()
+    settings = Algorithm.resolve("eapo", {"entropic": True, "entropic_threshold": 0.5}).control_values()
     config = actor_config()
     loss, metrics = entropy_control_loss(
         config, model_output, data, controls=("entropic",), settings=settings
@@ -582,14 +592,16 @@ def test_adaptive_coefficient_by_hand(verl_config, in_memory_tq):
 
 
 def test_settings_equality_and_defaults(verl_config):
-    settings = EapoSettings.from_algorithm_config(preset_config(verl_config, "top_entropy").algorithm)
-    assert settings == EapoSettings(method="top_entropy", controls=EntropyControls(top_entropy_quantile=0.2))
-    composed = EapoSettings.from_algorithm_config(
+    algorithm = algorithm_for_trainer(preset_config(verl_config, "top_entropy").algorithm)
+    assert algorithm == Algorithm.resolve("top_entropy", objective=False)
+    assert algorithm.set_controls() == {"top_entropy_quantile": 0.2}  # the preset's, nothing else set
+    composed = algorithm_for_trainer(
         {"adv_estimator": "eapo", "eapo": {"epsilon_high": 0.28, "top_entropy_quantile": 0.5}}
     )
-    assert composed == EapoSettings(
-        method="eapo", controls=EntropyControls(epsilon_high=0.28, top_entropy_quantile=0.5)
+    assert composed == Algorithm.resolve(
+        "eapo", {"epsilon_high": 0.28, "top_entropy_quantile": 0.5}, objective=False
     )
+    assert composed.set_controls() == {"epsilon_high": 0.28, "top_entropy_quantile": 0.5}
 
 
 # --- (d, e) a short CPU training per preset, and composed with eapo's weighting -------------------
@@ -739,25 +751,13 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None, quantile_k=Non
     """The loss of one recorded call from eapo.core's functions alone (and verl's agg_loss); ``quantile_k``:
     QAE's split (the group's K-quantile as baseline and split) instead of the mean."""
     mask = padded([[1.0] * len(row) for row in TOKENS]).bool()  # [B, T]
-    order = [0, 2, 4, 6, 1, 3, 5, 7]
-    if quantile_k is None:
-        weighted, _ = polarity_weighted_advantages(torch.tensor([SCORES[i] for i in order]), 4, w_pos, w_neg)
-    else:
-        weighted, _, _ = grouped_polarity_advantages(
-            torch.tensor([SCORES[i] for i in order]),
-            [0] * 4 + [1] * 4,
-            w_pos,
-            w_neg,
-            by="quantile",
-            quantile_k=quantile_k,
-        )
-    advantages = torch.empty(8)
-    advantages[torch.tensor(order)] = weighted
+    split = {} if quantile_k is None else {"by": "quantile", "quantile_k": quantile_k}
+    advantages, _, _ = grouped_polarity_advantages(torch.tensor(SCORES), UIDS, w_pos, w_neg, **split)
     advantages = advantages[:, None] * mask  # [B, T]
     logp, old_logp = call["logp"], call["old_logp"]
     actor = trainer.config.actor_rollout_ref.actor
     low, high = actor.clip_ratio_low, actor.clip_ratio_high if clip_high is None else clip_high
-    controls = trainer.controls
+    controls = SimpleNamespace(**trainer.algorithm.controls)  # None: unset
     torch.set_rng_state(call["rng"])
     if controls.loss_mode == "clip_cov":
         per_token, _ = clip_cov_policy_loss(
@@ -780,10 +780,8 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None, quantile_k=Non
             kl_cov_ratio=controls.kl_cov_ratio,
             ppo_kl_coef=controls.ppo_kl_coef,
         )
-    else:  # vanilla: the PPO-clip surrogate, dual clip (c = 3) for A < 0
-        ratio = torch.exp(logp - old_logp)
-        clipped = torch.maximum(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - low, 1 + high))
-        per_token = torch.where(advantages < 0, torch.minimum(-advantages * 3.0, clipped), clipped)
+    else:  # vanilla: the paper's PPO-clip surrogate (dual clip off, as eapo's launch sets it)
+        per_token = ppo_clip_per_token(logp, old_logp, advantages, clip_low=low, clip_high=high)
     if controls.top_entropy_quantile is not None:
         per_token = per_token * top_entropy_mask(call["entropy"], mask, controls.top_entropy_quantile)
     if controls.entropic:  # EntroPIC: 1 ± α on tokens with π > threshold, α from the step's controller input
@@ -799,7 +797,9 @@ def expected_loss(call, trainer, w_pos, w_neg, *, clip_high=None, quantile_k=Non
 
 
 def train(trainer, queue, steps: int, policy: TinyPolicy):
-    """``steps`` of: rollouts → advantage step → actor update (two epochs: ρ ≠ 1 on the second)."""
+    """``steps`` of: rollouts → advantage step → actor update (two epochs: ρ ≠ 1 on the second), with
+    verl's dual clip off as ``eapo train --engine verl`` sets it."""
+    trainer.config.actor_rollout_ref.actor.clip_ratio_c = NO_DUAL_CLIP
     trainer.config.actor_rollout_ref.actor.ppo_epochs = 2
     trainer.config.actor_rollout_ref.actor.ppo_mini_batch_size = 2  # × n = 4: the whole batch, one update
     trainer.actor_rollout_wg = TinyActorWorkerGroup(queue, policy)
@@ -928,7 +928,7 @@ def test_controls_compose_with_eapo_weighting(verl_config, in_memory_tq):
     verl_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = 2
     verl_config.algorithm.eapo = {"epsilon_high": 0.28, "top_entropy_quantile": 0.5, "entropy_coef": 0.02}
     trainer = EAPOVerlTrainer(verl_config)
-    assert trainer.settings.method == "eapo"
+    assert trainer.algorithm.method == "eapo"
     actor = trainer.config.actor_rollout_ref.actor
     assert (actor.clip_ratio_high, actor.entropy_coeff, actor.calculate_entropy) == (0.28, 0.02, True)
     history = train(trainer, in_memory_tq, 2, TinyPolicy(seed=1))

@@ -17,8 +17,10 @@ from verl.trainer.ppo.core_algos import get_adv_estimator_fn  # noqa: E402
 import eapo.engines.verl  # noqa: E402, F401  (the plugin; verl also loads it via the entry point)
 from eapo.core import (  # noqa: E402
     EAPOStep,
+    group_advantages,
     make_weighting,
-    polarity_weighted_advantages,  # noqa: E402
+    positive_mask,
+    weight_advantages,
 )
 from eapo.engines.verl import step_call  # noqa: E402
 
@@ -43,6 +45,13 @@ def outcome_batch(scores: list[float], lengths: list[int]) -> tuple[torch.Tensor
     return rewards, mask
 
 
+def polarity_weighted_advantages(rewards, group_size, w_pos, w_neg, *, scale="group"):
+    """eapo.core's three steps on contiguous groups: the maths the estimators must reproduce."""
+    positive = positive_mask(rewards, group_size)
+    advantages = group_advantages(rewards, group_size, scale=scale)
+    return weight_advantages(advantages, positive, w_pos, w_neg), positive
+
+
 def expected_from_core(scores, uids, w_pos, w_neg, group_size, scale="group"):
     """eapo.core on the rows sorted into contiguous groups, scattered back to the given order."""
     order = sorted(range(len(uids)), key=lambda row: (uids[row], row))
@@ -54,10 +63,14 @@ def expected_from_core(scores, uids, w_pos, w_neg, group_size, scale="group"):
     return out
 
 
-def test_all_four_are_registered_in_verls_registry():
-    for name in ("eapo", "psr", "nsr", "w_reinforce"):
+def test_every_registered_scheme_is_an_estimator_in_verls_registry():
+    from eapo.core import WEIGHTING_SCHEMES
+
+    names = [scheme.verl_estimator for scheme in WEIGHTING_SCHEMES.values()]
+    assert names == ["eapo_grpo", "psr", "nsr", "w_reinforce", "qae", "eapo", "eapo_pi"]
+    for name in names:
         fn = get_adv_estimator_fn(name)
-        assert fn is eapo.engines.verl.ESTIMATORS[name]
+        assert fn is eapo.engines.verl.estimators()[name]
         assert fn.__name__ == f"compute_{name}_advantage"
 
 

@@ -27,7 +27,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E
 from verl.trainer.ppo.v1 import get_trainer_cls  # noqa: E402
 from verl.utils.config import validate_config  # noqa: E402
 
-from eapo.engines.verl import EapoSettings  # noqa: E402
+from eapo.core import Algorithm  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "verl"
 
@@ -60,11 +60,17 @@ def test_example_composes_into_the_papers_setting(dataset):
 
     assert config.trainer.use_v1 and config.trainer.v1.trainer_mode == "eapo"
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
-    assert trainer.settings == EapoSettings(
-        method="eapo",
-        weights={"w0": 0.2, "w_min": 0.0, "w_max": 2.0, "w_neg": 1.0},
-        split_by="mean",
-        entropy_agg="token-mean",
+    assert trainer.algorithm == Algorithm.resolve(
+        "eapo",
+        {
+            "w0": 0.2,
+            "w_min": 0.0,
+            "w_max": 2.0,
+            "w_neg": 1.0,
+            "split_by": "mean",
+            "entropy_agg": "token-mean",
+        },
+        objective=False,
     )
 
     reward_fn = get_custom_reward_fn(config)  # verl's loader: pkg:// path, reward_kwargs merged in

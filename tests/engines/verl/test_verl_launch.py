@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from eapo.config import ConfigError, load_config
-from eapo.core import METHODS, STEP_SETTINGS, WEIGHT_SETTINGS
+from eapo.core import STEP_SETTINGS, WEIGHT_SETTINGS, methods
 from eapo.engines.verl.launch import (
     LOSS_AGG_MODES,
     METRIC_KEYS,
@@ -24,7 +24,7 @@ from eapo.engines.verl.launch import (
     verl_overrides,
     verl_problems,
 )
-from eapo.engines.verl.settings import EapoSettings, estimator_of
+from eapo.engines.verl.settings import algorithm_for_trainer, estimator_of
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "src" / "eapo" / "configs" / "demo.yaml"
@@ -71,6 +71,7 @@ def test_the_demo_runs_the_papers_objective_with_every_option_explicit(tmp_path)
         f"{actor}.kl_loss_type": "low_var_kl",
         f"{actor}.clip_ratio_low": "0.2",
         f"{actor}.clip_ratio_high": "0.2",
+        f"{actor}.clip_ratio_c": "1000000000.0",  # no dual clip
         f"{actor}.ppo_epochs": "1",
         f"{actor}.ppo_mini_batch_size": "2",
         f"{actor}.entropy_coeff": "0",
@@ -102,6 +103,52 @@ def test_the_demo_runs_the_papers_objective_with_every_option_explicit(tmp_path)
         "trainer.device": "cpu",
     }
     assert {key: args.get(key) for key in expected} == expected
+
+
+def test_verls_loss_is_the_papers_ppo_clip_without_dual_clip(tmp_path):
+    """verl's ``vanilla`` loss under the launch's settings, on tokens with A < 0 and ρ above verl's default
+    dual-clip bound (3): the paper's PPO-clip (eapo.core's, loss and gradient), not the dual clip's
+    ``−3·A`` cap, which verl's default would apply."""
+    pytest.importorskip("verl")
+    import torch
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.workers.config import ActorConfig
+
+    from eapo.core import aggregate_loss, ppo_clip_per_token
+
+    args = overrides_of(load_config(DEMO), tmp_path)
+    actor = "actor_rollout_ref.actor"
+    agg = args[f"{actor}.loss_agg_mode"]
+    clip = {
+        key: float(args[f"{actor}.{key}"]) for key in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c")
+    }
+    ratios = torch.tensor([[0.5, 1.0, 5.0, 100.0], [0.5, 1.0, 5.0, 1e8]], dtype=torch.float64)
+    advantages = torch.tensor([[-1.0] * 4, [2.0] * 4], dtype=torch.float64)  # [B, T]
+    old_logp = torch.full_like(ratios, -2.0)
+    mask = torch.ones_like(ratios)
+
+    def verls(clip_ratio_c):
+        settings = {**clip, "clip_ratio_c": clip_ratio_c}
+        config = ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=2, **settings)
+        logp = (old_logp + ratios.log()).requires_grad_(True)
+        loss, _ = get_policy_loss_fn("vanilla")(old_logp, logp, advantages, mask, agg, config)
+        loss.backward()
+        return loss, logp.grad
+
+    logp = (old_logp + ratios.log()).requires_grad_(True)
+    per_token = ppo_clip_per_token(
+        logp, old_logp, advantages, clip_low=clip["clip_ratio_low"], clip_high=clip["clip_ratio_high"]
+    )
+    papers = aggregate_loss(per_token, mask, agg)
+    papers.backward()
+    # by hand: A = -1 gives max(ρ, clip(ρ, 0.8, 1.2)) = (0.8, 1, 5, 100); A = 2 gives -2·min(ρ, 1.2)
+    expected = ((0.8 + 1.0 + 5.0 + 100.0) / 4 + (-2.0 * (0.5 + 1.0 + 1.2 + 1.2)) / 4) / 2
+    assert papers.item() == pytest.approx(expected, rel=1e-12)
+    loss, grad = verls(clip["clip_ratio_c"])
+    torch.testing.assert_close(loss, papers, rtol=1e-7, atol=0)  # verl's aggregation rounds at 1e-9
+    torch.testing.assert_close(grad, logp.grad, rtol=1e-7, atol=0)
+    dual_clipped, _ = verls(3.0)  # verl's default caps the A < 0 tokens at 3: (0.8, 1, 3, 3)
+    assert dual_clipped.item() == pytest.approx(((0.8 + 1.0 + 3.0 + 3.0) / 4 - 3.9 / 2) / 2, rel=1e-12)
 
 
 def test_every_plain_override_is_a_key_of_verls_config(tmp_path):
@@ -162,7 +209,7 @@ def test_the_overrides_compose_into_verls_config_and_its_engines_compute_in_fp32
     assert composed.actor_rollout_ref.rollout.logprobs_mode == "processed_logprobs"
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", methods())
 def test_the_plugin_reads_the_section_as_the_config_means_it(method):
     """Every method's ``algorithm.eapo`` section is accepted by the plugin's own reader, which resolves
     the same scheme, weights and control values as the typed config."""
@@ -171,19 +218,19 @@ def test_the_plugin_reads_the_section_as_the_config_means_it(method):
         [f"algorithm.method={method}", "algorithm.w0=null", "algorithm.w_min=null", "algorithm.w_max=null"],
     )
     section = algorithm_section(config)
-    settings = EapoSettings.from_algorithm_config(
+    read = algorithm_for_trainer(
         {"adv_estimator": estimator_of(config.algorithm.weighting_method()), "eapo": section}
     )
-    assert settings.method == method
-    assert settings.scheme == config.algorithm.weighting_method()
-    weights = settings.build_weighting()
+    tree = config.algorithm.resolved()
+    assert read.method == tree.method == method
+    assert read.scheme == tree.scheme == config.algorithm.weighting_method()
+    weights = read.make_weighting()
     for key in set(section) & set(WEIGHT_SETTINGS):
         assert getattr(weights, key) == section[key], key
     for key in STEP_SETTINGS:
-        assert getattr(settings, key) == getattr(config.algorithm, key), key
-    assert dict(settings.controls.resolved_values()) == {
-        key: value for key, value in config.algorithm.control_values().items()
-    }
+        assert getattr(read, key) == getattr(config.algorithm, key), key
+    assert read.control_values() == tree.control_values()
+    assert (read.weights, read.step_settings()) == (tree.weights, tree.step_settings())
 
 
 @pytest.mark.parametrize(
@@ -263,6 +310,45 @@ def test_the_prefixed_template_renders_the_trl_engines_prompt(prefix):
     )
     assert tokenizer.apply_chat_template(messages, add_generation_prompt=False, tokenize=False) == history
     assert prefixed_chat_template("T", "") == "T"
+
+
+def test_an_over_long_question_is_cut_as_on_trl_so_verl_never_cuts_a_prompt(tmp_path):
+    """verl 0.9.1's agent loop cuts a prompt over ``data.max_prompt_length`` from the left (the chat
+    template's opening and the instructions first). ``write_data`` cuts the question instead, by the TRL
+    engine's rule: every exported prompt, as verl renders it (the response prefix in its template), is the
+    TRL engine's prompt, within ``data.max_prompt_tokens``, its instructions whole."""
+    import pyarrow.parquet as pq
+
+    from eapo.data import get_messages, load, render_prompts
+    from eapo.engines.verl.launch import prepare_model, write_data
+    from eapo.runtime.models import load_tokenizer, tiny_model_path
+
+    model = str(tiny_model_path())
+    config = load_config(DEMO, ["train.eval_limit=4"])
+    data = config.data
+    records = load(data.name, data.path, split=data.split, limit=data.limit, **data.options)
+    whole = render_prompts(records, load_tokenizer(model), data.prompt, response_prefix=data.response_prefix)
+    lengths = sorted(
+        len(load_tokenizer(model)(text, add_special_tokens=False)["input_ids"]) for text in whole
+    )
+    limit = lengths[len(lengths) // 2]  # half the questions are too long
+    config = load_config(DEMO, ["train.eval_limit=4", f"data.max_prompt_tokens={limit}"])
+    layout = VerlLayout(tmp_path / "run")
+    written = write_data(config, layout, model)
+    verl_tokenizer = load_tokenizer(str(prepare_model(config, layout, model)))
+    trl = render_prompts(
+        records, load_tokenizer(model), data.prompt, limit, response_prefix=data.response_prefix
+    )
+    assert 0 < len(trl.truncated) < len(records)
+    rows = pq.read_table(written["train"]).to_pylist()
+    instructions = get_messages(data.prompt)[0]["content"]
+    for row, record, text in zip(rows, records, trl, strict=True):
+        rendered = verl_tokenizer.apply_chat_template(
+            row["prompt"], add_generation_prompt=True, tokenize=False
+        )
+        assert rendered == text and instructions in rendered
+        assert len(verl_tokenizer(rendered, add_special_tokens=False)["input_ids"]) <= limit
+        assert row["extra_info"]["question"] == record.question  # the judge reads the whole question
 
 
 def test_hydra_values_keep_strings_strings():

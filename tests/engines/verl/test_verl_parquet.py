@@ -29,6 +29,17 @@ def test_rows_follow_verls_layout():
     }
 
 
+def test_rows_hold_the_questions_they_are_given_and_the_whole_one_in_extra_info():
+    records = load("demo", split="dev", limit=2)
+    rows = verl_rows(
+        records, prompt="en", data_source="eapo/demo", split="dev", questions=["cut", "also cut"]
+    )
+    assert [row["prompt"] for row in rows] == [build_messages("cut", "en"), build_messages("also cut", "en")]
+    assert [row["extra_info"]["question"] for row in rows] == [record.question for record in records]
+    with pytest.raises(ValueError, match="1 questions for 2 records"):
+        verl_rows(records, prompt="en", data_source="eapo/demo", split="dev", questions=["one"])
+
+
 def test_cli_writes_one_parquet_per_split(tmp_path):
     result = CliRunner().invoke(
         app,

@@ -22,7 +22,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E
 from verl.trainer.ppo.v1 import get_trainer_cls  # noqa: E402
 from verl.utils.config import validate_config  # noqa: E402
 
-from eapo.engines.verl import EapoSettings  # noqa: E402
+from eapo.core import Algorithm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 MARKER = "<!-- docs-test: verl-quickstart -->"
@@ -59,6 +59,6 @@ def test_verl_quickstart_composes_into_an_eapo_run(page):
     assert (actor.clip_ratio_low, actor.clip_ratio_high) == (0.2, 0.2)
     assert config.trainer.use_v1 and config.trainer.v1.trainer_mode == "eapo"
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
-    assert trainer.settings == EapoSettings(method="eapo", weights={"w0": 0.2, "w_max": 2.0})
+    assert trainer.algorithm == Algorithm.resolve("eapo", {"w0": 0.2, "w_max": 2.0}, objective=False)
     reward_fn = get_custom_reward_fn(config)
     assert reward_fn.args[0].__module__ == "eapo.engines.verl.reward"

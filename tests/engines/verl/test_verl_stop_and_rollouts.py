@@ -36,7 +36,11 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from eapo.engines.verl import EAPOVerlTrainer  # noqa: E402
 from eapo.engines.verl import reward as verl_reward  # noqa: E402
-from eapo.engines.verl.agent_loop import seed_of_request  # noqa: E402
+from eapo.engines.verl.agent_loop import (  # noqa: E402
+    EAPOSingleTurnAgentLoop,
+    check_prompt_length,
+    seed_of_request,
+)
 from eapo.engines.verl.rollouts import (  # noqa: E402
     AGENT_LOOP_NAME,
     COMPLETION_TOKENS_FIELD,
@@ -563,3 +567,19 @@ def test_launch_writes_stop_and_rollouts_overrides_that_compose(tmp_path):
     assert log == RolloutLog(3, str((tmp_path / "run").resolve() / "rollouts.jsonl"))
     # the eapo trainer accepts the composed config (stops with eapo's agent loop)
     assert EAPOVerlTrainer(composed).stops == tuple(stops)
+
+
+def test_a_prompt_over_the_cap_is_refused_where_verl_cuts_it_from_the_left():
+    """verl's agent loops pass every prompt through ``_cap_text_prompt_length``, which left-truncates;
+    eapo's loop refuses an over-long prompt instead (``eapo train --engine verl`` has cut it to fit)."""
+    from types import SimpleNamespace
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+
+    assert check_prompt_length([1, 2, 3], 3) == [1, 2, 3]
+    loop = SimpleNamespace(rollout_config=SimpleNamespace(prompt_length=3))
+    assert "_cap_text_prompt_length" in vars(AgentLoopBase)  # the hook verl calls, overridden
+    with pytest.raises(
+        ValueError, match=r"a prompt of 4 tokens is over actor_rollout_ref.rollout.prompt_length=3"
+    ):
+        EAPOSingleTurnAgentLoop._cap_text_prompt_length(loop, [1, 2, 3, 4])

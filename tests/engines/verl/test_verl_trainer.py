@@ -25,8 +25,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
 from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
 
-from eapo.core import make_weighting, polarity_weighted_advantages  # noqa: E402
-from eapo.engines.verl import WEIGHTING_STATE_FILE, EAPOVerlTrainer  # noqa: E402
+from eapo.core import STATE_FILE, make_weighting  # noqa: E402
+from eapo.core.step import grouped_polarity_advantages  # noqa: E402
+from eapo.engines.verl import EAPOVerlTrainer  # noqa: E402
 from eapo.testing import entropy_batch  # noqa: E402
 
 # Two prompts, four rollouts each, interleaved as after verl's length balancing.
@@ -90,11 +91,7 @@ def put_rollouts(
 
 
 def expected_advantages(w_pos: float, w_neg: float) -> torch.Tensor:
-    order = [0, 2, 4, 6, 1, 3, 5, 7]  # group a, then group b
-    weighted, _ = polarity_weighted_advantages(torch.tensor([SCORES[i] for i in order]), 4, w_pos, w_neg)
-    out = torch.empty(8)
-    out[torch.tensor(order)] = weighted
-    return out
+    return grouped_polarity_advantages(torch.tensor(SCORES), UIDS, w_pos, w_neg)[0]
 
 
 def advantages_in_queue(queue, batch) -> torch.Tensor:
@@ -274,7 +271,7 @@ def test_checkpoint_round_trip_restores_the_anchor(verl_config, in_memory_tq, tm
     folder = tmp_path / "global_step_1"
     assert trainer.actor_rollout_wg.saved == [str(folder / "actor")]
     assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "1"
-    state = json.loads((folder / WEIGHTING_STATE_FILE).read_text())
+    state = json.loads((folder / STATE_FILE).read_text())
     assert state["method"] == "eapo"
     assert state["weighting"]["anchor_sum"] == pytest.approx(1.2)
 
@@ -341,8 +338,6 @@ def test_verl_path_gives_the_shared_step_its_hand_derived_decision(verl_config, 
     """The batch of eapo.testing.entropy_batch (NaN rewards; each group three scored rollouts of four),
     interleaved as after verl's length balancing, through two steps: the same H_t, weights,
     advantages, metrics and state as tests/test_train.py gets from the TRL trainer."""
-    from eapo.engines.verl import polarity_grpo_advantages
-
     trainer = attach_checkpoint_io(EAPOVerlTrainer(verl_config), tmp_path)
     order = [0, 4, 1, 5, 2, 6, 3, 7]  # verl row -> row of the shared (contiguous) batch
     uids = ["a" if row < 4 else "b" for row in order]
@@ -364,15 +359,15 @@ def test_verl_path_gives_the_shared_step_its_hand_derived_decision(verl_config, 
         assert metrics == pytest.approx(expected["metrics"], rel=1e-6)
         # with TRL's epsilon (1e-4), the estimator gives the TRL trainer's advantages on the same batch
         trl = entropy_batch.step_expected(t, eps=1e-4)
-        advantages, _ = polarity_grpo_advantages(
-            torch.tensor(scores), uids, metrics["eapo/w_pos"], metrics["eapo/w_neg"], epsilon=1e-4
+        advantages, _, _ = grouped_polarity_advantages(
+            torch.tensor(scores), uids, metrics["eapo/w_pos"], metrics["eapo/w_neg"], eps=1e-4
         )
         torch.testing.assert_close(
             advantages, torch.tensor([trl["advantages"][row] for row in order]), rtol=1e-5, atol=1e-6
         )
     trainer.global_steps = 2
     trainer._save_checkpoint()
-    state = json.loads((tmp_path / "global_step_2" / WEIGHTING_STATE_FILE).read_text())
+    state = json.loads((tmp_path / "global_step_2" / STATE_FILE).read_text())
     assert state == _approx_state(expected["state"])
 
 

@@ -8,17 +8,9 @@ engines apply every registered control through the registry's generic readers, a
 control they lack through one path each (its run state through core's step, its per-token weights in
 the policy loss); a new control is a new module here plus its tests.
 
-=====================  ==============================  ==================  ==============================
-control                source                          TRL 1.16            verl 0.9.1
-=====================  ==============================  ==================  ==============================
-``entropy_bonus``      PPO's entropy term              ``entropy_coef``    ``actor.entropy_coeff``
-``adaptive_entropy``   Skywork-OR1 (arXiv 2505.22312)  ``use_adaptive_…``  :class:`AdaptiveEntropyCoef`
-``clip_higher``        DAPO (arXiv 2503.14476)         ``epsilon_high``    ``actor.clip_ratio_high``
-``clip_cov``           Cui et al. 2025 (2505.22617)    :func:`clip_cov_…`  ``policy_loss.loss_mode``
-``kl_cov``             Cui et al. 2025 (2505.22617)    :func:`kl_cov_…`    ``policy_loss.loss_mode``
-``top_entropy``        Wang et al. 2025 (2506.01939)   ``top_entropy_…``   :func:`top_entropy_mask`
-``entropic``           EntroPIC (arXiv 2511.15248)     eapo's (generic)    eapo's (generic)
-=====================  ==============================  ==================  ==============================
+Each control's source, TRL 1.16 field and verl 0.9.1 option are its registration's (``source``,
+``trl_fields``, ``verl_options`` of :data:`ENTROPY_CONTROLS`), tabled from there in
+``docs/guide/entropy-controls.md``.
 
 Registration order is import order below (the docs' tables and ``algorithm.*`` follow it).
 """
@@ -46,6 +38,7 @@ from eapo.core.controls.registry import (
     LOSS_MODES,
     EntropyControl,
     TokenInputs,
+    actuator_panels,
     applied_by_eapo,
     control_defaults,
     control_panels,
@@ -73,6 +66,7 @@ __all__ = [
     "control_problems",
     "stray_settings",
     "control_panels",
+    "actuator_panels",
     "resolve_controls",
     "trl_control_args",
     "verl_control_options",

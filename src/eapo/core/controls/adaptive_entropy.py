@@ -178,6 +178,10 @@ ADAPTIVE_ENTROPY = register_entropy_control(
             "entropy_coef_min": "entropy_coef_min",
             "entropy_coef_max": "entropy_coef_max",
         },
+        # TRL 1.16 runs this controller itself: the run state mirrors TRL's trainer attributes
+        trl_moves={"coef": "entropy_coef", "last_entropy": "_last_world_entropy"},
+        trl_reads={"target": "args.entropy_target"},
+        trl_loss_only=True,  # TRL's coefficient applies inside its _compute_loss
         make_state=_state,
         problems=_problems,
         needs_entropy=True,  # the step's coefficient multiplies the update's entropy

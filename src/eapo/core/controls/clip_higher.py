@@ -8,6 +8,18 @@ from __future__ import annotations
 from eapo.core.controls.registry import CONTROL_METRICS, EntropyControl, register_entropy_control
 from eapo.core.settings import Setting, above
 
+
+def _inert(values: dict, objective: dict) -> list[str]:
+    """With one update per rollout batch every ratio is 1: the upper clip never acts."""
+    high = values["epsilon_high"]
+    if objective.get("num_iterations", 1) > 1 or high is None or high == objective.get("epsilon"):
+        return []
+    return [
+        "{p}epsilon_high clips ratios above 1 + epsilon_high, but with num_iterations=1 and one update per "
+        "rollout batch every ratio is 1: clip-higher changes nothing here (set {p}num_iterations > 1)"
+    ]
+
+
 CLIP_HIGHER = register_entropy_control(
     EntropyControl(
         "clip_higher",
@@ -17,6 +29,7 @@ CLIP_HIGHER = register_entropy_control(
         "since sampling (num_iterations > 1 or several updates per rollout batch)",
         trl_fields={"epsilon_high": "epsilon_high"},
         verl_options={"epsilon_high": "clip_ratio_high"},
+        inert=_inert,
         metrics=(CONTROL_METRICS["clip_low_frac"], CONTROL_METRICS["clip_high_frac"]),
         label="Clip-higher",
         declares=(

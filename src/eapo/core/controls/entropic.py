@@ -265,6 +265,7 @@ ENTROPIC = register_entropy_control(
         token_weights=_token_weights,
         problems=_problems,
         metrics=tuple(ENTROPIC_METRICS.values()),
+        actuators=("entropic/alpha",),
         panels=(
             (ENTROPIC_METRICS["alpha"], "EntroPIC α (applied)"),
             (ENTROPIC_METRICS["integral"], "EntroPIC integral I"),

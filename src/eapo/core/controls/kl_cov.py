@@ -84,6 +84,17 @@ def _problems(values: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _inert(values: dict, objective: dict) -> list[str]:
+    """At the first update of a batch |log ratio| is 0, and so is its gradient."""
+    if objective.get("num_iterations", 1) > 1 or values["loss_mode"] != "kl_cov":
+        return []
+    return [
+        "{p}loss_mode=kl_cov penalises |log ratio|, which is 0 (and so is its gradient) at num_iterations=1 "
+        "with one update per rollout batch; only its unclipped surrogate differs from GRPO here (set "
+        "{p}num_iterations > 1)"
+    ]
+
+
 KL_COV = register_entropy_control(
     EntropyControl(
         "kl_cov",
@@ -94,6 +105,7 @@ KL_COV = register_entropy_control(
         verl_options={"kl_cov_ratio": "policy_loss.kl_cov_ratio", "ppo_kl_coef": "policy_loss.ppo_kl_coef"},
         policy_loss=_policy_loss,
         problems=_problems,
+        inert=_inert,
         metrics=(CONTROL_METRICS["cov_frac"],),
         label="KL-Cov",
         declares=(

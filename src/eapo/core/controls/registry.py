@@ -57,6 +57,7 @@ __all__ = [
     "check_resumed_settings",
     "finite",
     "control_panels",
+    "actuator_panels",
 ]
 
 #: ``algorithm.loss_mode`` values: the PPO-clip surrogate of the paper, or a covariance-selected variant.
@@ -122,6 +123,13 @@ class EntropyControl:
             ``(field, convert)``.
         verl_options: where verl 0.9.1 has the control: setting -> the option under
             ``actor_rollout_ref.actor`` it sets (written when the setting is set).
+        trl_moves: where TRL 1.16's trainer runs the control's controller itself: run-state attribute ->
+            the trainer attribute (a dotted path) TRL moves, copied into the state before it is saved and
+            back after it is loaded.
+        trl_loss_only: TRL 1.16 applies the control only inside its own loss, so it cannot run on TRL where
+            eapo forms the loss (a ``loss_mode``'s policy loss, or a control's token weights).
+        trl_reads: run-state attribute -> the trainer attribute TRL reads, set from the state whenever the
+            state has it (not None): after each step's decision and after a load (an anchored target).
         policy_loss: where an engine lacks the control and ``loss_mode`` names it: the per-token loss that
             replaces the PPO-clip surrogate, ``(logp, old_logp, advantages, mask, values, *, clip_low,
             clip_high) -> (loss (B, T), selected (B, T) bool)``.
@@ -138,12 +146,16 @@ class EntropyControl:
             eapo applies the control: an engine option they map onto is set per update, not in the config.
         weight_metric: the metric key logged as the share of response tokens' weight
             (the masked mean of ``token_weights``), where eapo applies them.
+        inert: ``(resolved settings, the objective's options) -> notes``: settings that are set but cannot
+            act in this configuration (a warning, not an error), each naming settings as ``{p}name``.
         problems: the rules between settings the control needs, ``(resolved settings) -> messages``: each
             message names settings as ``{p}name`` (``{p}``: the engine's prefix, ``algorithm.`` or
             ``algorithm.eapo.``); one declaration of the rule for every engine (:func:`control_problems`).
         metrics: the metric keys it logs: the shared :data:`CONTROL_METRICS` (``entropy_control/*``) it acts
             through, or keys under its own name (``entropic/alpha``) for its own state.
         panels: its own logged metrics ``eapo plot`` draws, ``(key, title)`` (e.g. a controller's state).
+        actuators: the keys among its ``panels`` that a study's seed bands draw: what the control moves
+            each step (EntroPIC's applied α).
     """
 
     name: str
@@ -153,6 +165,9 @@ class EntropyControl:
     declares: tuple[Setting, ...] = ()
     trl_fields: Mapping[str, str | tuple[str, Callable[[Any], Any]]] = field(default_factory=dict)
     verl_options: Mapping[str, str] = field(default_factory=dict)
+    trl_moves: Mapping[str, str] = field(default_factory=dict)
+    trl_reads: Mapping[str, str] = field(default_factory=dict)
+    trl_loss_only: bool = False
     policy_loss: Callable[..., Any] | None = None
     make_state: Callable[[Mapping[str, Any]], Any] | None = None
     token_weights: Callable[[TokenInputs], torch.Tensor] | None = None
@@ -160,8 +175,10 @@ class EntropyControl:
     step_settings: tuple[str, ...] = ()
     weight_metric: str | None = None
     problems: Callable[[Mapping[str, Any]], list[str]] | None = None
+    inert: Callable[[Mapping[str, Any], Mapping[str, Any]], list[str]] | None = None
     metrics: tuple[str, ...] = ()
     panels: tuple[tuple[str, str], ...] = ()
+    actuators: tuple[str, ...] = ()
     label: str = ""
 
 
@@ -376,6 +393,19 @@ def control_problems(values: Mapping[str, Any], prefix: str) -> list[str]:
         if control.problems is not None:
             messages += [message.replace("{p}", prefix) for message in control.problems(resolved)]
     return messages
+
+
+def actuator_panels() -> tuple[tuple[str, str], ...]:
+    """``(metric key, title)`` of what the closed-loop controls move each step, for a study's seed bands:
+    each registered control's ``actuators``, then the applied entropy coefficient (the shared metric the
+    bonus and the adaptive coefficient act through)."""
+    own = [
+        panel
+        for control in ENTROPY_CONTROLS.values()
+        for panel in control.panels
+        if panel[0] in control.actuators
+    ]
+    return (*own, (CONTROL_METRICS["coef"], CONTROL_METRIC_TITLES[CONTROL_METRICS["coef"]]))
 
 
 def control_panels() -> tuple[tuple[str, str], ...]:

@@ -2,8 +2,8 @@
 :class:`~eapo.engines.trl.trainer.EAPOTrainer`.
 
 :func:`grpo_args` translates every loss-affecting setting explicitly (TRL's defaults are not the paper's),
-:func:`lora_config` builds peft's ``LoraConfig``, :func:`vllm_settings` and
-:func:`entropy_control_settings` what the trainer adds to TRL, :func:`reward_function` the composite
+:func:`lora_config` builds peft's ``LoraConfig``, :func:`vllm_settings` what the trainer adds to TRL's
+vLLM setup, :func:`reward_function` the composite
 reward as TRL's reward-function interface.
 """
 
@@ -14,13 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from eapo.config import ConfigError, RunConfig
-from eapo.core.controls import trl_control_args
 from eapo.runtime.models import lora_config  # re-exported: the TRL recipe's LoRA config
 
 __all__ = [
     "check_batch_split",
     "reward_function",
-    "entropy_control_settings",
     "rollout_plan",
     "grpo_args",
     "writes_tensorboard",
@@ -70,13 +68,6 @@ def reward_function(composite):
     return eapo_reward
 
 
-def entropy_control_settings(config: RunConfig):
-    """What ``EAPOTrainer`` needs beyond TRL's options for the entropy controls (``algorithm.*``)."""
-    from eapo.engines.trl.entropy_control import EntropyControlSettings
-
-    return EntropyControlSettings(**config.algorithm.control_values())
-
-
 def rollout_plan(config: RunConfig, facts=None):
     """The rollout backend, dtype and attention kernel this run uses on this device (see :mod:`eapo.runtime.backends`)."""
     from eapo.runtime.backends import BackendError, device_facts, plan_rollout
@@ -107,7 +98,7 @@ def grpo_args(
 
     from eapo.engines.trl import config as trl_config
 
-    t, r, a = config.train, config.rollout, config.algorithm
+    t, r = config.train, config.rollout
     check_batch_split(config, num_processes)
     per_process = t.prompts_per_step * r.num_generations // num_processes
     rollout = rollout_plan(config, facts)
@@ -117,7 +108,9 @@ def grpo_args(
     if rollout.attn_implementation is not None:
         model_init_kwargs["attn_implementation"] = rollout.attn_implementation
     tf32 = True if cuda and dtype == "float32" and _tf32_available() else None  # fp32 weights, TF32 matmuls
-    return trl_config.EAPOConfig(
+    # the algorithm (weights, split, controls, objective): the tree's resolved value, held, not validated again
+    return trl_config.EAPOConfig.from_algorithm(
+        config.algorithm.resolved(),
         output_dir=str(run_dir),
         per_device_train_batch_size=t.micro_batch_size,
         gradient_accumulation_steps=per_process // t.micro_batch_size,
@@ -137,20 +130,6 @@ def grpo_args(
         num_train_epochs=t.num_epochs,
         seed=t.seed,
         data_seed=t.seed,
-        beta=a.beta,
-        epsilon=a.epsilon,
-        # every registered control TRL has, through its own fields (eapo.core.controls); the others: EAPOTrainer
-        **trl_control_args(a.control_values()),
-        loss_type=a.loss_type,
-        num_iterations=a.num_iterations,
-        scale_rewards=a.scale_rewards,
-        use_bias_correction_kl=a.kl_bias_correction,
-        method=a.weighting_method(),  # an entropy-control preset trains GRPO's weights (its controls: above)
-        **a.weighting_overrides(),
-        split_by=a.split_by,
-        quantile_k=a.quantile_k,
-        quantile_method=a.quantile_method,
-        entropy_agg=a.entropy_agg,
         **vllm_importance_args(r),
         use_vllm=rollout.backend == "vllm",
         vllm_mode=r.vllm_mode,

@@ -26,12 +26,17 @@ So that a TRL script generates as ``eapo train`` does with its defaults, ``max_c
 from the defaults of ``rollout.max_completion_tokens`` and ``rollout.vllm_importance_correction``
 (:class:`eapo.config.rollout.RolloutConfig`).
 
-The class carries the polarity weighting (``method``, ``w_pos``, ``w_neg``, ``w0``, ``w_min``, ``w_max``,
-``anchor_steps``, ``split_by``, ``quantile_k``, ``quantile_method``, ``entropy_agg``: fields derived from
-:mod:`eapo.core`'s declarations, not copied), resolved in ``__post_init__`` (``EAPOConfig().w0`` reads 0.2,
-the value the run uses; a weight the method does not take stays None), from which
-:class:`eapo.engines.trl.trainer.EAPOTrainer` builds its :class:`eapo.core.WeightingScheme` when no
-``weighting=`` is passed.
+The class carries the whole algorithm: ``method`` (a weighting scheme or an entropy-control preset), the
+weights, the step's settings and every entropy control, as fields derived from :mod:`eapo.core`'s
+declarations (not copied) where TRL has no field of that meaning, and TRL's own fields where it has one
+(``entropy_coef``, ``use_adaptive_entropy`` for ``adaptive_entropy``, ``epsilon_high``, ...: a TRL field at
+TRL's default counts as unset, so a preset fills it). ``__post_init__`` resolves them once into
+:attr:`EAPOConfig.algorithm`, an :class:`eapo.core.Algorithm`, and writes the resolved values back
+(``EAPOConfig().w0`` reads 0.2, the value the run uses; a weight the method does not take stays None;
+``EAPOConfig(method="entropy_bonus").entropy_coef`` reads 0.01). :class:`~eapo.engines.trl.trainer.EAPOTrainer`
+builds its weighting, split and control states from that value. ``entropy_target`` defaults to None
+(TRL: 0.2): the adaptive target anchored at ``entropy_target_ratio × H_0``, set a number to fix it.
+``eapo train`` hands over its already-resolved value (:meth:`EAPOConfig.from_algorithm`), not validated again.
 
 Not to be confused with :class:`eapo.config.RunConfig`, the typed YAML tree of ``eapo train`` (sections
 ``model``, ``data``, ``rollout``, ...). ``eapo train`` translates that tree into this class
@@ -40,6 +45,7 @@ Not to be confused with :class:`eapo.config.RunConfig`, the typed YAML tree of `
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -47,17 +53,19 @@ from trl import GRPOConfig
 
 from eapo.config.rollout import RolloutConfig
 from eapo.core import (
+    CONTROL_SETTINGS,
+    ENTROPY_CONTROLS,
+    OBJECTIVE_SETTINGS,
     STEP_SETTINGS,
     WEIGHT_SETTINGS,
-    WEIGHTING_SCHEMES,
+    Algorithm,
     Setting,
+    SettingError,
     WeightingScheme,
-    check_weights,
-    make_weighting,
-    scheme_defaults,
 )
+from eapo.core.algorithm import OBJECTIVE_TRL_FIELDS, method_setting
+from eapo.core.controls import trl_control_args
 from eapo.core.settings import derive_fields
-from eapo.core.step import step_problems
 from eapo.runtime.stop import check_stops
 
 #: ``eapo train``'s rollout defaults (:class:`eapo.config.rollout.RolloutConfig`), which this class's TRL
@@ -71,7 +79,26 @@ def _trl_field(spec: Setting, nullable: bool) -> Any:
     return field(default=default, metadata={"help": spec.doc})
 
 
+def _trl_named(name: str) -> str | None:
+    """TRL's ``GRPOConfig`` field that holds the control setting ``name``, or None where TRL has none."""
+    for control in ENTROPY_CONTROLS.values():
+        target = control.trl_fields.get(name)
+        if target is not None:
+            return target if isinstance(target, str) else target[0]
+    return None
+
+
+#: The control settings TRL has no field for: EAPOConfig derives a field for each (None: unset).
+_EAPO_CONTROL_FIELDS: tuple[Setting, ...] = tuple(
+    spec for name, spec in CONTROL_SETTINGS.items() if _trl_named(name) is None
+)
+
+#: The resolved value ``eapo train`` hands over (:meth:`EAPOConfig.from_algorithm`), read by ``__post_init__``.
+_GIVEN: contextvars.ContextVar[Algorithm | None] = contextvars.ContextVar("eapo_algorithm", default=None)
+
+
 @dataclass
+@derive_fields("method", _EAPO_CONTROL_FIELDS, lambda spec: _trl_field(spec, True))
 @derive_fields("method", STEP_SETTINGS.values(), lambda spec: _trl_field(spec, False), nullable=False)
 @derive_fields("method", WEIGHT_SETTINGS.values(), lambda spec: _trl_field(spec, True))
 class EAPOConfig(GRPOConfig):
@@ -118,10 +145,12 @@ class EAPOConfig(GRPOConfig):
 
     # --- the polarity weighting (eapo.core.make_weighting); its weights, split_by and entropy_agg are
     # derived from eapo.core's declarations by the decorators above ------------------------------------
-    method: str = field(
-        default="eapo",
+    method: str = field(default=method_setting().default, metadata={"help": method_setting().doc})
+    entropy_target: float | None = field(
+        default=None,
         metadata={
-            "help": "Weighting scheme: grpo (1, 1), psr (1, 0), nsr (0, 1), w_reinforce (0.1, 1) or eapo."
+            "help": "The adaptive entropy bonus's target entropy; None (eapo's default; TRL's 0.2): "
+            "entropy_target_ratio × H_0, anchored at the first step."
         },
     )
 
@@ -196,24 +225,10 @@ class EAPOConfig(GRPOConfig):
                 )
             kwargs.update(stop=self.stop, include_stop_str_in_output=True)
             self.generation_kwargs = kwargs
-        if self.method not in WEIGHTING_SCHEMES:
-            raise ValueError(
-                f"EAPOConfig.method={self.method!r} is unknown; valid: {', '.join(WEIGHTING_SCHEMES)}"
-            )
-        weights = check_weights(
-            self.method, self.method, {key: getattr(self, key) for key in WEIGHT_SETTINGS}, "EAPOConfig."
-        )
-        for key, value in {**scheme_defaults(self.method), **weights}.items():  # the resolved weighting
-            setattr(self, key, value)
-        for key, spec in STEP_SETTINGS.items():
-            setattr(self, key, spec.check(getattr(self, key), "EAPOConfig."))
-        problems = step_problems(
-            {key: getattr(self, key) for key in ("split_by", "quantile_k", "quantile_method")},
-            "EAPOConfig.",
-            self.method,
-        )
-        if problems:
-            raise ValueError(problems[0])
+        given = _GIVEN.get()
+        #: the run's algorithm, resolved once (eapo.core.Algorithm); the trainer builds from it
+        self.algorithm: Algorithm = given if given is not None else self._resolve()
+        self._hold(self.algorithm)
         if getattr(self, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
             raise ValueError(
                 f"EAPOConfig.multi_objective_aggregation={self.multi_objective_aggregation!r}: EAPO's step splits "
@@ -224,15 +239,76 @@ class EAPOConfig(GRPOConfig):
             self.bf16 = not self.fp16 and not self.use_cpu and _bf16_gpu_available()
         super().__post_init__()
 
-    def weighting_overrides(self) -> dict[str, Any]:
-        """The scheme's weights, resolved (the scheme's defaults where unset), as
-        :func:`eapo.core.make_weighting` takes them."""
-        accepted = WEIGHTING_SCHEMES[self.method][1]
-        return {key: getattr(self, key) for key in accepted if getattr(self, key) is not None}
+    @classmethod
+    def from_algorithm(cls, algorithm: Algorithm, **kwargs: Any) -> EAPOConfig:
+        """An ``EAPOConfig`` holding ``algorithm`` (already resolved: not validated again) with TRL's other
+        arguments ``kwargs``; the algorithm's fields are written from the value."""
+        token = _GIVEN.set(algorithm)
+        try:
+            return cls(**kwargs)
+        finally:
+            _GIVEN.reset(token)
+
+    def _resolve(self) -> Algorithm:
+        """The algorithm from this config's fields (the one validation); errors name ``EAPOConfig.<key>``."""
+        try:
+            return Algorithm.resolve(self.method, _field_values(self), where="EAPOConfig.")
+        except SettingError as error:
+            raise ValueError(str(error)) from None
+
+    def _hold(self, algorithm: Algorithm) -> None:
+        """Write the resolved value into the fields: the method, the scheme's weights (None for the weights it
+        does not take), the step's settings, every control (TRL's fields through their mapping) and the
+        objective."""
+        self.method = algorithm.method
+        for key in WEIGHT_SETTINGS:
+            setattr(self, key, algorithm.weights.get(key))
+        for key, value in algorithm.step_settings().items():
+            setattr(self, key, value)
+        controls = algorithm.control_values()
+        for spec in _EAPO_CONTROL_FIELDS:
+            setattr(self, spec.name, controls[spec.name])
+        for key, value in trl_control_args(controls).items():
+            setattr(self, key, value)
+        if controls["entropy_target"] is None:
+            self.entropy_target = None  # anchored at ratio × H_0 by the trainer (TRL's field: the number)
+        for key, value in algorithm.objective.items():
+            setattr(self, OBJECTIVE_TRL_FIELDS.get(key, key), value)
 
     def make_weighting(self) -> WeightingScheme:
-        """A fresh weighting scheme for these settings (``make_weighting(method, **overrides)``)."""
-        return make_weighting(self.method, **self.weighting_overrides())
+        """A fresh weighting scheme for these settings."""
+        return self.algorithm.make_weighting()
+
+
+def _field_values(args: Any) -> dict[str, Any]:
+    """The algorithm's settings as TRL arguments hold them: eapo's own fields where present (an
+    ``EAPOConfig``), TRL's fields of the controls where set to other than TRL's default (at the default:
+    unset), and the objective's fields."""
+    defaults = GRPOConfig.__dataclass_fields__
+    values: dict[str, Any] = {key: getattr(args, key, None) for key in (*WEIGHT_SETTINGS, *STEP_SETTINGS)}
+    for name in CONTROL_SETTINGS:
+        trl_name = _trl_named(name)
+        if trl_name is None:
+            values[name] = getattr(args, name, None)
+        elif getattr(args, trl_name) != defaults[trl_name].default:
+            values[name] = getattr(args, trl_name)
+    for name in OBJECTIVE_SETTINGS:
+        values[name] = getattr(args, OBJECTIVE_TRL_FIELDS.get(name, name))
+    return values
+
+
+def algorithm_of(args: Any) -> Algorithm:
+    """The algorithm TRL arguments train: an ``EAPOConfig``'s resolved value; for a plain ``GRPOConfig``, EAPO's
+    weighting with the controls and objective set there (TRL's adaptive bonus keeps its numeric target)."""
+    if isinstance(args, EAPOConfig):
+        return args.algorithm
+    values = _field_values(args)
+    if args.use_adaptive_entropy:
+        values["entropy_target"] = args.entropy_target  # TRL's controller: its target is a number
+    try:
+        return Algorithm.resolve("eapo", values, where="GRPOConfig.")
+    except SettingError as error:
+        raise ValueError(str(error)) from None
 
 
 def _bf16_gpu_available() -> bool:

@@ -18,23 +18,19 @@ refused when the trainer is built, each named (:func:`options_eapo_loss_drops`),
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
-from eapo.core import CONTROL_METRICS, LOSS_AGGREGATIONS, kl_penalty
+from eapo.core import CONTROL_METRICS, aggregate_loss, kl_penalty, ppo_clip_per_token
 from eapo.core.controls import (
-    CONTROL_SETTINGS,
     EntropyControl,
     TokenInputs,
     control_token_weights,
     policy_loss_of,
 )
-from eapo.core.losses import ppo_clip_per_token
-from eapo.core.settings import derive_fields
 
-__all__ = ["EntropyControlSettings", "EntropyControlMixin", "options_eapo_loss_drops"]
+__all__ = ["EntropyControlMixin", "options_eapo_loss_drops"]
 
 #: TRL loss types eapo's Clip-Cov / KL-Cov loss aggregates like: 1/|y_i| (the paper) or token-mean.
 _COV_AGGREGATION = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean"}
@@ -79,28 +75,12 @@ def options_eapo_loss_drops(args: Any, *, router_aux_loss: bool = False) -> list
     return dropped
 
 
-@dataclass(frozen=True)
-@derive_fields(None, CONTROL_SETTINGS.values(), lambda spec: field(default=spec.default))
-class EntropyControlSettings:
-    """Every entropy-control setting (``algorithm.*``), resolved: its fields are derived from the
-    declarations of :data:`eapo.core.controls.CONTROL_SETTINGS`, defaults the controls' "off" values.
-
-    TRL's own options carry the controls TRL has (:func:`eapo.core.controls.trl_control_args`); the
-    trainer reads these for the rest: a ``loss_mode`` naming a control's policy loss replaces TRL's
-    PPO-clip surrogate, and a control with a run state (the adaptive coefficient, anchored at
-    ``entropy_target_ratio × H_0`` when ``entropy_target`` is null) is kept by core's step.
-    """
-
-    def values(self) -> dict[str, Any]:
-        """The settings by name."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
 class EntropyControlMixin:
     """The entropy-control half of :class:`~eapo.engines.trl.trainer.EAPOTrainer` (mixed into it; reads
     TRL's trainer state: ``args``, ``entropy_coef``, ``use_adaptive_entropy``, ``_metrics``, ...)."""
 
-    entropy_control: EntropyControlSettings
+    #: the run's algorithm (:class:`eapo.core.Algorithm`): the controls' resolved settings
+    algorithm: Any
     #: the controls TRL lacks that are on, which eapo runs (set by the trainer)
     eapo_controls: list[EntropyControl]
     #: their run states' inputs to the coming update (core's EAPOStep.control_inputs), by name
@@ -118,7 +98,7 @@ class EntropyControlMixin:
         dropped = options_eapo_loss_drops(self.args, router_aux_loss=self.aux_loss_enabled)
         if dropped:
             raise ValueError(
-                f"EAPOTrainer forms the policy loss itself here (loss_mode={self.entropy_control.loss_mode}, "
+                f"EAPOTrainer forms the policy loss itself here (loss_mode={self.algorithm.control_values()['loss_mode']}, "
                 f"controls TRL lacks: {[control.name for control in self.eapo_controls]}), and that loss does not "
                 f"apply these TRL options, which would be dropped: {'; '.join(dropped)}. Set each to TRL's "
                 "default, or train without loss_mode and the controls TRL lacks so that TRL forms the loss "
@@ -128,7 +108,7 @@ class EntropyControlMixin:
     def _eapo_runs_the_loss(self) -> bool:
         """Whether eapo forms the policy loss (:meth:`_eapo_loss`) in place of TRL's: ``loss_mode`` names a
         control's policy loss, or a control TRL lacks weights the per-token loss."""
-        return self.entropy_control.loss_mode != "vanilla" or any(
+        return self.algorithm.control_values()["loss_mode"] != "vanilla" or any(
             control.token_weights is not None for control in self.eapo_controls
         )
 
@@ -157,9 +137,9 @@ class EntropyControlMixin:
         advantages = inputs["advantages"]  # [B] or [B, T]
         old_logps = inputs.get("old_per_token_logps")
         old_logps = logps.detach() if old_logps is None else old_logps
-        c = self.entropy_control
+        controls = self.algorithm.control_values()
         mode = "train" if self.model.training else "eval"
-        loss_of_mode = policy_loss_of(c.loss_mode)
+        loss_of_mode = policy_loss_of(controls["loss_mode"])
         if loss_of_mode is None:  # vanilla: the paper's PPO-clip surrogate
             per_token = ppo_clip_per_token(
                 logps, old_logps, advantages, clip_low=self.epsilon_low, clip_high=self.epsilon_high
@@ -182,7 +162,7 @@ class EntropyControlMixin:
                 old_logps,
                 advantages,
                 mask,
-                c.values(),
+                controls,
                 clip_low=self.epsilon_low,
                 clip_high=self.epsilon_high,
             )
@@ -197,7 +177,7 @@ class EntropyControlMixin:
                 advantages=advantages.unsqueeze(-1).expand_as(logps) if advantages.dim() == 1 else advantages,
                 mask=mask,
                 entropy=entropies.detach(),
-                settings=c.values(),
+                settings=controls,
                 step=self._step_inputs.get(control.name, {}),
                 gather=self._gather_any,
             ),
@@ -216,7 +196,7 @@ class EntropyControlMixin:
                 kl = kl * torch.exp(logps - old_logps)
             per_token = per_token + self.beta * kl
             self._metrics[mode]["kl"].append(self._global_masked_mean(kl.detach(), mask))
-        loss = LOSS_AGGREGATIONS[_COV_AGGREGATION[self.loss_type]](per_token, mask)
+        loss = aggregate_loss(per_token, mask, _COV_AGGREGATION[self.loss_type])
         self._metrics[mode]["entropy"].append(self._global_masked_mean(entropies.detach(), mask))
         normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         return loss / normalizer

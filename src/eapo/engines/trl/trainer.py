@@ -51,16 +51,14 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from eapo.core import (
-    AdaptiveEntropyCoef,
+    ENTROPY_CONTROLS,
     WeightingScheme,
     importance_correction,
     importance_correction_counts,
-    make_weighting,
     rollout_entropy,
 )
-from eapo.core.controls import applied_by_eapo, control_states
-from eapo.core.step import EAPOStep, combined_rewards, contiguous_index
-from eapo.engines.trl.entropy_control import EntropyControlMixin, EntropyControlSettings
+from eapo.core.step import STEP_SETTINGS, EAPOStep, combined_rewards, contiguous_index
+from eapo.engines.trl.entropy_control import EntropyControlMixin
 from eapo.run_dir import (
     FINAL_DIR,
     ROLLOUTS_FILE,
@@ -112,37 +110,39 @@ def _with_eapo_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tupl
     return args, {**kwargs, "args": EAPOConfig(output_dir=f"{str(name).split('/')[-1]}-EAPO")}
 
 
-def _weighting_from_args(
-    args: Any, weighting: WeightingScheme | None, split_by: str | None, entropy_agg: str | None
-) -> tuple[WeightingScheme, str, str]:
-    """The scheme, polarity split and entropy aggregation: explicit arguments first, then ``args``'s
-    (an ``EAPOConfig``), then EAPO's defaults (a plain ``GRPOConfig``, after a warning where its
-    objective is not the paper's)."""
-    from eapo.engines.trl.config import PAPER_OBJECTIVE, EAPOConfig
+def _algorithm_from_args(args: Any):
+    """The run's :class:`eapo.core.Algorithm`: an ``EAPOConfig``'s resolved value, or for a plain
+    ``GRPOConfig`` EAPO's defaults with TRL's controls and objective (after a warning where its objective is
+    not the paper's)."""
+    from eapo.engines.trl.config import PAPER_OBJECTIVE, EAPOConfig, algorithm_of
 
-    if isinstance(args, EAPOConfig):
-        return (
-            weighting if weighting is not None else args.make_weighting(),
-            split_by if split_by is not None else args.split_by,
-            entropy_agg if entropy_agg is not None else args.entropy_agg,
-        )
-    differs = {
-        key: getattr(args, key, None)
-        for key, value in PAPER_OBJECTIVE.items()
-        if getattr(args, key, None) != value
-    }
-    if differs:
-        warnings.warn(
-            f"EAPOTrainer got a plain GRPOConfig whose objective is TRL's, not the EAPO paper's "
-            f"({', '.join(f'{k}={v!r}, paper {PAPER_OBJECTIVE[k]!r}' for k, v in differs.items())}); "
-            "pass eapo.EAPOConfig(...) to train the paper's objective",
-            stacklevel=3,
-        )
-    return (
-        weighting if weighting is not None else make_weighting("eapo"),
-        split_by if split_by is not None else "mean",
-        entropy_agg if entropy_agg is not None else "token-mean",
-    )
+    if not isinstance(args, EAPOConfig):
+        differs = {
+            key: getattr(args, key, None)
+            for key, value in PAPER_OBJECTIVE.items()
+            if getattr(args, key, None) != value
+        }
+        if differs:
+            warnings.warn(
+                f"EAPOTrainer got a plain GRPOConfig whose objective is TRL's, not the EAPO paper's "
+                f"({', '.join(f'{k}={v!r}, paper {PAPER_OBJECTIVE[k]!r}' for k, v in differs.items())}); "
+                "pass eapo.EAPOConfig(...) to train the paper's objective",
+                stacklevel=3,
+            )
+    return algorithm_of(args)
+
+
+def _read_path(obj: Any, path: str) -> Any:
+    """``obj.a.b`` for ``path="a.b"``."""
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _write_path(obj: Any, path: str, value: Any) -> None:
+    """``obj.a.b = value`` for ``path="a.b"``."""
+    *parents, last = path.split(".")
+    setattr(_read_path(obj, ".".join(parents)) if parents else obj, last, value)
 
 
 def _prompt_text(prompt: Any) -> str:
@@ -166,7 +166,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
 
     Args (beyond ``GRPOTrainer``'s):
         weighting: the scheme giving ``(w+, w-)`` each step (``make_weighting("eapo")`` etc.); ``None``:
-            built from ``args`` (``EAPOConfig.make_weighting()``), or EAPO's defaults for a ``GRPOConfig``.
+            built from the run's algorithm (``EAPOConfig.algorithm``), EAPO's defaults for a ``GRPOConfig``.
         split_by: ``"mean"`` (the paper's D+ = {r_i >= r̄}), ``"median"`` or ``"quantile"`` (QAE, with
             ``args.quantile_k`` and ``args.quantile_method``); ``None``: ``args.split_by``
             (``"mean"`` for a ``GRPOConfig``).
@@ -181,9 +181,6 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
             positions only) or ``"auto"`` (eapo's where TRL has no Triton kernel, off CUDA/XPU).
         share_frozen_layers: with eapo's head, run the frozen leading layers once per step for the
             reference and the policy (:func:`eapo.engines.trl.policy_forward.frozen_prefix_layers`).
-        entropy_control: Clip-Cov / KL-Cov and the H_0-anchored adaptive entropy target
-            (:class:`EntropyControlSettings`); TRL's own controls (``entropy_coef``,
-            ``use_adaptive_entropy``, ``epsilon_high``, ``top_entropy_quantile``) come from ``args``.
     """
 
     def __init__(
@@ -197,7 +194,6 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         vllm_settings: Any = None,
         lm_head: str = "auto",
         share_frozen_layers: bool = True,
-        entropy_control: EntropyControlSettings | None = None,
         **kwargs: Any,
     ) -> None:
         from eapo.engines.trl.vllm import colocated_vllm
@@ -205,42 +201,30 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         args, kwargs = _with_eapo_args(args, kwargs)
         with colocated_vllm(vllm_settings):
             super().__init__(*args, **kwargs)
-        self.weighting, self.split_by, self.entropy_agg = _weighting_from_args(
-            self.args, weighting, split_by, entropy_agg
+        #: the run's algorithm, resolved once (EAPOConfig.algorithm); the weighting, split and controls come from it
+        self.algorithm = _algorithm_from_args(self.args)
+        self.weighting = weighting if weighting is not None else self.algorithm.make_weighting()
+        # an explicit split or aggregation (the Python API) is held to its declaration; args' were resolved
+        self.split_by = (
+            self.algorithm.split_by if split_by is None else STEP_SETTINGS["split_by"].check(split_by)
         )
-        # an EAPOConfig's K and quantile rule (split_by=quantile, QAE); None for a plain GRPOConfig
-        quantile_k = getattr(self.args, "quantile_k", None)
-        quantile_method = getattr(self.args, "quantile_method", None)
+        self.entropy_agg = (
+            self.algorithm.entropy_agg
+            if entropy_agg is None
+            else STEP_SETTINGS["entropy_agg"].check(entropy_agg)
+        )
         self.validation = validation
         self._warned_importance_mismatch = False
         self.reuse_loss_pass = reuse_loss_pass
-        self.entropy_control = entropy_control or EntropyControlSettings()
         # each control's run state (eapo.core.controls), kept and saved by core's step; TRL's own adaptive
         # controller moves the adaptive coefficient, whose state is copied in and out at checkpoints
-        values = self.entropy_control.values()
-        if self.use_adaptive_entropy and not values["adaptive_entropy"]:
-            # a TRL script's own adaptive controller (its target a number): its state is core's too
-            values = {
-                **values,
-                "adaptive_entropy": True,
-                "entropy_coef": self.entropy_coef,
-                "entropy_target": self.args.entropy_target,
-                "entropy_coef_delta": self.args.entropy_coef_delta,
-                "entropy_coef_min": self.args.entropy_coef_min,
-                "entropy_coef_max": self.args.entropy_coef_max,
-            }
-        elif values["adaptive_entropy"] and not self.use_adaptive_entropy:
-            raise ValueError(
-                "entropy_control.adaptive_entropy is on but the TRL config's use_adaptive_entropy is off: "
-                "set both (eapo train does)"
-            )
-        controls = control_states(values)
-        self.adaptive_entropy: AdaptiveEntropyCoef | None = controls.get("adaptive_entropy")
+        controls = self.algorithm.control_states()
         self.eapo_step = EAPOStep(
             self.weighting,
+            method=self.algorithm.method if weighting is None else None,  # None: the given scheme's name
             split_by=self.split_by,
-            quantile_k=quantile_k,
-            quantile_method=quantile_method,
+            quantile_k=self.algorithm.quantile_k,
+            quantile_method=self.algorithm.quantile_method,
             controls=controls,
         )  # the step's owner
         self.split_by = self.eapo_step.split_by  # a scheme's own split (qae) where it has one
@@ -251,7 +235,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         self._deferred_inputs: dict[str, Any] | None = None
         self._pending_rewards: torch.Tensor | None = None  # [B_all] of a step decided in its loss pass
         self.completion_head = self._install_completion_head(lm_head, share_frozen_layers)
-        self.eapo_controls = applied_by_eapo("trl", values)  # the controls TRL lacks: eapo runs them
+        self.eapo_controls = self.algorithm.applied_by_eapo("trl")  # the controls TRL lacks: eapo runs them
         # control states TRL moves itself (its adaptive coefficient); core's step moves the others
         self._trl_moves = set(self.eapo_step.controls) - {control.name for control in self.eapo_controls}
         self._step_inputs = {}
@@ -573,9 +557,7 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         advantages, metrics = self.eapo_step.step(
             rewards, index, entropy, scale=self.scale_rewards
         )  # [B_all]
-        adaptive = self.adaptive_entropy
-        if adaptive is not None and adaptive.target is not None:  # an H_0 anchor is fixed at the first step
-            self.args.entropy_target = adaptive.target
+        self._push_control_states()  # what TRL's own controllers read (an H_0-anchored target, from step 1)
         local = batch["advantages"]
         batch["advantages"] = advantages[rows.to(advantages.device)].to(
             device=local.device, dtype=local.dtype
@@ -663,19 +645,27 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
     def eapo_state(self) -> dict[str, Any]:
         """Core's state of the step (:meth:`eapo.core.EAPOStep.state_dict`), with TRL's adaptive entropy
         coefficient copied into its control state first (TRL moves the coefficient inside its update)."""
-        if self.adaptive_entropy is not None:
-            self.adaptive_entropy.coef = float(self.entropy_coef)
-            self.adaptive_entropy.last_entropy = float(self._last_world_entropy)
+        for name in self._trl_moves:  # what TRL's own controllers moved
+            state = self.eapo_step.controls[name]
+            for attribute, path in ENTROPY_CONTROLS[name].trl_moves.items():
+                setattr(state, attribute, float(_read_path(self, path)))
         return self.eapo_step.state_dict()
 
     def load_eapo_state(self, state: dict[str, Any]) -> None:
         for name in self.eapo_step.load_state_dict(state):
             logger.warning("the checkpoint has no state for the entropy control %s: it starts afresh", name)
-        if self.adaptive_entropy is not None:  # back into TRL's adaptive controller
-            self.entropy_coef = self.adaptive_entropy.coef
-            self._last_world_entropy = self.adaptive_entropy.last_entropy
-            if self.adaptive_entropy.target is not None:
-                self.args.entropy_target = self.adaptive_entropy.target
+        self._push_control_states(moved=True)  # back into TRL's own controllers
+
+    def _push_control_states(self, *, moved: bool = False) -> None:
+        """Set the trainer attributes TRL's own controllers read from the controls' run states (each
+        registration's ``trl_reads``; with ``moved``, also the ones TRL moves, ``trl_moves``, after a load)."""
+        for name in self._trl_moves:  # the controls TRL runs itself
+            state, control = self.eapo_step.controls[name], ENTROPY_CONTROLS[name]
+            paths = {**control.trl_reads, **(control.trl_moves if moved else {})}
+            for attribute, path in paths.items():
+                value = getattr(state, attribute)
+                if value is not None:
+                    _write_path(self, path, value)
 
     #: The base model the model card (README.md) names; ``None``: TRL's choice from the model config.
     base_model_id: str | None = None

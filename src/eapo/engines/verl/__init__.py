@@ -4,8 +4,8 @@ Installed with ``pip install 'eapo[verl]'``, this package is announced to verl t
 entry-point group ``verl.plugins`` (``verl/__init__.py`` imports every plugin it finds there unless
 ``VERL_USE_EXTERNAL_PLUGINS=none``), so every process that imports verl, Ray workers included, has:
 
-* advantage estimators ``eapo``, ``psr``, ``nsr``, ``w_reinforce``, ``eapo_grpo``
-  (``algorithm.adv_estimator=...``): GRPO advantages times polarity weights, computed by
+* one advantage estimator per registered weighting scheme (``algorithm.adv_estimator=...``, the
+  scheme's :attr:`eapo.core.Scheme.verl_estimator`): GRPO advantages times polarity weights, computed by
   :mod:`eapo.core` (:mod:`eapo.engines.verl.estimators`);
 * the trainer ``eapo`` (``trainer.use_v1=True trainer.v1.trainer_mode=eapo``): verl's synchronous v1
   trainer whose advantage step computes ``H_t`` from the per-token entropies (``eapo.core.rollout_entropy``,
@@ -16,8 +16,8 @@ entry-point group ``verl.plugins`` (``verl/__init__.py`` imports every plugin it
   does not (a control's run state through core's step, its token weights as the policy loss
   ``eapo_token_weights``: the adaptive coefficient, the top-entropy mask)
   (:mod:`eapo.engines.verl.entropy_control`);
-* ``algorithm.eapo.*`` read once, into :class:`EapoSettings`, by the trainer and by the estimators
-  outside it (:mod:`eapo.engines.verl.settings`);
+* ``algorithm.eapo.*`` read once per process into the run's :class:`eapo.core.Algorithm`, by the
+  trainer and by the estimators outside it (:mod:`eapo.engines.verl.settings`);
 * the reward function :func:`compute_score`
   (``reward.custom_reward_function.path=pkg://eapo.engines.verl``): the paper's composite of
   format, Rouge-L, reranker and LLM judge (:mod:`eapo.engines.verl.reward`);
@@ -37,16 +37,15 @@ import importlib.util
 # First: with VERL_PLATFORM=cpu, importing it registers eapo's CPU platform with verl, which must happen
 # before any verl module asks verl for its platform (some do at import); otherwise it does nothing.
 from eapo.engines.verl import platform as _platform  # noqa: F401
-from eapo.engines.verl.entropy_control import EntropyControls, register_policy_losses
+from eapo.engines.verl.entropy_control import register_policy_losses
 from eapo.engines.verl.estimators import (
-    ESTIMATORS,
     StepCall,
-    polarity_grpo_advantages,
+    estimators,
     register_estimators,
     step_call,
 )
 from eapo.engines.verl.reward import compute_score
-from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettings
+from eapo.engines.verl.settings import TRAINER_NAME, algorithm_for_trainer, estimator_names
 
 #: Whether verl is importable here. Without it, the parts that do not need it (the parquet export
 #: behind ``eapo data export-verl``, the settings, the reward function) still import; the trainer
@@ -54,7 +53,7 @@ from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettin
 VERL_INSTALLED = importlib.util.find_spec("verl") is not None
 
 #: Names that exist only where verl is installed (the trainer module imports verl at its top).
-_TRAINER_NAMES = ("ENTROPY_FIELD", "WEIGHTING_STATE_FILE", "EAPOVerlTrainer", "EAPOSingleTurnAgentLoop")
+_TRAINER_NAMES = ("ENTROPY_FIELD", "EAPOVerlTrainer", "EAPOSingleTurnAgentLoop")
 
 if VERL_INSTALLED:
     register_estimators()
@@ -64,7 +63,6 @@ if VERL_INSTALLED:
     )
     from eapo.engines.verl.trainer import (  # noqa: F401  (registers the trainer; in __all__ below)
         ENTROPY_FIELD,
-        WEIGHTING_STATE_FILE,
         EAPOVerlTrainer,
     )
 else:
@@ -79,15 +77,13 @@ else:
 
 
 __all__ = [
-    "ESTIMATOR_NAMES",
     "VERL_INSTALLED",
-    "ESTIMATORS",
     "TRAINER_NAME",
-    "EapoSettings",
-    "EntropyControls",
+    "algorithm_for_trainer",
+    "estimator_names",
+    "estimators",
     "StepCall",
     "compute_score",
-    "polarity_grpo_advantages",
     "step_call",
     "register_estimators",
     "register_policy_losses",

@@ -1,24 +1,14 @@
 """Entropy controls on verl: eapo's unified ``algorithm.eapo.*`` names, mapped onto verl's own options
 where verl has the control, and run through :mod:`eapo.core.controls` where it does not.
 
-Where verl 0.9.1 has the control, the ``eapo`` trainer writes eapo's value into verl's option before
-verl's ``__init__`` (:func:`apply_to_actor_config`) and verl does the rest; nothing is re-implemented:
-
-========================  ==========================================================
-``algorithm.eapo.…``      verl option (under ``actor_rollout_ref.actor``)
-========================  ==========================================================
-``entropy_coef``          ``entropy_coeff`` (set per update under ``adaptive_entropy``)
-``epsilon_high``          ``clip_ratio_high``
-``loss_mode``             ``policy_loss.loss_mode`` (``vanilla``, ``clip_cov``, ``kl_cov``)
-``clip_cov_ratio/lb/ub``  ``policy_loss.clip_cov_ratio`` / ``clip_cov_lb`` / ``clip_cov_ub``
-``kl_cov_ratio``          ``policy_loss.kl_cov_ratio``
-``ppo_kl_coef``           ``policy_loss.ppo_kl_coef``
-========================  ==========================================================
+Where verl 0.9.1 has the control, the ``eapo`` trainer writes eapo's value into verl's option under
+``actor_rollout_ref.actor`` (each control's ``verl_options``:
+:func:`eapo.core.controls.verl_control_options`) before verl's ``__init__``
+(:func:`apply_to_actor_config`) and verl does the rest; nothing is re-implemented.
 
 A verl option that is already set to something other than verl's default and other than eapo's
 value is a conflict and refused (name one of the two). The controls verl lacks
-(:func:`eapo.core.controls.applied_by_eapo`: today ``adaptive_entropy`` and ``top_entropy``) run
-through one generic path, never by name: a wrapper of verl's ``ppo_loss``
+(:func:`eapo.core.controls.applied_by_eapo`) run through one generic path, never by name: a wrapper of verl's ``ppo_loss``
 (:func:`entropy_control_loss`) that the trainer hands to the actor workers with verl's own
 ``set_loss_fn`` after ``init()``:
 
@@ -70,28 +60,24 @@ from typing import Any
 
 import torch
 
+from eapo.core import Algorithm
 from eapo.core.controls import (
-    CONTROL_SETTINGS,
     ENTROPY_CONTROLS,
     LOSS_MODES,
-    EntropyControl,
     TokenInputs,
-    applied_by_eapo,
-    control_problems,
-    control_states,
     control_token_weights,
     kl_cov_mask,
-    resolve_controls,
     verl_control_options,
 )
-from eapo.core.settings import check_settings, derive_fields
 
 __all__ = [
     "CONTROL_INPUTS_KEY",
     "WEIGHTED_LOSS_MODE",
     "METRIC_PREFIX",
     "VERL_ACTOR_OPTIONS",
-    "EntropyControls",
+    "controls_active",
+    "verl_actor_values",
+    "verl_overrides",
     "apply_to_actor_config",
     "entropy_control_loss",
     "compute_policy_loss_token_weights",
@@ -122,95 +108,32 @@ _WEIGHTABLE_LOSS_MODES = LOSS_MODES
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-@derive_fields(None, CONTROL_SETTINGS.values(), lambda spec: dataclasses.field(default=None))
-class EntropyControls:
-    """The entropy controls of one run, resolved from ``algorithm.eapo`` and the method's preset.
+def controls_active(algorithm: Algorithm) -> bool:
+    """Whether any control is set (then the actor's loss is :func:`entropy_control_loss`, which also
+    measures the clip and covariance shares)."""
+    return any(value not in (None, False) for value in algorithm.controls.values())
 
-    Its fields are the control settings :mod:`eapo.core` declares (:data:`eapo.core.CONTROL_SETTINGS`:
-    type, range, help and citation there), derived here, not copied; users write them flat under
-    ``algorithm.eapo`` (:data:`eapo.engines.verl.settings.CONTROL_KEYS`), and
-    :class:`~eapo.engines.verl.settings.EapoSettings` holds one of these. ``None`` means unset (verl's
-    own option, or the control, is left alone).
-    """
 
-    @classmethod
-    def resolve(cls, method: str, values: Mapping[str, Any]) -> EntropyControls:
-        """The controls of ``method`` (a preset's settings, if it is one) with ``values`` set on top.
+def verl_actor_values(algorithm: Algorithm) -> dict[str, Any]:
+    """verl option (under ``actor_rollout_ref.actor``) -> the value eapo sets it to, from the set controls. A
+    setting an eapo-run control sets per update (its ``step_settings``) is not written: it reaches the loss
+    each step."""
+    applied = algorithm.applied_by_eapo("verl")
+    per_step = {key for control in applied for key in control.step_settings}
+    values = {}
+    for option, (key, value) in verl_control_options(algorithm.controls).items():
+        if key not in per_step:
+            values[option] = value if isinstance(value, str) else float(value)
+    if any(control.needs_entropy for control in applied):
+        values["calculate_entropy"] = True  # the loss needs the update's per-token entropies
+    return values
 
-        Raises:
-            ValueError: a value out of range, or a combination that cannot work (the message names
-                the key and why).
-        """
-        controls = cls(**resolve_controls(method, values, fill_defaults=False))
-        controls.validate()
-        return controls
 
-    @property
-    def active(self) -> bool:
-        """Whether any control is set."""
-        return any(getattr(self, f.name) not in (None, False) for f in dataclasses.fields(self))
-
-    @property
-    def needs_loss_wrapper(self) -> bool:
-        """Whether the actor's loss must be :func:`entropy_control_loss` (any control: it also measures
-        the clip and covariance shares)."""
-        return self.active
-
-    def validate(self) -> None:
-        """Each set value against its declaration (:data:`eapo.core.CONTROL_SETTINGS`), then each control's
-        rules between settings (:func:`eapo.core.controls.control_problems`, the YAML's too)."""
-        check_settings(
-            CONTROL_SETTINGS,
-            {f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-            "algorithm.eapo.",
-        )
-        problems = control_problems(self.values(), "algorithm.eapo.")  # each control's own rules
-        if problems:
-            raise ValueError(problems[0])
-        try:
-            control_states(self.resolved_values())  # each run state validates its own settings
-        except ValueError as error:
-            raise ValueError(f"algorithm.eapo: {error}") from error
-
-    def values(self) -> dict[str, Any]:
-        """The settings by name (None: unset)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def resolved_values(self) -> dict[str, Any]:
-        """The settings with each unset one at its declared default (the control off): what the
-        controls' maths reads (:class:`eapo.core.controls.TokenInputs`)."""
-        return {
-            name: CONTROL_SETTINGS[name].default if value is None else value
-            for name, value in self.values().items()
-        }
-
-    def applied_by_eapo(self) -> list[EntropyControl]:
-        """The controls that are on and that verl lacks, which eapo runs (:func:`eapo.core.controls.applied_by_eapo`)."""
-        return applied_by_eapo("verl", self.resolved_values())
-
-    def states(self) -> dict[str, Any]:
-        """A fresh run state of every control that keeps one, by name (kept by core's step)."""
-        return control_states(self.resolved_values())
-
-    def verl_actor_values(self) -> dict[str, Any]:
-        """verl option (under ``actor_rollout_ref.actor``) -> the value eapo sets it to. A setting an
-        eapo-run control sets per update (its ``step_settings``) is not written: it reaches the loss each step."""
-        applied = self.applied_by_eapo()
-        per_step = {key for control in applied for key in control.step_settings}
-        values = {}
-        for option, (key, value) in verl_control_options(self.values()).items():
-            if key not in per_step:
-                values[option] = value if isinstance(value, str) else float(value)
-        if any(control.needs_entropy for control in applied):
-            values["calculate_entropy"] = True  # the loss needs the update's per-token entropies
-        return values
-
-    def verl_overrides(self) -> list[str]:
-        """The same as Hydra overrides (``actor_rollout_ref.actor.clip_ratio_high=0.28``), for reading."""
-        return [
-            f"actor_rollout_ref.actor.{option}={value}" for option, value in self.verl_actor_values().items()
-        ]
+def verl_overrides(algorithm: Algorithm) -> list[str]:
+    """The same as Hydra overrides (``actor_rollout_ref.actor.clip_ratio_high=0.28``), for reading."""
+    return [
+        f"actor_rollout_ref.actor.{option}={value}" for option, value in verl_actor_values(algorithm).items()
+    ]
 
 
 def _verl_actor_defaults() -> dict[str, Any]:
@@ -236,7 +159,7 @@ def _eapo_key_of(option: str) -> str:
     return "algorithm.eapo (a control verl lacks)"
 
 
-def apply_to_actor_config(actor: Any, controls: EntropyControls) -> dict[str, Any]:
+def apply_to_actor_config(actor: Any, algorithm: Algorithm) -> dict[str, Any]:
     """Write the controls' verl options into ``actor`` (``actor_rollout_ref.actor``, an OmegaConf node).
 
     Returns the options written. Raises ValueError when the user set verl's option to another value
@@ -246,7 +169,7 @@ def apply_to_actor_config(actor: Any, controls: EntropyControls) -> dict[str, An
     from omegaconf import OmegaConf, open_dict
 
     defaults = _verl_actor_defaults()
-    for control in controls.applied_by_eapo():
+    for control in algorithm.applied_by_eapo("verl"):
         for key in control.step_settings:
             option = VERL_ACTOR_OPTIONS.get(key)
             if option is None:
@@ -258,7 +181,7 @@ def apply_to_actor_config(actor: Any, controls: EntropyControls) -> dict[str, An
                     f"actor_rollout_ref.actor.{option}), but actor_rollout_ref.actor.{option}={current}: "
                     f"set the starting value as algorithm.eapo.{key} and leave {option} at {defaults.get(option)}"
                 )
-    values = controls.verl_actor_values()
+    values = verl_actor_values(algorithm)
     for option, value in values.items():
         current = OmegaConf.select(actor, option, default=defaults.get(option))
         if current != value and current != defaults.get(option):
@@ -270,7 +193,7 @@ def apply_to_actor_config(actor: Any, controls: EntropyControls) -> dict[str, An
         for option, value in values.items():
             OmegaConf.update(actor, option, value, merge=False)
     loss_mode = OmegaConf.select(actor, "policy_loss.loss_mode", default="vanilla")
-    weighted = [control.name for control in controls.applied_by_eapo() if control.token_weights is not None]
+    weighted = [c.name for c in algorithm.applied_by_eapo("verl") if c.token_weights is not None]
     if weighted and loss_mode not in _WEIGHTABLE_LOSS_MODES:
         raise ValueError(
             f"algorithm.eapo's {weighted[0]} weights the per-token policy loss of "
@@ -403,7 +326,7 @@ def entropy_control_loss(
     settings: Mapping[str, Any] | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """verl's ``ppo_loss`` with the controls eapo runs on verl; same signature (bound with
-    ``functools.partial``: ``controls``, the names of :meth:`EntropyControls.applied_by_eapo`, and
+    ``functools.partial``: ``controls``, the names of :meth:`eapo.core.Algorithm.applied_by_eapo` ("verl"), and
     ``settings``, every control setting resolved).
 
     * the micro-batch's non-tensor ``eapo_control_inputs`` (the trainer's per-step inputs of each
@@ -492,8 +415,16 @@ def entropy_control_loss(
 
 def actor_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The actor update's metrics with the controls' keys moved out of verl's ``actor/`` prefix
-    (``actor/entropy_control/x`` -> ``entropy_control/x``)."""
-    prefixed = f"actor/{METRIC_PREFIX}"
-    return {
-        (key[len("actor/") :] if key.startswith(prefixed) else key): value for key, value in metrics.items()
+    (``actor/entropy_control/x`` -> ``entropy_control/x``; a registered control's own ``weight_metric`` and
+    ``metrics`` too), so they read as on TRL."""
+    own = {
+        key
+        for control in ENTROPY_CONTROLS.values()
+        for key in (*control.metrics, *((control.weight_metric,) if control.weight_metric else ()))
     }
+
+    def moved(key: str) -> str:
+        bare = key[len("actor/") :] if key.startswith("actor/") else None
+        return bare if bare is not None and (bare.startswith(METRIC_PREFIX) or bare in own) else key
+
+    return {moved(key): value for key, value in metrics.items()}

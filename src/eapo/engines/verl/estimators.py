@@ -1,21 +1,23 @@
-"""verl advantage estimators ``eapo``, ``psr``, ``nsr`` and ``w_reinforce``: polarity-weighted GRPO.
+"""verl advantage estimators, one per weighting scheme of :data:`eapo.core.WEIGHTING_SCHEMES`
+(:func:`estimators`; each scheme's :attr:`eapo.core.Scheme.verl_estimator`: ``grpo`` is ``eapo_grpo``,
+named apart from verl's own ``grpo`` estimator):
+polarity-weighted GRPO.
 
 Each estimator computes ``Â_i = w+·A_i`` on D+ and ``w-·A_i`` on D- (Section 4.1 of the EAPO paper)
-with :func:`eapo.core.polarity_weighted_advantages`; the four differ only in where ``(w+, w-)`` come
-from:
+with :meth:`eapo.core.EAPOStep.step`; they differ only in where ``(w+, w-)`` come from:
 
-* ``psr`` (1, 0), ``nsr`` (0, 1), ``w_reinforce`` (0.1, 1), ``eapo_grpo`` (1, 1: GRPO, eapo.core's
-  ``grpo`` scheme, named apart from verl's own ``grpo`` estimator): the scheme's defaults, or the
-  overrides ``algorithm.eapo.w_pos`` / ``algorithm.eapo.w_neg``. They work with any verl trainer;
-  outside the ``eapo`` trainer ``algorithm.eapo`` is read by
-  :meth:`eapo.engines.verl.settings.EapoSettings.for_estimator`.
+* a fixed scheme's estimator (``psr``, ``eapo_grpo``, ...): the scheme's defaults
+  (:func:`eapo.core.scheme_defaults`), or the overrides ``algorithm.eapo.w_pos`` /
+  ``algorithm.eapo.w_neg``. They work with any verl trainer; outside the ``eapo`` trainer
+  ``algorithm.eapo`` is read by :func:`eapo.engines.verl.settings.algorithm_for_estimator`.
   ``eapo_grpo`` is the estimator of the entropy-control presets (``algorithm.eapo.method=clip_cov``
   and the others of :data:`eapo.core.controls.ENTROPY_CONTROLS`), which the ``eapo`` trainer
   runs (:mod:`eapo.engines.verl.entropy_control`).
-* ``eapo``: ``w+_t`` depends on this step's rollout entropy (Eq. ``dynamic_weight``), which an
-  estimator never sees. The ``eapo`` trainer (:mod:`eapo.engines.verl.trainer`) computes the
-  step's weights and hands them over with :func:`polarity_weights`; called without it, the estimator
-  fails and says so. Under that trainer the fixed schemes take their weights the same way.
+* a scheme whose ``w+_t`` depends on this step's rollout entropy (``needs_entropy``: ``eapo``'s
+  Eq. ``dynamic_weight``), which an estimator never sees. The ``eapo`` trainer
+  (:mod:`eapo.engines.verl.trainer`) computes the step's weights and hands them over with
+  :func:`step_call`; called without it, the estimator fails and says so. Under that trainer the
+  fixed schemes take their weights the same way.
 
 verl calls an estimator as ``fn(token_level_rewards=, response_mask=, index=, config=, **optional)``
 with ``config`` the ``algorithm`` section (``verl.trainer.ppo.ray_trainer.compute_advantage``).
@@ -51,20 +53,14 @@ from typing import Any
 
 import torch
 
-from eapo.core.step import EAPOStep, grouped_polarity_advantages
-from eapo.engines.verl.settings import EapoSettings, read_section
+from eapo.core.step import EAPOStep
+from eapo.engines.verl.settings import algorithm_for_estimator, estimator_names, read_section
 
 __all__ = [
     "StepCall",
     "step_call",
     "active_step",
-    "polarity_grpo_advantages",
-    "compute_eapo_advantage",
-    "compute_psr_advantage",
-    "compute_nsr_advantage",
-    "compute_w_reinforce_advantage",
-    "compute_eapo_grpo_advantage",
-    "ESTIMATORS",
+    "estimators",
     "register_estimators",
 ]
 
@@ -120,35 +116,6 @@ def active_step() -> StepCall | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def polarity_grpo_advantages(
-    scores: torch.Tensor,
-    index: Sequence[Any],
-    w_pos: float,
-    w_neg: float,
-    *,
-    norm_by_std: bool = True,
-    epsilon: float = 1e-6,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Polarity-weighted group advantages for rows grouped by ``index`` (any order, any group sizes).
-
-    Args:
-        scores: ``(B,)`` sequence rewards; NaN marks a rollout that could not be scored (advantage 0,
-            positive, not part of its group's statistics).
-        index: ``B`` group ids (verl's ``uid``); rows with equal ids form a group.
-        w_pos, w_neg: the polarity weights.
-        norm_by_std: divide by the group std + ``epsilon`` (GRPO) or only centre (Dr. GRPO).
-        epsilon: added to the std.
-
-    Returns:
-        ``(advantages (B,), positive (B,) bool)`` in verl's row order. Groups with fewer than two
-        scored rows get 0 and count as positive.
-    """
-    advantages, positive, _ = grouped_polarity_advantages(
-        scores, index, w_pos, w_neg, scale="group" if norm_by_std else "none", eps=epsilon
-    )
-    return advantages, positive
-
-
 def _estimate(
     name: str,
     token_level_rewards: torch.Tensor,
@@ -163,7 +130,7 @@ def _estimate(
             "none was passed"
         )
     call = active_step()
-    if call is not None:  # under the eapo trainer, which read algorithm.eapo into EapoSettings at its start
+    if call is not None:  # under the eapo trainer, which resolved algorithm.eapo at its start
         read_section(config)  # the section's type and keys, checked on every call as outside the trainer
         if call.estimator != name:
             raise ValueError(
@@ -172,13 +139,7 @@ def _estimate(
             )
         step, entropy = call.step, call.entropy
     else:  # another verl trainer: the fixed scheme's weights, with algorithm.eapo's overrides
-        settings = EapoSettings.for_estimator(name, config)
-        step = EAPOStep(
-            settings.build_weighting(),
-            split_by=settings.split_by,
-            quantile_k=settings.quantile_k,
-            quantile_method=settings.quantile_method,
-        )
+        step = algorithm_for_estimator(name, config).make_step()
         entropy = None
     norm_by_std = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
     scores = token_level_rewards.sum(dim=-1)  # [B]
@@ -221,28 +182,21 @@ def _make_estimator(name: str):
     return estimator
 
 
-compute_eapo_advantage = _make_estimator("eapo")
-compute_eapo_pi_advantage = _make_estimator("eapo_pi")
-compute_psr_advantage = _make_estimator("psr")
-compute_nsr_advantage = _make_estimator("nsr")
-compute_w_reinforce_advantage = _make_estimator("w_reinforce")
-compute_qae_advantage = _make_estimator("qae")
-compute_eapo_grpo_advantage = _make_estimator("eapo_grpo")
+def estimators() -> dict[str, Any]:
+    """name -> estimator function, one per registered weighting scheme (:func:`estimator_names`), made once
+    per name (verl refuses a name re-registered to another function)."""
+    for name in estimator_names():
+        if name not in _ESTIMATORS:
+            _ESTIMATORS[name] = function = _make_estimator(name)
+            globals()[function.__name__] = function  # importable by its name (pickled by reference)
+    return {name: _ESTIMATORS[name] for name in estimator_names()}
 
-#: name -> estimator function, in registration order.
-ESTIMATORS = {
-    "eapo": compute_eapo_advantage,
-    "eapo_pi": compute_eapo_pi_advantage,
-    "psr": compute_psr_advantage,
-    "nsr": compute_nsr_advantage,
-    "w_reinforce": compute_w_reinforce_advantage,
-    "qae": compute_qae_advantage,
-    "eapo_grpo": compute_eapo_grpo_advantage,
-}
+
+_ESTIMATORS: dict[str, Any] = {}
 
 
 def register_estimators() -> None:
-    """Register :data:`ESTIMATORS` with verl's ``register_adv_est``.
+    """Register :func:`estimators` (every weighting scheme registered now) with verl's ``register_adv_est``.
 
     verl refuses to re-register a name to a different function. An entry left by an earlier import
     of this very module (same module and function name, e.g. after a failed plugin load) is
@@ -250,7 +204,7 @@ def register_estimators() -> None:
     """
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
-    for name, fn in ESTIMATORS.items():
+    for name, fn in estimators().items():
         existing = ADV_ESTIMATOR_REGISTRY.get(name)
         if existing is not None and existing is not fn and _same_function(existing, fn):
             del ADV_ESTIMATOR_REGISTRY[name]

@@ -2,13 +2,14 @@
 
 The recipe, top to bottom (:func:`run_verl`):
 
-1. **Check.** :func:`verl_problems` lists every setting verl cannot honour, with the reason. The
-   translated ``algorithm.eapo`` section is read by the plugin's own reader
-   (:meth:`~eapo.engines.verl.settings.EapoSettings.from_algorithm_config`). Both run before anything
-   is written.
+1. **Check.** :func:`verl_problems` lists every setting verl cannot honour, with the reason, before
+   anything is written. The ``algorithm.eapo`` section is written from the tree's resolved
+   :class:`eapo.core.Algorithm` (:meth:`~eapo.core.Algorithm.section`), which the plugin resolves in
+   verl's processes (:func:`~eapo.engines.verl.settings.algorithm_for_trainer`).
 2. **Inputs** under ``RUN_DIR/verl/`` (:class:`VerlLayout`):
    - the train and validation prompts as verl's parquet (:mod:`eapo.engines.verl.parquet`), rendered
-     from the same records and prompt template as the TRL engine;
+     from the same records and prompt template as the TRL engine, an over-long question cut to fit
+     ``data.max_prompt_tokens`` by the TRL engine's rule (:func:`write_data`);
    - the model as a directory verl loads (:func:`prepare_model`). ``data.response_prefix`` is
      appended to the chat template's generation prompt, so the prompt text is the TRL engine's. A
      LoRA adapter is built by eapo's own ``peft`` config (``model.lora.layers`` included) and handed
@@ -17,7 +18,8 @@ The recipe, top to bottom (:func:`run_verl`):
    Every loss-affecting option is set explicitly, because verl's defaults are not the paper's
    (weight decay 0.01, bf16 rollouts, ``token-mean``):
    - the estimator and ``algorithm.eapo.*``;
-   - the objective: ``loss_agg_mode``, the KL loss, clip, ``ppo_epochs``, advantage scaling;
+   - the objective: ``loss_agg_mode``, the KL loss, clip (dual clip off: :data:`NO_DUAL_CLIP`),
+     ``ppo_epochs``, advantage scaling;
    - optimiser, rollout, data, checkpoints and validation;
    - eapo's reward through ``compute_score``;
    - eapo's agent loop, which applies ``rollout.stop`` (:mod:`eapo.engines.verl.rollouts`), and
@@ -56,9 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from eapo.config import ConfigError, RunConfig, dump_config
-from eapo.core import CONTROL_SETTINGS, WEIGHTING_SCHEMES, resolve_controls
 from eapo.engines.verl.rollouts import AGENT_LOOP_NAME, STOP_SETTING
-from eapo.engines.verl.settings import EapoSettings, estimator_of
+from eapo.engines.verl.settings import estimator_of
 from eapo.run_dir import (
     CONFIG_FILE,
     FINAL_DIR,
@@ -76,6 +77,7 @@ from eapo.run_dir import (
 
 __all__ = [
     "LOSS_AGG_MODES",
+    "NO_DUAL_CLIP",
     "METRIC_KEYS",
     "VerlLayout",
     "VerlRunError",
@@ -99,6 +101,12 @@ LOSS_AGG_MODES: dict[str, str] = {
     "dapo": "token-mean",  # TRL normalises by the tokens of the whole (global) batch, as verl's token-mean
     "dr_grpo": "seq-mean-token-sum-norm",  # Dr. GRPO: sum over tokens / a constant (max completion length)
 }
+
+#: verl's dual-clip bound ``actor.clip_ratio_c`` (default 3), set so that dual clip never acts and the loss
+#: is the paper's PPO-clip. verl's ``vanilla`` loss caps a token's loss at ``−c·A`` where ``A < 0`` (dual-clip
+#: PPO, Ye et al. 2020, arXiv 1912.09729), a bound the paper's objective (Eq. ``grpo``) does not have. verl
+#: asserts ``c > 1`` and clamps ``log ρ`` to [−20, 20] before the cap, so ``ρ <= e^20 ≈ 4.9e8 < c``.
+NO_DUAL_CLIP = 1e9
 
 #: ``rollout.vllm_importance_correction`` -> verl's ``algorithm.rollout_correction.rollout_is``.
 ROLLOUT_IS: dict[str, str | None] = {"none": None, "token_truncate": "token", "sequence_truncate": "sequence"}
@@ -269,20 +277,41 @@ def verl_problems(config: RunConfig) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def write_data(config: RunConfig, layout: VerlLayout) -> dict[str, Path]:
+def write_data(config: RunConfig, layout: VerlLayout, model_path: str) -> dict[str, Path]:
     """The training prompts (``data.split``, ``data.limit``) and the validation prompts
-    (``train.eval_split``, ``train.eval_limit``) as verl's parquet; returns ``{"train": ..., "val": ...}``."""
-    from eapo.data import DataError, default_prompt_for, load
+    (``train.eval_split``, ``train.eval_limit``) as verl's parquet; returns ``{"train": ..., "val": ...}``.
+
+    A question whose prompt (chat template and ``data.response_prefix`` included, counted by
+    ``model_path``'s tokenizer) is over ``data.max_prompt_tokens`` is cut to fit by
+    :func:`eapo.data.render_prompts`, the TRL engine's rule (the instructions are kept), so verl's agent
+    loop never truncates a prompt itself (verl 0.9.1 would cut it from the left, the instructions first).
+    """
+    from eapo.data import DataError, default_prompt_for, load, render_prompts
     from eapo.engines.verl.parquet import verl_rows, write_verl_parquet
+    from eapo.runtime.models import load_tokenizer
 
     data = config.data
     prompt = data.prompt or default_prompt_for(data.name)
+    tokenizer = load_tokenizer(model_path)
     splits = {"train": (data.split, data.limit), "val": (config.train.eval_split, config.train.eval_limit)}
     written = {}
     for name, (split, limit) in splits.items():
         try:
             records = load(data.name, data.path, split=split, limit=limit, **data.options)
-            rows = verl_rows(records, prompt=prompt, data_source=f"eapo/{data.name}", split=split)
+            rendered = render_prompts(
+                records,
+                tokenizer,
+                prompt=prompt,
+                max_prompt_tokens=data.max_prompt_tokens,
+                response_prefix=data.response_prefix,
+            )
+            rows = verl_rows(
+                records,
+                prompt=prompt,
+                data_source=f"eapo/{data.name}",
+                split=split,
+                questions=rendered.questions,
+            )
         except DataError as error:
             raise VerlRunError(
                 f"data.name={data.name!r} (data.path={data.path!r}, split {split!r}) cannot be loaded: {error}"
@@ -384,26 +413,10 @@ def _nested(prefix: str, values: Mapping[str, Any]) -> list[str]:
 
 
 def algorithm_section(config: RunConfig) -> dict[str, Any]:
-    """``algorithm.eapo`` for this config: the method, every weight the scheme takes (its defaults
-    written out), the step settings, and the control settings that differ from the method's preset."""
-    from eapo.core import STEP_SETTINGS, make_weighting
-
-    a = config.algorithm
-    section: dict[str, Any] = {"method": a.method}
-    scheme = a.weighting_method()
-    weights = make_weighting(scheme, **a.weighting_overrides())
-    for key in WEIGHTING_SCHEMES[scheme][1]:
-        value = getattr(weights, key, None)
-        if value is not None:
-            section[key] = value
-    for key in STEP_SETTINGS:
-        section[key] = getattr(a, key)
-    preset = resolve_controls(a.method, {key: None for key in CONTROL_SETTINGS})
-    for key in CONTROL_SETTINGS:
-        value = getattr(a, key)
-        if value != preset.get(key):
-            section[key] = value
-    return section
+    """``algorithm.eapo`` for this config: its resolved algorithm's :meth:`eapo.core.Algorithm.section`
+    (the method, every weight the scheme takes with its defaults written out, the step settings, and the
+    control settings that differ from the method's preset)."""
+    return config.algorithm.resolved().section()
 
 
 def verl_overrides(
@@ -440,6 +453,7 @@ def verl_overrides(
         f"{actor}.kl_loss_coef={a.beta!r}",
         f"{actor}.kl_loss_type=low_var_kl",
         f"{actor}.clip_ratio_low={a.epsilon!r}",
+        f"{actor}.clip_ratio_c={NO_DUAL_CLIP!r}",  # no dual clip: the paper's PPO-clip
         f"{actor}.ppo_epochs={a.num_iterations}",
         f"{actor}.ppo_mini_batch_size={t.prompts_per_step}",  # one optimiser step per rollout batch
         f"{actor}.ppo_micro_batch_size_per_gpu={t.micro_batch_size}",
@@ -492,7 +506,10 @@ def verl_overrides(
         f"data.train_batch_size={t.prompts_per_step}",
         f"data.max_prompt_length={config.data.max_prompt_tokens}",
         f"data.max_response_length={r.max_completion_tokens}",
-        "data.truncation=left",
+        # verl 0.9.1's RL path reads no data.truncation: its agent loop left-truncates a prompt over
+        # rollout.prompt_length (= data.max_prompt_length), which eapo's agent loop refuses instead;
+        # write_data has cut every question to fit, as the TRL engine does
+        "data.truncation=error",
         "data.filter_overlong_prompts=False",
         "data.shuffle=True",
         f"data.seed={t.seed}",
@@ -710,7 +727,7 @@ def prepare_launch(
     overrides for them; raises :class:`VerlRunError` when the data has fewer prompts than one step."""
     import pyarrow.parquet as pq
 
-    data = write_data(config, layout)
+    data = write_data(config, layout, model_path)
     model_dir = prepare_model(config, layout, model_path)
     adapter = prepare_adapter(config, layout, model_path)
     num_rows = pq.ParquetFile(data["train"]).metadata.num_rows
@@ -828,15 +845,6 @@ def run_verl(
             f"cannot run on verl: {problems[0]}"
             + (f" (and {len(problems) - 1} more)" if problems[1:] else "")
         )
-    try:
-        EapoSettings.from_algorithm_config(
-            {
-                "adv_estimator": estimator_of(config.algorithm.weighting_method()),
-                "eapo": algorithm_section(config),
-            }
-        )
-    except ValueError as error:
-        raise ConfigError(f"cannot run on verl: {error}") from None
     try:
         check_versions()
     except RuntimeError as error:

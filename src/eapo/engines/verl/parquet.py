@@ -33,16 +33,22 @@ def verl_rows(
     data_source: str,
     split: str,
     ability: str = "medical_qa",
+    questions: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """verl rows for ``records`` (:class:`eapo.data.Record`), prompts filled from template ``prompt``."""
+    """verl rows for ``records`` (:class:`eapo.data.Record`), prompts filled from template ``prompt``
+    with ``questions`` (each record's question cut to fit, :attr:`eapo.data.PromptList.questions`;
+    default: the records' whole questions). ``extra_info.question`` is the whole question."""
     from eapo.data import build_messages
 
+    if questions is not None and len(questions) != len(records):
+        raise ValueError(f"{len(questions)} questions for {len(records)} records")
     rows = []
     for index, record in enumerate(records):
+        question = record.question if questions is None else questions[index]
         rows.append(
             {
                 "data_source": data_source,
-                "prompt": build_messages(record, prompt),
+                "prompt": build_messages(question, prompt),
                 "ability": ability,
                 "reward_model": {"style": "model", "ground_truth": record.reference},
                 "extra_info": {"split": split, "index": index, "id": record.id, "question": record.question},

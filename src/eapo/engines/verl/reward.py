@@ -36,8 +36,8 @@ The judge's ``{query}`` is ``extra_info["question"]``, which ``eapo data export-
 
 A rollout the composite has no total for (under ``missing=unscorable``, any weighted component
 returning ``None``, e.g. a failed judge call) gets ``score`` NaN and ``reward_unscored`` 1.0: the
-``eapo``/``psr``/``nsr``/``w_reinforce`` estimators give it advantage 0 and leave it out of its
-group's mean and std (:mod:`eapo.engines.verl.estimators`), as the TRL trainer does. verl's own
+plugin's estimators (:mod:`eapo.engines.verl.estimators`) give it advantage 0 and leave it out of its
+group's mean and std, as the TRL trainer does. verl's own
 score statistics (``critic/score/*``) then show NaN for that step; ``reward_unscored`` counts them.
 A component that could not score shows as NaN under its own key.
 """

@@ -16,16 +16,16 @@ and ``entropy/rollout_tokens``, the number of response tokens ``H_t`` averages o
 batch, read back from the TransferQueue, so every data-parallel worker's rollouts count (verl's
 old-log-prob pass writes each worker's shard there)
 
-(the keys of :class:`eapo.engines.trl.trainer.EAPOTrainer`; ``eapo/H0`` is the scheme's anchor for ``eapo`` and
-the first step's entropy for the fixed schemes). The step's decision — ``(w+, w-)``, ``H_0``, the
+(the keys of :class:`eapo.engines.trl.trainer.EAPOTrainer`; ``eapo/H0`` is the anchor of a scheme that
+``needs_entropy`` and the first step's entropy for the others). The step's decision — ``(w+, w-)``, ``H_0``, the
 split, these metrics and the state — is :class:`eapo.core.step.EAPOStep`'s, the one the TRL trainer
 uses; this class only moves verl's tensors and files in and out of it. Its state (the ``H_0`` anchor)
 is written beside verl's checkpoint as ``global_step_N/eapo_state.json`` (the TRL checkpoint's name,
 :data:`eapo.core.STATE_FILE`, by :func:`eapo.run_dir.write_step_state`) and restored on resume.
 
 Enable it with ``trainer.use_v1=True trainer.v1.trainer_mode=eapo algorithm.adv_estimator=eapo``;
-settings come from ``algorithm.eapo.*``, read by
-:meth:`eapo.engines.verl.settings.EapoSettings.from_algorithm_config`.
+settings come from ``algorithm.eapo.*``, read into the run's :class:`eapo.core.Algorithm` by
+:func:`eapo.engines.verl.settings.algorithm_for_trainer`.
 
 Entropy controls (:mod:`eapo.engines.verl.entropy_control`): ``algorithm.eapo.method=clip_cov``
 (and the other presets, with ``algorithm.adv_estimator=eapo_grpo``: GRPO's weights) or control keys
@@ -71,14 +71,15 @@ import torch
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer, trainer_base
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-from eapo.core import WeightingScheme, rollout_entropy
+from eapo.core import WEIGHTING_SCHEMES, Algorithm, WeightingScheme, rollout_entropy
 from eapo.core.step import STATE_FILE, EAPOStep, split_metrics
 from eapo.engines.verl.entropy_control import (
     CONTROL_INPUTS_KEY,
     METRIC_PREFIX,
-    EntropyControls,
+    VERL_ACTOR_OPTIONS,
     actor_metrics,
     apply_to_actor_config,
+    controls_active,
     entropy_control_loss,
 )
 from eapo.engines.verl.estimators import step_call
@@ -94,26 +95,24 @@ from eapo.engines.verl.rollouts import (
     stop_reason_metrics,
     stop_reason_of,
 )
-from eapo.engines.verl.settings import ESTIMATOR_NAMES, TRAINER_NAME, EapoSettings
+from eapo.engines.verl.settings import TRAINER_NAME, algorithm_for_trainer, estimator_of
 from eapo.rewards.base import prompt_text
 from eapo.run_dir import STEP_METRICS_FILE, append_jsonl, read_step_state, write_step_state
 from eapo.runtime.stop import cut_text
 
 __all__ = [
     "ENTROPY_FIELD",
-    "WEIGHTING_STATE_FILE",
     "EAPOVerlTrainer",
     "batch_entropy",
 ]
 
 logger = logging.getLogger(__name__)
 
+#: The eapo setting verl's ``actor.entropy_coeff`` carries (a control's ``verl_options``).
+_COEF_SETTING = next(key for key, option in VERL_ACTOR_OPTIONS.items() if option == "entropy_coeff")
+
 #: The per-token entropy field verl's old-log-prob pass writes into the TransferQueue.
 ENTROPY_FIELD = "entropy"
-#: The file written into verl's ``global_step_N`` checkpoint folder: core's :data:`eapo.core.STATE_FILE`
-#: (the one definition of the name, the TRL checkpoint's too), under the name the plugin exported it.
-WEIGHTING_STATE_FILE = STATE_FILE
-
 
 #: The number of response tokens ``H_t`` (``entropy/rollout``) averages over, the step's whole batch
 #: (every data-parallel worker's rollouts), logged by the ``eapo`` trainer.
@@ -141,7 +140,7 @@ def _missing_entropy_message(name: str, *, control: bool = False) -> str:
         f"{setting} needs this step's rollout entropy H_t from the per-token "
         f"{ENTROPY_FIELD!r} that verl's old-log-prob pass writes, but the batch has none. Bypass mode "
         "(algorithm.rollout_correction.bypass_mode=True) skips that pass: turn it off, or use a fixed "
-        f"scheme ({', '.join(n for n in ESTIMATOR_NAMES if n != 'eapo')})."
+        f"scheme without it ({', '.join(n for n, s in WEIGHTING_SCHEMES.items() if not s.needs_entropy)})."
     )
 
 
@@ -197,17 +196,14 @@ class EAPOVerlTrainer(PPOTrainerSync):
 
     def __init__(self, config: Any) -> None:
         # Validate before verl's __init__ (and long before any GPU work).
-        self.settings = EapoSettings.from_algorithm_config(config.algorithm)
-        self.weighting: WeightingScheme = self.settings.build_weighting()
-        self.controls: EntropyControls = self.settings.controls
-        self.eapo_step = EAPOStep(
-            self.weighting,
-            method=self.settings.method,
-            split_by=self.settings.split_by,
-            quantile_k=self.settings.quantile_k,
-            quantile_method=self.settings.quantile_method,
-            controls=self.controls.states(),
-        )  # the step's decision, H_0, the controls' state, metrics
+        #: the run's algorithm, resolved once from algorithm.eapo (eapo.core.Algorithm)
+        self.algorithm: Algorithm = algorithm_for_trainer(config.algorithm)
+        self.weighting: WeightingScheme = self.algorithm.make_weighting()
+        #: verl's advantage estimator that applies the scheme
+        self.estimator = estimator_of(self.algorithm.scheme)
+        self.eapo_step = self.algorithm.make_step(
+            weighting=self.weighting
+        )  # decision, H_0, controls, metrics
         #: the controls' inputs to this step's update (EAPOStep.control_inputs), None before the step
         self.step_inputs: dict[str, dict[str, float]] | None = None
         #: the response tokens this step's H_t averages over (ENTROPY_TOKENS_METRIC), None before it
@@ -215,12 +211,12 @@ class EAPOVerlTrainer(PPOTrainerSync):
         rollout_correction = config.algorithm.get("rollout_correction", None) or {}
         if rollout_correction.get("bypass_mode", False):
             if self.weighting.needs_entropy:
-                raise ValueError(_missing_entropy_message(self.settings.method))
+                raise ValueError(_missing_entropy_message(self.algorithm.method))
             for name in self.eapo_step.controls:
                 raise ValueError(_missing_entropy_message(name, control=True))
         distillation = config.get("distillation", None)
         if (
-            self.controls.needs_loss_wrapper
+            controls_active(self.algorithm)
             and distillation is not None
             and distillation.get("enabled", False)
         ):
@@ -230,7 +226,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
             )
         # Where verl has the control, its own option carries eapo's value (entropy_coeff, clip_ratio_high,
         # policy_loss.*); verl's __init__ then validates the result as any user setting.
-        self.verl_options = apply_to_actor_config(config.actor_rollout_ref.actor, self.controls)
+        self.verl_options = apply_to_actor_config(config.actor_rollout_ref.actor, self.algorithm)
         rollout = config.actor_rollout_ref.rollout
         self.stops: tuple[str, ...] = rollout_stops(rollout)
         agent = rollout.get("agent", None) or {}
@@ -248,7 +244,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
 
     def init(self) -> None:
         super().init()
-        if self.controls.needs_loss_wrapper:
+        if controls_active(self.algorithm):
             self.actor_rollout_wg.set_loss_fn(self.actor_loss_fn())
 
     def actor_loss_fn(self) -> functools.partial:
@@ -261,8 +257,8 @@ class EAPOVerlTrainer(PPOTrainerSync):
         return functools.partial(
             entropy_control_loss,
             config=actor,
-            controls=tuple(control.name for control in self.controls.applied_by_eapo()),
-            settings=self.controls.resolved_values(),
+            controls=tuple(control.name for control in self.algorithm.applied_by_eapo("verl")),
+            settings=self.algorithm.control_values(),
         )
 
     # verl's PPOTrainer keeps the registry name it was created under in ``self.trainer_mode`` and also
@@ -291,14 +287,12 @@ class EAPOVerlTrainer(PPOTrainerSync):
             [bool(tag.get("is_padding", False)) for tag in batch.tags or []], dtype=torch.bool
         )
         if entropy is None and self.weighting.needs_entropy:
-            raise RuntimeError(_missing_entropy_message(self.settings.method))
-        with step_call(
-            self.eapo_step, entropy, self.settings.estimator
-        ) as call:  # core decides, in the estimator
+            raise RuntimeError(_missing_entropy_message(self.algorithm.method))
+        with step_call(self.eapo_step, entropy, self.estimator) as call:  # core decides, in the estimator
             batch = super()._compute_advantage(batch, metrics)
         if call.metrics is None:
             raise RuntimeError(
-                f"the {self.settings.estimator!r} advantage estimator did not run, so (w+, w-) were not applied; "
+                f"the {self.estimator!r} advantage estimator did not run, so (w+, w-) were not applied; "
                 "verl computed advantages some other way (check algorithm.adv_estimator)"
             )
         metrics.update(call.metrics)
@@ -311,7 +305,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
             strict=True,
         ):
             self._step_split[key] = row
-        if self.controls.active:
+        if controls_active(self.algorithm):
             try:  # each run state's inputs to this update, then moved by H_t
                 self.step_inputs = self.eapo_step.control_inputs(entropy)
             except ValueError as error:
@@ -322,11 +316,11 @@ class EAPOVerlTrainer(PPOTrainerSync):
         return batch
 
     def _step_entropy_coef(self) -> float:
-        """The entropy coefficient this step's update applies: a run state's per-step ``entropy_coef``
-        (the adaptive one), else verl's ``actor.entropy_coeff``."""
+        """The entropy coefficient this step's update applies: a run state's per-step input for the setting
+        verl's ``actor.entropy_coeff`` carries (the adaptive coefficient), else that option."""
         for inputs in (self.step_inputs or {}).values():
-            if "entropy_coef" in inputs:
-                return float(inputs["entropy_coef"])
+            if _COEF_SETTING in inputs:
+                return float(inputs[_COEF_SETTING])
         return float(self.config.actor_rollout_ref.actor.entropy_coeff)
 
     def _update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
@@ -356,7 +350,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
         )
         if "response_mask" in data.keys():
             self._entropy_tokens = int(data.select("response_mask").to_padded_tensor()["response_mask"].sum())
-        return batch_entropy(data, self.settings.entropy_agg)
+        return batch_entropy(data, self.algorithm.entropy_agg)
 
     # --- checkpoints: the scheme's state beside verl's -------------------------------------------
 
@@ -413,9 +407,7 @@ class EAPOVerlTrainer(PPOTrainerSync):
         for i, text, reason in zip(rows, texts, reasons, strict=True):
             key = batch.keys[i]
             if key not in self._step_split:
-                raise RuntimeError(
-                    f"rollout {key} has no advantage from the {self.settings.estimator!r} estimator"
-                )
+                raise RuntimeError(f"rollout {key} has no advantage from the {self.estimator!r} estimator")
             advantage, positive, scored = self._step_split[key]
             extra = extra_fields[i] if extra_fields and isinstance(extra_fields[i], dict) else {}
             index = indices[i] if indices else 0
@@ -482,11 +474,11 @@ class EAPOVerlTrainer(PPOTrainerSync):
                 "resuming from %s, which has no %s (written by a run without the eapo trainer): "
                 "the weighting scheme starts afresh and re-anchors H_0 on the next step",
                 folder,
-                WEIGHTING_STATE_FILE,
+                STATE_FILE,
             )
             return
         _load_state(folder, self.eapo_step)
-        logger.info("restored the %s weighting state from %s", self.settings.method, path)
+        logger.info("restored the %s weighting state from %s", self.algorithm.method, path)
 
     def _resumed_folder(self) -> str | None:
         """The ``global_step_N`` folder verl's ``_load_checkpoint`` resumed from, or None (fresh start)."""
