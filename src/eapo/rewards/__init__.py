@@ -25,7 +25,8 @@ on how they add up):
 * ``reranker`` — cross-encoder relevance, or the labelled bi-encoder stand-in; ``extract`` as for
   Rouge-L (:mod:`eapo.rewards.reranker`);
 * ``llm_judge`` — the appendix LLM-as-a-Judge prompts (:mod:`eapo.rewards.judge_prompts`) sent by the
-  client :mod:`eapo.rewards.judge` (over :mod:`eapo.rewards.judge_transport`);
+  client :mod:`eapo.rewards.judge` (over :mod:`eapo.rewards.judge_transport`; registered by
+  :mod:`eapo.rewards.judge_component`);
 * ``overlong`` — [-1, 0]: DAPO's soft overlong punishment (Eq. 13), 0 up to ``max_tokens - buffer``
   tokens, then a ramp to -1 at the cap; reads ``completion_lengths`` or TRL's ``completion_ids``
   (:mod:`eapo.rewards.overlong`);
@@ -92,7 +93,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "eapo.rewards.format",
     "eapo.rewards.rouge",
     "eapo.rewards.reranker",
-    "eapo.rewards.judge",
+    "eapo.rewards.judge_component",
     "eapo.rewards.overlong",
     "eapo.rewards.repetition",
 )
