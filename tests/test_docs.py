@@ -239,3 +239,23 @@ def test_entropy_control_presets_table_lists_the_registry():
     assert dict((row[0], row[2]) for row in rows)["clip_higher"] == "epsilon_high=0.28"
     page = (ROOT / "docs" / "guide" / "entropy-controls.md").read_text(encoding="utf-8")
     assert "```{eapo-entropy-controls}" in page
+
+
+def test_reward_component_and_eval_column_tables_list_the_registry():
+    from eapo.rewards import REWARD_COMPONENTS
+    from eapo.rewards.registry import eval_columns
+
+    extension = _docs_extension()
+    rows = {row[0]: row for row in extension.reward_component_rows()}
+    assert list(rows) == list(REWARD_COMPONENTS)
+    assert all(row[1] for row in rows.values())
+    assert rows["llm_judge"][2:5] == ("0.3", "laaj", "laaj")
+    assert rows["rouge_l"][3:5] == ("rouge_l (default)", "rouge_l, rl_at_k")
+    assert rows["format"][4] == "beside the table (extra)" and rows["overlong"][2] == ""
+    columns = extension.eval_column_rows()
+    assert [row[0] for row in columns] == [column.key for _, column in eval_columns()]
+    assert columns[2] == ("rl_at_k", "RL@{k}", "rouge_l", "best of the k samples", "avg", "rl_at_k_strict")
+    assert "```{eapo-reward-components}" in (ROOT / "docs" / "guide" / "rewards.md").read_text(
+        encoding="utf-8"
+    )
+    assert "```{eapo-eval-columns}" in (ROOT / "docs" / "guide" / "evaluation.md").read_text(encoding="utf-8")

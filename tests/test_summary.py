@@ -12,12 +12,17 @@ from pathlib import Path
 import pytest
 
 from eapo.summary import (
-    STRICT_AVG_NOTE,
     eval_table,
     first_last_thirds,
     read_answer_shape,
     render_summary,
     summarize_run,
+)
+
+#: The line under the table that says what the strict Avg is (the format check's registration holds it).
+STRICT_AVG_NOTE = (
+    "Avg (strict): the same mean, but an answer without its <advice> block scores 0 "
+    "(Avg scores the text after </think>, or the whole response, instead)"
 )
 
 # Six steps: thirds are steps 1-2 and 5-6. Step 4 reused step 3's generation (rollout/fresh false)
@@ -197,10 +202,6 @@ def test_rendered_summary(run_dir):
         "| base: smollm2-135m-instruct | not recorded | – | – | – | – | – | – | – |",
         "| trained: run/final | not recorded | – | – | – | – | – | – | – |",
     ]
-    assert STRICT_AVG_NOTE == (
-        "Avg (strict): the same mean, but an answer without its <advice> block scores 0 "
-        "(Avg scores the text after </think>, or the whole response, instead)"
-    )
     assert "warning" not in text
 
 

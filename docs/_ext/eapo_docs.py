@@ -9,6 +9,11 @@ tree must be rendered somewhere: a section the pages leave out is a warning, whi
 ``{eapo-entropy-controls}`` renders the entropy-control presets registered in
 :data:`eapo.core.ENTROPY_CONTROLS` (name, source, settings, what each does).
 
+``{eapo-reward-components}`` renders the reward components registered in
+:data:`eapo.rewards.REWARD_COMPONENTS` (name, what it scores, default weight, evaluation scorer and
+columns, plot panels), and ``{eapo-eval-columns}`` the evaluation columns they declare (key, title, how a
+prompt's samples make it, the Avgs it joins, its strict variant).
+
 ``{eapo-claims-registry}`` renders what a study's claims file can use, from :mod:`eapo.study`'s registries:
 its statistics (``stat:``), comparisons (``compare:``), reasons (``missing: {why: ...}``) and claims.md
 blocks (``markdown:``), each with its options and its help.
@@ -136,6 +141,51 @@ def entropy_control_rows() -> list[tuple[str, str, str, str]]:
     ]
 
 
+def reward_component_rows() -> list[tuple[str, str, str, str, str, str]]:
+    """The reward components of :data:`eapo.rewards.REWARD_COMPONENTS`: ``(name, what it scores, default
+    weight or "", evaluation scorer, its columns, plot panels)``, in registration order."""
+    from eapo.rewards import REWARD_COMPONENTS
+
+    rows = []
+    for component in REWARD_COMPONENTS.values():
+        scorer = component.evaluation
+        if scorer is None:
+            evaluated, columns = "", ""
+        else:
+            evaluated = component.scorer_name or ""
+            evaluated += " (default)" if scorer.default else ""
+            columns = ", ".join(column.key for column in scorer.columns) or "beside the table (extra)"
+        rows.append(
+            (
+                component.name,
+                component.help,
+                yaml_value(component.default_weight) if component.default_weight else "",
+                evaluated,
+                columns,
+                ", ".join(key for key, _ in component.plot_panels),
+            )
+        )
+    return rows
+
+
+def eval_column_rows() -> list[tuple[str, str, str, str, str, str]]:
+    """The evaluation columns the components declare, in column order: ``(key, title, scorer, per prompt,
+    the Avgs it joins, its strict variant or "")``."""
+    from eapo.rewards.registry import eval_columns
+
+    return [
+        (
+            column.key,
+            column.title,
+            scorer,
+            "mean of the k samples" if column.per_prompt == "mean" else "best of the k samples",
+            ", ".join(column.averages),
+            f"{column.key}_strict" if column.strict else "",
+        )
+        for scorer, column in eval_columns()
+    ]
+
+
 def weighting_scheme_rows() -> list[tuple[str, str, str, str, str]]:
     """The weighting schemes of :data:`eapo.core.WEIGHTING_SCHEMES`: ``(method, label, its weights with their
     defaults, verl's estimator, what it does)``, in registration order."""
@@ -243,6 +293,22 @@ class EntropyControlPresets(SphinxDirective):
         return [_table(header, entropy_control_rows(), {0, 2}, [14, 30, 22, 40])]
 
 
+class RewardComponents(SphinxDirective):
+    """``{eapo-reward-components}``: the reward components, from their registrations."""
+
+    def run(self) -> list[nodes.Node]:
+        header = ["component", "what it scores", "default α", "eval scorer", "eval columns", "plot panels"]
+        return [_table(header, reward_component_rows(), {0, 2, 3, 4, 5}, [12, 40, 8, 12, 16, 18])]
+
+
+class EvalColumns(SphinxDirective):
+    """``{eapo-eval-columns}``: the evaluation columns, from the components' registrations."""
+
+    def run(self) -> list[nodes.Node]:
+        header = ["column", "title", "scorer", "per prompt", "Avgs", "strict variant"]
+        return [_table(header, eval_column_rows(), {0, 2, 4, 5}, [12, 10, 10, 20, 14, 16])]
+
+
 class WeightingSchemes(SphinxDirective):
     """``{eapo-weighting-schemes}``: the weighting schemes (``algorithm.method``) from the registry."""
 
@@ -285,6 +351,8 @@ def setup(app) -> dict[str, Any]:
     app.add_directive("eapo-config-section", ConfigSection)
     app.add_directive("eapo-trl-config", TRLConfigFields)
     app.add_directive("eapo-entropy-controls", EntropyControlPresets)
+    app.add_directive("eapo-reward-components", RewardComponents)
+    app.add_directive("eapo-eval-columns", EvalColumns)
     app.add_directive("eapo-weighting-schemes", WeightingSchemes)
     app.add_directive("eapo-claims-registry", ClaimsRegistry)
     app.connect("env-purge-doc", _purge)

@@ -28,6 +28,7 @@ from matplotlib.ticker import MaxNLocator
 
 from eapo.core.controls import actuator_panels, control_panels
 from eapo.evaluation.labels import run_label
+from eapo.rewards.registry import REWARD_COMPONENTS, component_panels
 from eapo.run_dir import CAP_SHARE_KEY, atomic_write_bytes, cap_share, read_metrics
 
 __all__ = [
@@ -45,7 +46,8 @@ __all__ = [
     "RAW_PREFIX",
 ]
 
-#: Fixed panels: metrics.jsonl key -> title. Reward components (``reward/<name>/mean``) go after reward/mean.
+#: Fixed panels: metrics.jsonl key -> title. The reward components' panels (their registrations',
+#: :func:`eapo.rewards.registry.component_panels`) go after reward/mean.
 PANELS: tuple[tuple[str, str], ...] = (
     ("entropy/rollout", "Entropy (rollout, nats/token)"),
     ("reward/mean", "Reward"),
@@ -60,7 +62,6 @@ PANELS: tuple[tuple[str, str], ...] = (
 )
 #: Label prefix of the faint raw-value lines (hidden from legends).
 RAW_PREFIX = "_raw "
-_COMPONENT_ORDER = ("format", "rouge_l", "reranker", "llm_judge")
 
 
 def ema(values: Sequence[float | None], smoothing: float = 0.6) -> np.ndarray:
@@ -88,15 +89,19 @@ def auto_smoothing(num_steps: int) -> float:
     return min(0.9, max(0.0, 1.0 - 10.0 / max(num_steps, 1)))
 
 
-def _component_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
-    names = {
-        key.split("/")[1]
+def _component_panels(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The reward components' panels: every registered component's (its registration's order and
+    titles), then the mean of any other component a run logged (``reward/<name>/mean``, by name)."""
+    registered = list(component_panels())
+    known = {key for key, _ in registered} | {c.mean_key for c in REWARD_COMPONENTS.values()}
+    logged = {
+        key
         for row in rows
         for key in row
         if key.startswith("reward/") and key.endswith("/mean") and key.count("/") == 2
     }
-    order = {name: index for index, name in enumerate(_COMPONENT_ORDER)}
-    return [f"reward/{name}/mean" for name in sorted(names, key=lambda n: (order.get(n, len(order)), n))]
+    others = [(key, f"Reward: {key.split('/')[1]}") for key in sorted(logged - known)]
+    return [*registered, *others]
 
 
 def panel_keys(runs: Sequence[Sequence[dict[str, Any]]]) -> list[tuple[str, str]]:
@@ -108,7 +113,7 @@ def panel_keys(runs: Sequence[Sequence[dict[str, Any]]]) -> list[tuple[str, str]
         if key in present:
             panels.append((key, title))
         if key == "reward/mean":
-            panels += [(c, f"Reward: {c.split('/')[1]}") for c in _component_keys(rows) if c in present]
+            panels += [(c, title) for c, title in _component_panels(rows) if c in present]
     return panels
 
 

@@ -24,26 +24,34 @@ from typing import Any
 
 from eapo.run_dir import CAP_SHARE_KEY, METRICS_FILE, cap_share, read_metrics
 
-__all__ = ["first_last_thirds", "summarize_run", "render_summary", "eval_table", "read_answer_shape"]
+__all__ = [
+    "first_last_thirds",
+    "summarize_run",
+    "render_summary",
+    "eval_table",
+    "read_answer_shape",
+    "trend_keys",
+]
 
-#: ``metrics.jsonl`` keys compared between the first and the last third (label, key).
-TREND_KEYS = (
-    ("reward", "reward/mean"),
-    ("  format", "reward/format/mean"),
-    ("  rouge_l", "reward/rouge_l/mean"),
-    ("  reranker", "reward/reranker/mean"),
-    ("  llm_judge", "reward/llm_judge/mean"),
-    ("length (tokens)", "completion/mean_length"),
-    # eapo.run_dir.cap_share: completions/stopped_by_cap, else TRL's clipped_ratio (which counts a rollout
-    # that ended at a stop string as clipped)
-    ("truncated frac", CAP_SHARE_KEY),
-)
 
-#: The line under the table that says what the strict Avg is.
-STRICT_AVG_NOTE = (
-    "Avg (strict): the same mean, but an answer without its <advice> block scores 0 "
-    "(Avg scores the text after </think>, or the whole response, instead)"
-)
+def trend_keys() -> tuple[tuple[str, str], ...]:
+    """``metrics.jsonl`` keys compared between the first and the last third, ``(label, key)``: the
+    reward, each registered component's mean (:data:`eapo.rewards.REWARD_COMPONENTS`, indented under
+    it), the length and the share cut at the cap."""
+    from eapo.rewards import REWARD_COMPONENTS
+
+    return (
+        ("reward", "reward/mean"),
+        *((f"  {c.name}", c.mean_key) for c in REWARD_COMPONENTS.values()),
+        ("length (tokens)", "completion/mean_length"),
+        # eapo.run_dir.cap_share: completions/stopped_by_cap, else TRL's clipped_ratio (which counts a
+        # rollout that ended at a stop string as clipped)
+        ("truncated frac", CAP_SHARE_KEY),
+    )
+
+
+#: The columns of :func:`eval_table` beside the scorers: ``results.json["extra"]`` key -> title.
+_SHAPE_TITLES = {"completion_tokens": "Tokens", "truncated_frac": "Truncated"}
 
 #: Files of a run directory a reader should open, shown when they exist.
 LOOK_AT = (
@@ -89,7 +97,7 @@ def summarize_run(
         row | {CAP_SHARE_KEY: cap_share(row)} for row in rows if row.get("rollout/fresh", True) is not False
     ]
     trends = {}
-    for label, key in TREND_KEYS:
+    for label, key in trend_keys():
         values = _series(fresh, key)
         if values:
             first, last, k = first_last_thirds(values)
@@ -159,6 +167,7 @@ def read_answer_shape(eval_dir: str | Path, results: Mapping[str, Any]) -> dict[
     (at the closing tag its format scorer's label names, :func:`eapo.evaluation.answers.close_tag_of_label`),
     else ``None`` (not recorded)."""
     from eapo.evaluation.answers import answer_shape_of_samples, close_tag_of_label
+    from eapo.evaluation.metrics import strict_gate
 
     shape = results.get("answers")
     if isinstance(shape, Mapping):
@@ -171,14 +180,14 @@ def read_answer_shape(eval_dir: str | Path, results: Mapping[str, Any]) -> dict[
     samples, _ = load_samples(path)
     if not samples:
         return None
-    close_tag = close_tag_of_label((results.get("labels") or {}).get("format"))
+    close_tag = close_tag_of_label((results.get("labels") or {}).get(strict_gate() or ""))
     return answer_shape_of_samples(samples, close_tag=close_tag)
 
 
 def eval_table(evals: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     """One Markdown table, a row per evaluation: the reported metric columns, the strict Avg beside
-    the Avg (when the format scorer ran), then the format reward, the mean completion length and the
-    truncated fraction (``results.json`` ``extra``)."""
+    the Avg (when the format scorer ran), then each scorer outside the table (the format reward), the
+    mean completion length and the truncated fraction (``results.json`` ``extra``)."""
     from eapo.evaluation.report import (
         column_title,
         format_value,
@@ -195,12 +204,11 @@ def eval_table(evals: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     flagged: set[str] = set()
     for r in results:
         flagged |= stand_in_columns(r.get("labels", {}))
-    extras = [
-        key
-        for key in ("format", "completion_tokens", "truncated_frac")
-        if any(key in r.get("extra", {}) for r in results)
-    ]
-    titles = {"format": "Format", "completion_tokens": "Tokens", "truncated_frac": "Truncated"}
+    from eapo.rewards.registry import eval_scorers
+
+    scorers = [name for name, scorer in eval_scorers().items() if not scorer.columns]
+    extras = [key for key in (*scorers, *_SHAPE_TITLES) if any(key in r.get("extra", {}) for r in results)]
+    titles = {**{name: scorer.title for name, scorer in eval_scorers().items()}, **_SHAPE_TITLES}
     header = ["Model"] + [column_title(key, k) + ("†" if key in flagged else "") for key in columns]
     header += ["Avg (strict)"] if strict else []
     header += [titles[key] for key in extras]
@@ -251,10 +259,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     if evals:
         lines += ["", "evaluation: " + _eval_settings(evals[-1][1]), eval_table(evals).rstrip("\n")]
         header = lines[-1].splitlines()[0]
-        if "Avg (strict)" in header:
-            lines.append(STRICT_AVG_NOTE)
-        if "†" in header:
-            lines.append("† the offline bi-encoder stand-in for the reranker, not the paper's cross-encoder")
+        lines += _table_notes(header, [results for _, results in evals])
         differing = [
             f"{name}: {_eval_settings(results)}"
             for name, results in evals[:-1]
@@ -275,6 +280,28 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         if recorded:
             lines.append(answer_shape_note(recorded))
     return "\n".join(lines) + "\n"
+
+
+def _table_notes(header: str, results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The lines under :func:`eval_table`: what the strict Avg is (the gate's registration,
+    :class:`eapo.rewards.StrictGate`) and what a † marks (each stand-in scorer's registration)."""
+    from eapo.rewards.registry import eval_scorers
+
+    scorers = eval_scorers()
+    lines = []
+    if "Avg (strict)" in header:
+        lines += [s.gate.summary_note for s in scorers.values() if s.gate is not None]
+    if "†" in header:
+        flagged = {
+            name
+            for r in results
+            for name, label in (r.get("labels") or {}).items()
+            if "stand-in" in label and name in scorers and scorers[name].columns
+        }
+        lines += list(
+            dict.fromkeys(scorers[n].stand_in_summary for n in sorted(flagged) if scorers[n].stand_in_summary)
+        )
+    return lines
 
 
 def _eval_settings(results: Mapping[str, Any]) -> str:

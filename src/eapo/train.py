@@ -411,7 +411,8 @@ def build_validation(config: RunConfig, model_path: str, reward, run_dir: Path):
 
 
 def build_reward(config: RunConfig, run_dir: str | Path | None = None):
-    """The configured composite reward; an unreachable judge endpoint fails here, before any training.
+    """The configured composite reward; a component whose endpoint cannot be reached (one with
+    ``check_reachable``: the LLM judge) fails here, before any training.
 
     The judge's disk cache (``reward.judge.cache_dir``) lies under ``run_dir`` when relative; without
     ``run_dir`` a relative cache directory means no cache.
@@ -420,13 +421,14 @@ def build_reward(config: RunConfig, run_dir: str | Path | None = None):
 
     weights, options, missing = reward_settings(config, run_dir)
     composite = make_composite(weights, missing=missing, **options)
-    judge_scorer = composite.components.get("llm_judge") if hasattr(composite, "components") else None
-    if judge_scorer is not None:
+    for name, component in getattr(composite, "components", {}).items():
+        if not callable(getattr(component, "check_reachable", None)):
+            continue  # a component that calls no endpoint
         try:
-            judge_scorer.check_reachable()
+            component.check_reachable()
         except Exception as error:
             raise RunError(
-                f"the LLM judge at {config.reward.judge.base_url} cannot be reached: {error}"
+                f"reward {name!r}: the endpoint of {component.label} cannot be reached: {error}"
             ) from error
     return composite
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from eapo.evaluation.metrics import (
-    AVG_COLUMNS,
-    METRIC_KEYS,
-    STRICT_AVG_COLUMNS,
-    STRICT_COLUMNS,
     aggregate,
+    avg_columns,
     bootstrap_ci,
+    metric_keys,
     per_prompt_values,
+    strict_avg_columns,
+    strict_columns,
     unscored_counts,
 )
 from eapo.evaluation.report import results_csv, results_markdown, stand_in_columns
@@ -53,7 +53,7 @@ def test_avg_is_the_four_column_mean_and_avg_laaj_the_judge_tables():
     # a judge does not change avg (the old code made it a 5-column mean: 0.63)
     assert metrics["avg"] == pytest.approx((0.35 + 0.55 + 0.65 + 0.80) / 4, abs=1e-12)
     assert metrics["avg_laaj"] == pytest.approx((0.35 + 0.55 + 0.8) / 3, abs=1e-12)
-    assert AVG_COLUMNS == {
+    assert avg_columns() == {
         "avg": ("rouge_l", "reranker", "rl_at_k", "rr_at_k"),
         "avg_laaj": ("rouge_l", "reranker", "laaj"),
     }
@@ -121,7 +121,7 @@ def test_bootstrap_interval_contains_the_point_estimate_and_is_seeded():
     per_prompt = per_prompt_values(scores)
     point = aggregate(per_prompt)
     ci = bootstrap_ci(per_prompt, n_resamples=500, seed=3)
-    assert set(ci) == set(METRIC_KEYS) and ci["laaj"] is None
+    assert set(ci) == set(metric_keys()) and ci["laaj"] is None
     for key in ("rouge_l", "reranker", "rl_at_k", "rr_at_k", "avg"):
         low, high = ci[key]
         assert low < point[key] < high, key
@@ -158,7 +158,7 @@ def _results(scores, **fields):
         "n_prompts": len(scores),
         "model": "m",
         "data": "demo:dev",
-        "avg_of": {key: list(columns) for key, columns in AVG_COLUMNS.items()},
+        "avg_of": {key: list(columns) for key, columns in avg_columns().items()},
         "labels": {
             "rouge_l": "Rouge-L F1 (char level, answer = <advice>)",
             "reranker": "bi-encoder stand-in (all-MiniLM-L6-v2 cosine, clamped to [0, 1], answer = <advice>)",
@@ -262,10 +262,10 @@ def test_strict_columns_score_a_sample_that_failed_the_format_check_as_empty():
     assert metrics["avg_strict"] == pytest.approx((0.4 / 6 + 1.3 / 6 + 0.15 + 0.45) / 4, abs=1e-12)
     # the lenient columns are untouched
     assert metrics["avg"] == pytest.approx((0.35 + 0.55 + 0.65 + 0.80) / 4, abs=1e-12)
-    assert STRICT_AVG_COLUMNS == {
+    assert strict_avg_columns() == {
         "avg_strict": ("rouge_l_strict", "reranker_strict", "rl_at_k_strict", "rr_at_k_strict")
     }
-    assert set(METRIC_KEYS) >= {
+    assert set(metric_keys()) >= {
         "rouge_l_strict",
         "reranker_strict",
         "rl_at_k_strict",
@@ -277,7 +277,7 @@ def test_strict_columns_score_a_sample_that_failed_the_format_check_as_empty():
 def test_strict_columns_need_the_format_score():
     without = [{k: v for k, v in prompt.items() if k != "format"} for prompt in SCORES]
     metrics = aggregate(per_prompt_values(without))
-    assert all(metrics[key] is None for key in (*STRICT_COLUMNS, "avg_strict"))
+    assert all(metrics[key] is None for key in (*strict_columns(), "avg_strict"))
     assert metrics["avg"] == pytest.approx((0.35 + 0.55 + 0.65 + 0.80) / 4, abs=1e-12)
     # a sample whose format was not scored is left out; an unscored Rouge-L that failed the format check is a 0
     scores = [{"rouge_l": [0.6, None, 0.2], "format": [None, 0.0, 1.0]}]
@@ -303,7 +303,7 @@ def test_strict_avg_gets_its_interval_from_the_shared_resampling():
     point = aggregate(per_prompt)
     ci = bootstrap_ci(per_prompt, n_resamples=300, seed=7)
     indices = np.random.default_rng(7).integers(0, 40, size=(300, 40))
-    replicates = [per_prompt[column][indices].mean(axis=1) for column in STRICT_COLUMNS]
+    replicates = [per_prompt[column][indices].mean(axis=1) for column in strict_columns()]
     expected = np.mean(replicates, axis=0)
     assert ci["avg_strict"] == pytest.approx(
         (np.percentile(expected, 2.5), np.percentile(expected, 97.5)), abs=1e-12

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import eapo.evaluation
 from eapo.cli import app
-from eapo.evaluation import DEFAULT_SCORERS, EvalSettings, SamplingSettings
+from eapo.evaluation import EvalSettings, SamplingSettings, default_scorers
 from eapo.evaluation.runner import sampling_settings
 
 EVERY_FIELD_SET = EvalSettings(
@@ -66,7 +66,7 @@ def eval_flags(monkeypatch, tmp_path):
 
 def test_eval_flag_defaults_are_the_settings_defaults(eval_flags):
     settings, target = eval_flags("--model", "tiny")
-    assert settings == EvalSettings() and settings.scorer_names == DEFAULT_SCORERS
+    assert settings == EvalSettings() and settings.scorer_names == default_scorers()
     assert target == {"model": "tiny", "config": None, "output_dir": None, "overrides": [], "progress": True}
 
 
@@ -120,8 +120,8 @@ def test_eapo_sweep_flags_build_the_settings_every_evaluation_runs_with(monkeypa
 def test_scorers_accept_the_flag_form_and_default_to_the_one_list():
     assert EvalSettings(scorers=" rouge_l, format ,").scorers == ("rouge_l", "format")
     assert EvalSettings(scorers=["laaj"]).scorers == ("laaj",)
-    assert EvalSettings().scorers is None and EvalSettings().scorer_names == DEFAULT_SCORERS
-    assert DEFAULT_SCORERS == ("rouge_l", "reranker", "format")
+    assert EvalSettings().scorers is None and EvalSettings().scorer_names == default_scorers()
+    assert default_scorers() == ("rouge_l", "reranker", "format")
 
 
 def test_what_the_settings_leave_open_comes_from_the_run_rollout():
@@ -177,7 +177,8 @@ def test_stop_strings_pass_on_as_eval_flags_and_match_the_results_they_made():
 def test_the_flag_defaults_are_read_without_importing_torch():
     code = (
         "import sys\n"
-        "from eapo.evaluation import DEFAULT_SCORERS, EvalSettings\n"
+        "from eapo.evaluation import EvalSettings, default_scorers\n"
+        "assert default_scorers() == ('rouge_l', 'reranker', 'format')\n"
         "import eapo.commands.eval, eapo.commands.sweep\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n"
     )

@@ -129,7 +129,7 @@ def test_in_a_composite_with_completion_lengths() -> None:
 
 
 def test_registered() -> None:
-    assert REWARD_COMPONENTS["overlong"] == "eapo.rewards.overlong:OverlongPenalty"
+    assert REWARD_COMPONENTS["overlong"].build is OverlongPenalty
 
 
 def test_run_config_gives_the_cap_of_the_rollouts() -> None:

@@ -122,6 +122,6 @@ def test_in_a_composite() -> None:
 
 
 def test_registered_and_default_options() -> None:
-    assert REWARD_COMPONENTS["repetition"] == "eapo.rewards.repetition:RepetitionPenalty"
+    assert REWARD_COMPONENTS["repetition"].build is RepetitionPenalty
     reward = RepetitionPenalty()
     assert (reward.ngram_size, reward.max_penalty, reward.level, reward.extract) == (3, -1.0, "word", "whole")

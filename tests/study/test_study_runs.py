@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from eapo.config import dump_config, load_config
-from eapo.evaluation.metrics import AVG_COLUMNS
+from eapo.evaluation.metrics import avg_columns
 from eapo.plot import seed_band
 from eapo.study import HELD, StudySettings, plan_study, read_study_config, run_role, run_study
 from eapo.sweep import SweepError
@@ -193,7 +193,7 @@ class RoleRunner:
             "labels": {"rouge_l": "Rouge-L", "reranker": "bi-encoder stand-in", "format": "format"},
             "settings": {"split": "dev", "limit": int(args[args.index("--limit") + 1])},
             "per_prompt": {"ids": [f"p{i}" for i in range(N_PROMPTS)], "columns": columns},
-            "avg_of": {key: list(value) for key, value in AVG_COLUMNS.items()},
+            "avg_of": {key: list(value) for key, value in avg_columns().items()},
         }
         (out / "results.json").write_text(json.dumps(results))
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from eapo.config import dump_config, load_config
 from eapo.evaluation.labels import effective_weights
-from eapo.evaluation.metrics import AVG_COLUMNS
+from eapo.evaluation.metrics import avg_columns
 from eapo.evaluation.settings import EvalSettings
 from eapo.sweep import (
     RunFailed,
@@ -183,7 +183,7 @@ def fake_results(
         "n_prompts": 40,
         "model": "m",
         "data": data,
-        "avg_of": {key: list(columns) for key, columns in AVG_COLUMNS.items()},
+        "avg_of": {key: list(columns) for key, columns in avg_columns().items()},
         "labels": labels,
         "extract": {"rouge_l": extract, "reranker": extract}
         | ({"laaj": "advice"} if laaj is not None else {}),

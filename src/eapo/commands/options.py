@@ -26,7 +26,8 @@ from typing import Any
 
 import typer
 
-from eapo.evaluation.settings import DEFAULT_SCORERS
+from eapo.evaluation.settings import default_scorers
+from eapo.rewards.registry import eval_scorers
 
 # ------------------------------------------------------------------------------------------------
 # --config and the overrides
@@ -148,8 +149,11 @@ def judge_fields(
 SCORERS: Any = typer.Option(
     None,
     "--scorers",
-    help=f"Comma-separated score columns: rouge_l, reranker, format (LAAJ: see --judge-*). Default: "
-    f"{','.join(DEFAULT_SCORERS)}.",
+    help="Comma-separated scorers, of the registered reward components': "
+    + ", ".join(
+        f"{name} (see --judge-*)" if scorer.endpoint else name for name, scorer in eval_scorers().items()
+    )
+    + f". Default: {','.join(default_scorers())}.",
 )
 RERANKER_BACKEND: Any = typer.Option(
     None,

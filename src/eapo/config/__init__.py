@@ -56,7 +56,6 @@ from eapo.config.train import LR_SCHEDULERS, TRACKERS, LoggingConfig, TrainConfi
 from eapo.config.tree import (
     RunConfig,
     check_judge_settings,
-    judge_cache_dir,
     reward_options,
     reward_settings,
     setting_fields,
@@ -109,5 +108,4 @@ __all__ = [
     "reward_options",
     "reward_settings",
     "check_judge_settings",
-    "judge_cache_dir",
 ]

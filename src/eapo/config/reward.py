@@ -17,9 +17,10 @@ from eapo.config.fields import (
     satisfies,
     setting,
 )
-from eapo.rewards import LIGHT_COMPONENTS, REWARD_COMPONENTS
+from eapo.rewards import REWARD_COMPONENTS
 from eapo.rewards.composite import MISSING_MODES
 from eapo.rewards.judge import STRUCTURED_OUTPUTS, TARGETS  # the judge's client is imported on first use
+from eapo.rewards.registry import default_weights, light_components
 
 
 def _reward_weights(value: Any) -> bool:
@@ -96,13 +97,13 @@ class RewardConfig:
         + ", ".join(REWARD_COMPONENTS)
         + "); the total is Σ α_k·r_k. The penalties overlong and repetition score <= 0, so a weight on "
         "one lowers the total's floor below 0 (docs/guide/rewards.md).",
-        factory=lambda: {"format": 0.1, "rouge_l": 0.3, "reranker": 0.3, "llm_judge": 0.3},
+        factory=default_weights,  # each component's registered default_weight
         valid=_REWARD_WEIGHTS,
     )
     options: dict[str, dict[str, Any]] = setting(
         "Per-component options, e.g. {rouge_l: {level: char}, reranker: {backend: bi-encoder}, "
         "overlong: {buffer: 64}}; overlong's max_tokens defaults to rollout.max_completion_tokens. The "
-        "options of " + ", ".join(sorted(LIGHT_COMPONENTS)) + " are checked when the config is loaded.",
+        "options of " + ", ".join(sorted(light_components())) + " are checked when the config is loaded.",
         factory=dict,
         valid=_REWARD_OPTIONS,
     )

@@ -17,7 +17,8 @@ from eapo.config.rollout import DataConfig, ModelConfig, RolloutConfig
 from eapo.config.train import LoggingConfig, TrainConfig
 from eapo.config.verl import VerlConfig
 from eapo.core.settings import SettingError
-from eapo.rewards import LIGHT_COMPONENTS, make_reward
+from eapo.rewards import REWARD_COMPONENTS, make_reward
+from eapo.rewards.registry import light_components
 
 
 @dataclass
@@ -113,10 +114,10 @@ class RunConfig:
             )
 
     def _check_light_rewards(self) -> None:
-        """Build each listed component that loads nothing (``eapo.rewards.LIGHT_COMPONENTS``) with the
+        """Build each listed component that loads nothing (its registration's ``light``) with the
         options it will get (:func:`reward_options`), so a bad option fails here, naming its key."""
         options = reward_options(self)
-        for name in sorted(LIGHT_COMPONENTS & set(self.reward.weights)):
+        for name in sorted(light_components() & set(self.reward.weights)):
             try:
                 make_reward(name, **options.get(name, {}))
             except (ValueError, TypeError) as error:
@@ -154,19 +155,19 @@ def setting_fields(cls: type | None = None, prefix: str = "") -> list[tuple[str,
     return out
 
 
-def reward_options(config: RunConfig) -> dict[str, dict[str, Any]]:
-    """``reward.options`` as the components receive them, in training and in evaluation alike: the
-    format check's ``prefix`` defaults to ``data.response_prefix`` (the response already starts with
-    it, so a completion is checked as ``prefix + completion``); the overlong penalty's cap
-    ``max_tokens`` defaults to ``rollout.max_completion_tokens`` (when ``overlong`` is in
-    ``reward.weights`` or ``reward.options``). An explicit value is kept either way."""
+def reward_options(config: RunConfig, run_dir: str | Path | None = None) -> dict[str, dict[str, Any]]:
+    """``reward.options`` as the components receive them, in training and in evaluation alike: each
+    component that ``reward.weights`` or ``reward.options`` lists has its options completed from the rest
+    of the configuration by its registration's ``run_options`` (:class:`eapo.rewards.RewardComponent`:
+    the format check's ``prefix`` from ``data.response_prefix``, the overlong cap from
+    ``rollout.max_completion_tokens``, the judge's endpoint from ``reward.judge`` with its cache under
+    ``run_dir``). An explicit value is kept; the configuration itself is not modified."""
     options = {name: dict(values) for name, values in config.reward.options.items()}
-    if config.data.response_prefix and "prefix" not in options.get("format", {}):
-        options.setdefault("format", {})["prefix"] = config.data.response_prefix
-    if "overlong" in config.reward.weights or "overlong" in options:
-        overlong = options.setdefault("overlong", {})
-        if overlong.get("max_tokens") is None:
-            overlong["max_tokens"] = config.rollout.max_completion_tokens
+    run_path = Path(run_dir) if run_dir is not None else None
+    for name, component in REWARD_COMPONENTS.items():
+        listed = name in config.reward.weights or name in options
+        if listed and component.run_options is not None:
+            options[name] = component.run_options(config, options.get(name, {}), run_path)
     return options
 
 
@@ -175,34 +176,17 @@ def reward_settings(
 ) -> tuple[dict[str, float], dict[str, dict[str, Any]], str]:
     """``(weights, options, missing)`` of the configured composite reward, as
     :func:`eapo.rewards.make_composite` takes them (the TRL engine here, verl's ``compute_score``
-    through its ``reward_kwargs``): the weighted components, their options (the format check's prefix
-    from ``data.response_prefix``; the judge's endpoint, model, the NAME of its key's variable, and its
-    cache under ``run_dir``) and what an unscorable rollout gets."""
+    through its ``reward_kwargs``): the weighted components and their options (:func:`reward_options`,
+    the judge's cache under ``run_dir``) and what an unscorable rollout gets."""
     weights = {name: alpha for name, alpha in config.reward.weights.items() if alpha}
     unknown = sorted(set(config.reward.options) - set(config.reward.weights))
-    configured = reward_options(config)
     if unknown:
         raise ConfigError(
             f"reward.options has {unknown}, which reward.weights does not list ({list(config.reward.weights)})"
         )
+    configured = reward_options(config, run_dir)
     options = {name: opts for name, opts in configured.items() if name in weights}
     check_judge_settings(config)
-    if "llm_judge" in weights:
-        judge = config.reward.judge
-        options["llm_judge"] = {
-            "base_url": judge.base_url,
-            "model": judge.model,
-            "api_key_env": judge.api_key_env,
-            "target": judge.target,
-            "concurrency": judge.concurrency,
-            "timeout": judge.timeout,
-            "max_retries": judge.max_retries,
-            "structured_output": judge.structured_output,
-            **options.get("llm_judge", {}),
-        }
-        cache_dir = judge_cache_dir(judge.cache_dir, run_dir)
-        if cache_dir is not None:
-            options["llm_judge"].setdefault("cache_dir", str(cache_dir))
     return weights, options, config.reward.missing
 
 
@@ -215,13 +199,3 @@ def check_judge_settings(config: RunConfig) -> None:
             "(an OpenAI-compatible endpoint), or set reward.weights.llm_judge=0",
             key="reward.weights.llm_judge",
         )
-
-
-def judge_cache_dir(cache_dir: str | None, run_dir: str | Path | None) -> Path | None:
-    """``reward.judge.cache_dir`` as a path: absolute as given, relative under ``run_dir``."""
-    if cache_dir is None:
-        return None
-    path = Path(cache_dir).expanduser()
-    if path.is_absolute():
-        return path
-    return Path(run_dir) / path if run_dir is not None else None

@@ -1,11 +1,13 @@
 """Evaluation in the EAPO paper's terms: Rouge-L, Reranker, RL@k, RR@k, LAAJ and its two Avgs (``avg``
 over Rouge-L, Reranker, RL@k, RR@k; ``avg_laaj`` over Rouge-L, Reranker, LAAJ), with 95%
 bootstrap confidence intervals over prompts, from ``k`` samples per prompt scored by the same
-reward components as training (:mod:`eapo.rewards`).
+reward components as training (:mod:`eapo.rewards`). Every scorer, column, Avg and table comes from
+the components' registrations (:mod:`eapo.rewards.registry`), so a component registered anywhere is
+evaluated and tabled like the built-in ones.
 
 * :mod:`~eapo.evaluation.metrics` — the metric definitions and the bootstrap (pure NumPy);
 * :mod:`~eapo.evaluation.settings` — :class:`EvalSettings`, what an evaluation is asked to do (shared by
-  ``eapo eval``, ``run_eval`` and ``eapo sweep`` / ``eapo study``), and :data:`DEFAULT_SCORERS`;
+  ``eapo eval``, ``run_eval`` and ``eapo sweep`` / ``eapo study``), and :func:`default_scorers`;
 * :mod:`~eapo.runtime.generate` — sampling with vLLM or transformers (LoRA adapters via peft);
 * :mod:`~eapo.evaluation.harness` — the resumable loop: reuse stored samples → generate → score →
   aggregate → write, with the resolved :class:`SamplingSettings`;
@@ -20,7 +22,7 @@ Departures from the paper: it does not state its sampling temperature or which s
 stand-in, and every table says so.
 
 The names below are imported on first use (as :mod:`eapo` does), so reading
-:data:`DEFAULT_SCORERS` or :class:`EvalSettings` — the ``eapo eval`` and ``eapo sweep`` flags' defaults
+:func:`default_scorers` or :class:`EvalSettings` — the ``eapo eval`` and ``eapo sweep`` flags' defaults
 — does not import torch, and ``eapo --help`` stays fast.
 """
 
@@ -39,9 +41,9 @@ _LAZY = {
     "SamplingSettings": "eapo.evaluation.harness",
     "evaluate": "eapo.evaluation.harness",
     "load_samples": "eapo.evaluation.harness",
-    "AVG_COLUMNS": "eapo.evaluation.metrics",
-    "COLUMNS": "eapo.evaluation.metrics",
-    "METRIC_KEYS": "eapo.evaluation.metrics",
+    "avg_columns": "eapo.evaluation.metrics",
+    "table_columns": "eapo.evaluation.metrics",
+    "metric_keys": "eapo.evaluation.metrics",
     "aggregate": "eapo.evaluation.metrics",
     "bootstrap_ci": "eapo.evaluation.metrics",
     "per_prompt_values": "eapo.evaluation.metrics",
@@ -51,7 +53,7 @@ _LAZY = {
     "judge_settings": "eapo.evaluation.runner",
     "resolve_target": "eapo.evaluation.runner",
     "run_eval": "eapo.evaluation.runner",
-    "DEFAULT_SCORERS": "eapo.evaluation.settings",
+    "default_scorers": "eapo.evaluation.settings",
     "answer_shape": "eapo.evaluation.answers",
     "answer_shape_of_samples": "eapo.evaluation.answers",
     "EvalSettings": "eapo.evaluation.settings",
@@ -71,12 +73,12 @@ if TYPE_CHECKING:
         load_samples,
     )
     from eapo.evaluation.metrics import (
-        AVG_COLUMNS,
-        COLUMNS,
-        METRIC_KEYS,
         aggregate,
+        avg_columns,
         bootstrap_ci,
+        metric_keys,
         per_prompt_values,
+        table_columns,
     )
     from eapo.evaluation.runner import (
         EvalConfigError,
@@ -87,16 +89,12 @@ if TYPE_CHECKING:
         run_eval,
     )
     from eapo.evaluation.settings import (
-        DEFAULT_SCORERS,
         EvalSettings,
+        default_scorers,
     )
 
 __all__ = [
-    "AVG_COLUMNS",
-    "COLUMNS",
-    "DEFAULT_SCORERS",
     "EVAL_CONFIG_FILE",
-    "METRIC_KEYS",
     "RESULTS_CSV",
     "RESULTS_FILE",
     "RESULTS_MD",
@@ -109,14 +107,18 @@ __all__ = [
     "aggregate",
     "answer_shape",
     "answer_shape_of_samples",
+    "avg_columns",
     "bootstrap_ci",
     "build_scorers",
+    "default_scorers",
     "evaluate",
     "judge_settings",
     "load_samples",
+    "metric_keys",
     "per_prompt_values",
     "resolve_target",
     "run_eval",
+    "table_columns",
 ]
 
 

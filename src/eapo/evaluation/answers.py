@@ -72,13 +72,13 @@ def close_tag_of(tags: Sequence[str]) -> str:
 
 
 def close_tag_of_scorers(scorers: Mapping[str, Any]) -> str:
-    """The closing tag of the format scorer among ``scorers`` (a scorer with ``tags``, e.g.
+    """The closing tag of the gate scorer among ``scorers`` (the format check,
+    :func:`eapo.evaluation.metrics.strict_gate`: a scorer with ``tags``, e.g.
     :class:`eapo.rewards.format.FormatReward`), else :data:`DEFAULT_CLOSE_TAG`."""
-    for scorer in scorers.values():
-        tags = getattr(scorer, "tags", None)
-        if getattr(scorer, "name", None) == "format" and tags:
-            return close_tag_of(tuple(tags))
-    return DEFAULT_CLOSE_TAG
+    from eapo.evaluation.metrics import strict_gate
+
+    tags = getattr(scorers.get(strict_gate() or ""), "tags", None)
+    return close_tag_of(tuple(tags)) if tags else DEFAULT_CLOSE_TAG
 
 
 _LABEL_TAGS = re.compile(r"^format \(((?:<[A-Za-z][A-Za-z0-9_-]*>(?: then )?)+);")

@@ -53,14 +53,14 @@ import numpy as np
 
 from eapo.evaluation.answers import answer_shape_of_samples, close_tag_of_scorers, cut_at_cap
 from eapo.evaluation.metrics import (
-    AVG_COLUMNS,
-    FORMAT_SCORER,
-    METRIC_KEYS,
-    SCORE_COLUMNS,
-    STRICT_AVG_COLUMNS,
     aggregate,
+    avg_columns,
     bootstrap_ci,
+    metric_keys,
     per_prompt_values,
+    scorer_columns,
+    strict_avg_columns,
+    strict_gate,
     unscored_counts,
 )
 from eapo.evaluation.report import results_csv, results_markdown
@@ -224,13 +224,14 @@ def _score(
         return
     completions = [s["completion"] for s in samples]
     references = [s["reference"] for s in samples]
-    # every component takes **kwargs: the lengths in tokens are what a length penalty (overlong) reads
-    lengths = [s.get("num_tokens") for s in samples]
+    # every component takes **kwargs: the lengths in tokens are what a length penalty (overlong) reads,
+    # the questions what the judge asks about
+    kwargs: dict[str, Any] = {
+        "completion_lengths": [s.get("num_tokens") for s in samples],
+        "questions": list(questions),
+    }
     for name in names:
         scorer = scorers[name]
-        kwargs: dict[str, Any] = {"completion_lengths": lengths}
-        if getattr(scorer, "name", "") == "llm_judge":
-            kwargs["questions"] = list(questions)
         values = scorer(list(questions), completions, references, **kwargs)
         if len(values) != len(samples):
             raise RuntimeError(f"scorer {name!r} returned {len(values)} scores for {len(samples)} samples")
@@ -257,8 +258,8 @@ def evaluate(
     Args:
         records: :class:`eapo.data.Record` s (``id``, ``question``, ``reference``); ids must be unique.
         prompts: the rendered prompt text of each record (chat template applied).
-        scorers: ``{column name: reward function}``; ``rouge_l``, ``reranker`` and ``laaj`` feed the
-            table (see :data:`eapo.evaluation.metrics.SCORE_COLUMNS`), others (``format``) are
+        scorers: ``{scorer name: reward function}``; those whose registration declares table columns
+            (:func:`eapo.evaluation.metrics.scorer_columns`) fill them, the others (``format``) are
             reported under ``extra``.
         output_dir: where the files of the module docstring go (created).
         model: what was evaluated (recorded, and compared on resume).
@@ -512,17 +513,19 @@ def _results(
     ci95 = bootstrap_ci(table, n_resamples=settings.n_resamples, confidence=0.95, seed=settings.seed)
     all_samples = [s for group in groups for s in group]
     n_scored = {column: int((~np.isnan(values)).sum()) for column, values in table.items()}
+    keys = metric_keys()
+    gate = strict_gate()
     return {
-        "metrics": {key: metrics[key] for key in METRIC_KEYS},
-        "ci95": {key: (list(ci95[key]) if ci95[key] is not None else None) for key in METRIC_KEYS},
+        "metrics": {key: metrics[key] for key in keys},
+        "ci95": {key: (list(ci95[key]) if ci95[key] is not None else None) for key in keys},
         "k": settings.k,
         "n_prompts": len(ids),
         "model": model,
         "data": data,
         "display_name": display_name or model,
-        "avg_of": {key: list(columns) for key, columns in AVG_COLUMNS.items()},
-        "avg_strict_of": {key: list(columns) for key, columns in STRICT_AVG_COLUMNS.items()},
-        "strict_gate": FORMAT_SCORER if FORMAT_SCORER in scorers else None,
+        "avg_of": {key: list(columns) for key, columns in avg_columns().items()},
+        "avg_strict_of": {key: list(columns) for key, columns in strict_avg_columns().items()},
+        "strict_gate": gate if gate in scorers else None,
         "labels": {name: scorer.label for name, scorer in scorers.items()},
         "extract": {
             name: scorer.extract
@@ -548,11 +551,12 @@ def _results(
 
 
 def _extra_means(samples: Sequence[Mapping[str, Any]], scorers: Mapping[str, Any]) -> dict[str, float | None]:
-    """``results.json["extra"]``: the mean of each scorer outside the table (``format``), the mean
-    completion length in tokens and the fraction of completions cut at the length cap."""
+    """``results.json["extra"]``: the mean of each scorer that fills no table column (``format``), the
+    mean completion length in tokens and the fraction of completions cut at the length cap."""
     extra: dict[str, float | None] = {}
+    in_table = scorer_columns()
     for name in scorers:
-        if name in SCORE_COLUMNS:
+        if name in in_table:
             continue
         values = [s["scores"].get(name) for s in samples if s["scores"].get(name) is not None]
         extra[name] = sum(values) / len(values) if values else None

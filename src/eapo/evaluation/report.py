@@ -1,16 +1,17 @@
 """Tables in the paper's layout (Markdown) and CSV, shared by ``eapo eval`` and ``eapo sweep``.
 
-Columns follow the paper, three decimals. Each table carries the Avg the paper uses for it
-(:data:`eapo.evaluation.metrics.AVG_COLUMNS`): the "Performance comparison" layout is Rouge-L,
-Reranker, RL@k, RR@k, Avg (``avg``); the LLM-as-a-Judge layout is Rouge-L, Reranker, LAAJ, Avg
-(``avg_laaj``), shown only when a judge ran. A column whose scorer was the offline bi-encoder
-stand-in instead of a cross-encoder reranker is marked ``†``. Under every table: each scorer's
-label, which part of the response Rouge-L and the reranker scored (``extract``), and how many
-samples each scorer could not score.
+Columns follow the paper, three decimals. The columns, their titles and the tables come from the
+reward components' registrations (:mod:`eapo.rewards.registry`; :func:`report_tables`): each table
+carries an Avg (:func:`eapo.evaluation.metrics.avg_columns`): the "Performance comparison" layout
+(:data:`MAIN_TABLE`) is Rouge-L, Reranker, RL@k, RR@k, Avg (``avg``); the LLM-as-a-Judge layout the
+judge registers is Rouge-L, Reranker, LAAJ, Avg (``avg_laaj``), shown only when a judge ran. A column
+whose scorer's label says ``stand-in`` (the offline bi-encoder instead of a cross-encoder reranker) is
+marked ``†``. Under every table: each scorer's label, which part of the response each table scorer
+read (``extract``), and how many samples each scorer could not score.
 
 Beside the paper's layout, a strict table (ours) with the same columns, in which an answer that
-failed the format check (no ``<advice>`` block) scores 0 on Rouge-L and the reranker, and its Avg
-``avg_strict`` (:data:`eapo.evaluation.metrics.STRICT_COLUMNS`); shown when the format scorer ran.
+failed the gate's check (the format check: no ``<advice>`` block) scores 0, and its Avg
+``avg_strict`` (:func:`eapo.evaluation.metrics.strict_columns`); shown when the gate scorer ran.
 
 Under the scores, the shape of the answers (:mod:`eapo.evaluation.answers`, ``results.json["answers"]``):
 cut at the cap, text after the closing tag, distinct 4-grams — what no score sees
@@ -25,11 +26,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eapo.evaluation.metrics import (
-    AVG_COLUMNS,
-    METRIC_KEYS,
-    STRICT_AVG_COLUMNS,
-    STRICT_COLUMNS,
+    MAIN_AVG,
+    STRICT_AVG,
+    avg_columns,
+    metric_keys,
+    scorer_columns,
+    strict_avg_columns,
+    strict_columns,
 )
+from eapo.rewards.registry import EvalTable, eval_columns, eval_scorers
 
 __all__ = [
     "comparison_notes",
@@ -41,10 +46,12 @@ __all__ = [
     "stand_in_columns",
     "stand_in_mark",
     "reported_columns",
-    "has_laaj",
+    "MAIN_TABLE",
+    "report_tables",
+    "shown_tables",
     "has_strict",
     "strict_note",
-    "STRICT_TITLE",
+    "columns_note",
     "avg_note",
     "extract_modes",
     "extract_note",
@@ -58,39 +65,76 @@ __all__ = [
     "ANSWER_SHAPE_TITLE",
 ]
 
-_TITLES = {"rouge_l": "Rouge-L", "reranker": "Reranker", "laaj": "LAAJ", "avg": "Avg", "avg_laaj": "Avg"}
-_SCORER_OF = {
-    "rouge_l": "rouge_l",
-    "rl_at_k": "rouge_l",
-    "reranker": "reranker",
-    "rr_at_k": "reranker",
-    "laaj": "laaj",
-}
-_SCORER_TITLES = {"rouge_l": "Rouge-L", "reranker": "Reranker", "laaj": "LAAJ", "format": "Format"}
-#: The paper's table each Avg belongs to (for the footnotes).
-_AVG_TABLES = {
-    "avg": 'the paper\'s "Performance comparison" table',
-    "avg_laaj": "the paper's per-dataset tables with LLM-as-a-Judge",
-    "avg_strict": "the strict table; ours, not the paper's",
-}
-#: Every Avg a table can carry, with its columns.
-_AVGS: dict[str, tuple[str, ...]] = {**AVG_COLUMNS, **STRICT_AVG_COLUMNS}
-#: The heading of the strict table (``results.md`` and ``comparison.md``).
-STRICT_TITLE = "## Strict: an answer without its <advice> block scores 0"
+#: The main table, with the paper's Avg (:data:`eapo.evaluation.metrics.MAIN_AVG`).
+MAIN_TABLE = EvalTable(
+    avg=MAIN_AVG,
+    heading="## Performance comparison",
+    lead="Performance comparison: ",
+    source='the paper\'s "Performance comparison" table',
+)
+#: Where the strict Avg comes from (its footnote).
+_STRICT_SOURCE = "the strict table; ours, not the paper's"
 #: The heading of the answer-shape table in ``results.md``.
 ANSWER_SHAPE_TITLE = "## Answer shape: what no score sees"
 
 
+def _avgs() -> dict[str, tuple[str, ...]]:
+    """Every Avg a table can carry, with its columns."""
+    return {**avg_columns(), **strict_avg_columns()}
+
+
+def _scorer_titles() -> dict[str, str]:
+    """Evaluation scorer -> its title in tables and notes (its registration's)."""
+    return {name: scorer.title for name, scorer in eval_scorers().items()}
+
+
+def report_tables() -> list[EvalTable]:
+    """Every table a report can show, in order: :data:`MAIN_TABLE`, the tables the scorers add
+    (:class:`eapo.rewards.EvalTable`: the LLM-as-a-Judge layout), then the strict table (its heading
+    from the gate's registration, :class:`eapo.rewards.StrictGate`) when a scorer gates."""
+    tables = [MAIN_TABLE, *(table for scorer in eval_scorers().values() for table in scorer.tables)]
+    gate = next((scorer.gate for scorer in eval_scorers().values() if scorer.gate is not None), None)
+    if gate is not None:
+        tables.append(EvalTable(avg=STRICT_AVG, heading=gate.heading, lead="", source=_STRICT_SOURCE))
+    return tables
+
+
+def shown_tables(results: Sequence[Mapping[str, Any]]) -> list[EvalTable]:
+    """The tables ``results`` fill (:func:`report_tables`): the main table always; a scorer's table when
+    one of the columns only it has was measured (LAAJ: a judge ran); the strict table when a strict
+    column was measured (:func:`has_strict`: the format scorer ran)."""
+    columns = avg_columns()
+    shown = []
+    for table in report_tables():
+        if table.avg == MAIN_AVG:
+            measured = True
+        elif table.avg == STRICT_AVG:
+            measured = has_strict(results)
+        else:
+            own = [key for key in columns[table.avg] if key not in columns[MAIN_AVG]]
+            measured = any(r["metrics"].get(key) is not None for r in results for key in own)
+        if measured:
+            shown.append(table)
+    return shown
+
+
+def _beside_main(tables: Sequence[EvalTable]) -> bool:
+    """Whether another of the paper's layouts is shown beside the main one (then the main one has a heading)."""
+    return any(table.avg not in (MAIN_AVG, STRICT_AVG) for table in tables)
+
+
 def column_title(key: str, k: int | None) -> str:
-    """``rl_at_k`` -> ``RL@8``; ``rouge_l`` -> ``Rouge-L``; ...; a strict key has its plain column's
-    title (the strict table's heading says it is strict)."""
-    if key in STRICT_COLUMNS or key in STRICT_AVG_COLUMNS:
+    """``rl_at_k`` -> ``RL@8``; ``rouge_l`` -> ``Rouge-L``; every Avg -> ``Avg``; ... (the column's
+    registered title); a strict key has its plain column's title (the strict table's heading says it
+    is strict)."""
+    if key in strict_columns() or key in strict_avg_columns():
         key = key.removesuffix("_strict")
-    if key == "rl_at_k":
-        return f"RL@{k}" if k else "RL@k"
-    if key == "rr_at_k":
-        return f"RR@{k}" if k else "RR@k"
-    return _TITLES[key]
+    if key in _avgs():
+        return "Avg"
+    for _, column in eval_columns():
+        if column.key == key:
+            return column.title.format(k=k if k else "k")
+    raise KeyError(f"no evaluation column {key!r}; columns: {', '.join(c.key for _, c in eval_columns())}")
 
 
 def format_value(value: float | None, digits: int = 3) -> str:
@@ -121,7 +165,7 @@ def stand_in_columns(labels: Mapping[str, str]) -> set[str]:
     """Metric keys whose scorer's label says it is a stand-in (the offline reranker fallback); a
     strict column is flagged with its plain column (:func:`stand_in_mark`)."""
     flagged = {name for name, label in labels.items() if "stand-in" in label}
-    return {key for key, scorer in _SCORER_OF.items() if scorer in flagged}
+    return {column.key for scorer, column in eval_columns() if scorer in flagged}
 
 
 def stand_in_mark(key: str, flagged: set[str]) -> str:
@@ -130,63 +174,64 @@ def stand_in_mark(key: str, flagged: set[str]) -> str:
 
 
 def scorer_notes(labels: Mapping[str, str]) -> list[str]:
-    """One line per scorer: ``Reranker†: bi-encoder stand-in (...)``."""
-    flagged = stand_in_columns(labels)
+    """One line per scorer: ``Reranker†: bi-encoder stand-in (...)``, then the footnote of each stand-in
+    (its registration's ``stand_in_note``)."""
+    titles = _scorer_titles()
+    in_table = scorer_columns()
+    scorers = eval_scorers()
+    flagged = [name for name, label in labels.items() if "stand-in" in label and name in in_table]
     notes = []
     for name, label in labels.items():
         mark = "†" if name in flagged else ""
-        notes.append(f"{_SCORER_TITLES.get(name, name)}{mark}: {label}")
-    if flagged:
-        notes.append(
-            "† scored with the offline bi-encoder stand-in (cosine similarity of sentence embeddings), "
-            "not a cross-encoder reranker: not comparable with the paper's Reranker numbers."
-        )
+        notes.append(f"{titles.get(name, name)}{mark}: {label}")
+    for note in dict.fromkeys(scorers[name].stand_in_note for name in flagged):
+        if note:
+            notes.append(note)
     return notes
 
 
 def reported_columns(results: Sequence[Mapping[str, Any]], avg: str = "avg") -> list[str]:
-    """The metric keys of one table layout: the columns of ``avg`` (a key of ``AVG_COLUMNS``) that
+    """The metric keys of one table layout: the columns of ``avg`` (an Avg of :func:`report_tables`) that
     some result has a value for, then ``avg`` itself (always shown, ``–`` when it could not be computed)."""
-    shown = [key for key in _AVGS[avg] if any(r["metrics"].get(key) is not None for r in results)]
+    shown = [key for key in _avgs()[avg] if any(r["metrics"].get(key) is not None for r in results)]
     return [*shown, avg]
-
-
-def has_laaj(results: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether a judge scored any of ``results`` (then the LAAJ layout is shown too)."""
-    return any(r["metrics"].get("laaj") is not None for r in results)
 
 
 def has_strict(results: Sequence[Mapping[str, Any]]) -> bool:
     """Whether any of ``results`` has a strict column (the format scorer ran; then the strict table is shown)."""
-    return any(r["metrics"].get(key) is not None for r in results for key in STRICT_COLUMNS)
+    return any(r["metrics"].get(key) is not None for r in results for key in strict_columns())
 
 
 def strict_note() -> str:
-    """What the strict table's cells are."""
-    return (
-        "Strict: a sample that fails the format reward's check (Format, below: the <think> and <advice> "
-        "blocks present, in order, non-empty) has no answer to score, so it scores 0 on Rouge-L and the "
-        "reranker (in the lenient table Rouge-L and the reranker fall back to the text after </think>, or "
-        "the whole response). Avg (strict): mean of the four strict columns (ours, not the paper's)."
-    )
+    """What the strict table's cells are (the gate's registration says, :class:`eapo.rewards.StrictGate`)."""
+    return next((s.gate.note for s in eval_scorers().values() if s.gate is not None), "")
+
+
+def columns_note(k: int | None) -> str:
+    """``Rouge-L / Reranker / LAAJ: mean over the k samples; RL@8 / RR@8: best of the k samples.``:
+    every registered column's title, by how a prompt's samples make it."""
+    parts = []
+    for per_prompt, what in (("mean", "mean over the k samples"), ("best", "best of the k samples")):
+        titles = [column.title.format(k=k) for _, column in eval_columns() if column.per_prompt == per_prompt]
+        if titles:
+            parts.append(f"{' / '.join(titles)}: {what}")
+    return "; ".join(parts) + "."
 
 
 def avg_note(avg: str, k: int | None) -> str:
     """``Avg: mean of Rouge-L, Reranker, RL@8 and RR@8 (the paper's ... table); – when ...``."""
-    titles = [column_title(key, k) for key in _AVGS[avg]]
-    listed = ", ".join(titles[:-1]) + " and " + titles[-1]
-    return f"Avg: mean of {listed} ({_AVG_TABLES[avg]}); – when one of them was not measured."
+    titles = [column_title(key, k) for key in _avgs()[avg]]
+    listed = ", ".join(titles[:-1]) + " and " + titles[-1] if len(titles) > 1 else "".join(titles)
+    source = next(table.source for table in report_tables() if table.avg == avg)
+    return f"Avg: mean of {listed} ({source}); – when one of them was not measured."
 
 
 def extract_modes(results: Mapping[str, Any]) -> dict[str, str | None]:
     """``{scorer: extract mode}`` (``results["extract"]``) for the scorers of one evaluation that read part
-    of the response; ``None`` where a scorer's mode is not recorded."""
+    of the response (those that fill table columns); ``None`` where a scorer's mode is not recorded."""
     recorded = results.get("extract") or {}
-    return {
-        name: recorded.get(name)
-        for name in results.get("labels") or {}
-        if name in ("rouge_l", "reranker", "laaj")
-    }
+    in_table = scorer_columns()
+    return {name: recorded.get(name) for name in results.get("labels") or {} if name in in_table}
 
 
 def _part(mode: str | None) -> str:
@@ -198,7 +243,8 @@ def _part(mode: str | None) -> str:
 
 
 def extract_note(results: Sequence[Mapping[str, Any]]) -> str | None:
-    """The footnote naming what Rouge-L / the reranker / LAAJ scored in each response (``None`` if none ran)."""
+    """The footnote naming what each table scorer (Rouge-L, the reranker, LAAJ) scored in each response
+    (``None`` if none ran)."""
     modes: dict[str, list[str | None]] = {}
     for result in results:
         for name, mode in extract_modes(result).items():
@@ -206,15 +252,16 @@ def extract_note(results: Sequence[Mapping[str, Any]]) -> str | None:
     if not modes:
         return None
     parts = []
-    for name in ("rouge_l", "reranker", "laaj"):
+    titles = _scorer_titles()
+    for name in scorer_columns():
         if name not in modes:
             continue
         distinct = list(dict.fromkeys(modes[name]))
         if len(distinct) == 1:
-            parts.append(f"{_SCORER_TITLES[name]}: {_part(distinct[0])}")
+            parts.append(f"{titles[name]}: {_part(distinct[0])}")
         else:
             counts = ", ".join(f"{_part(mode)} in {modes[name].count(mode)}" for mode in distinct)
-            parts.append(f"{_SCORER_TITLES[name]}: MIXED — {counts} evaluations (not comparable)")
+            parts.append(f"{titles[name]}: MIXED — {counts} evaluations (not comparable)")
     return "Scored text: " + "; ".join(parts) + "."
 
 
@@ -230,27 +277,28 @@ def unscored_note(results: Sequence[Mapping[str, Any]]) -> str | None:
         for name, count in result["unscored"].items():
             unscored[name] = unscored.get(name, 0) + int(count)
             samples[name] = samples.get(name, 0) + int(result.get("n_samples") or 0)
+    titles = _scorer_titles()
     counts = ", ".join(
-        f"{_SCORER_TITLES.get(name, name)} {count}/{samples[name]}" for name, count in unscored.items()
+        f"{titles.get(name, name)} {count}/{samples[name]}" for name, count in unscored.items()
     )
     scope = f" (over {len(recorded)} evaluations)" if len(recorded) > 1 else ""
     return f"Samples a scorer could not score (None/NaN, left out of its means){scope}: {counts or 'none'}."
 
 
 def comparison_notes(
-    results: Sequence[Mapping[str, Any]], labels: Mapping[str, str], *, k: int | None, judged: bool
+    results: Sequence[Mapping[str, Any]], labels: Mapping[str, str], *, k: int | None
 ) -> list[str]:
-    """The lines under a comparison table: what each column averages, the Avg(s), then every
-    :func:`table_notes` bullet (``eapo eval``'s results.md and ``eapo sweep``'s comparison.md)."""
-    lines = [
-        f"Rouge-L / Reranker / LAAJ: mean over the k samples; RL@{k} / RR@{k}: best of the k samples.",
-        "",
-        ("Performance comparison: " if judged else "") + avg_note("avg", k),
-    ]
-    if judged:
-        lines += ["", "With LLM-as-a-Judge: " + avg_note("avg_laaj", k)]
-    if has_strict(results):
-        lines += ["", strict_note()]
+    """The lines under a comparison table: what each column averages, the Avg of each shown table
+    (:func:`shown_tables`), then every :func:`table_notes` bullet (``eapo eval``'s results.md and
+    ``eapo sweep``'s comparison.md)."""
+    tables = shown_tables(results)
+    lines = [columns_note(k)]
+    for table in tables:
+        if table.avg == STRICT_AVG:
+            lines += ["", strict_note()]
+        else:
+            lead = table.lead if table.avg != MAIN_AVG or _beside_main(tables) else ""
+            lines += ["", lead + avg_note(table.avg, k)]
     return [*lines, "", *(f"- {note}" for note in table_notes(results, labels))]
 
 
@@ -337,12 +385,13 @@ def answer_shape_note(shapes: Sequence[Mapping[str, Any]]) -> str:
 def results_markdown(results: Mapping[str, Any]) -> str:
     """``results.md``: one evaluation in the paper's layouts, with 95% CIs and the scorers used.
 
-    The "Performance comparison" table (Avg = ``avg``), then, when a judge ran, the LLM-as-a-Judge
-    table (Avg = ``avg_laaj``), then, when the format scorer ran, the strict table (Avg = ``avg_strict``).
+    The tables of :func:`shown_tables`: the "Performance comparison" table (Avg = ``avg``), then, when a
+    judge ran, the LLM-as-a-Judge table (Avg = ``avg_laaj``), then, when the format scorer ran, the
+    strict table (Avg = ``avg_strict``).
     """
     k = results["k"]
     settings = results.get("settings", {})
-    judged = has_laaj([results])
+    tables = shown_tables([results])
     lines = [
         f"# Evaluation of {results['model']} on {results['data']}",
         "",
@@ -351,14 +400,11 @@ def results_markdown(results: Mapping[str, Any]) -> str:
         "Cells: value [95% bootstrap CI over prompts].",
         "",
     ]
-    if judged:
-        lines += ["## Performance comparison", ""]
-    lines += [_results_table(results, "avg")]
-    if judged:
-        lines += ["## With LLM-as-a-Judge", "", _results_table(results, "avg_laaj")]
-    if has_strict([results]):
-        lines += [STRICT_TITLE, "", _results_table(results, "avg_strict")]
-    lines += comparison_notes([results], results.get("labels", {}), k=k, judged=judged)
+    for table in tables:
+        if table.avg != MAIN_AVG or _beside_main(tables):
+            lines += [table.heading, ""]
+        lines += [_results_table(results, table.avg)]
+    lines += comparison_notes([results], results.get("labels", {}), k=k)
     shape = results.get("answers")
     if isinstance(shape, Mapping):
         name = str(results.get("display_name") or results["model"])
@@ -386,7 +432,7 @@ def results_csv(results: Mapping[str, Any]) -> str:
     each scorer's count of unscored samples (``unscored_<scorer>``)."""
     header: list[str] = ["model", "data", "k", "n_prompts"]
     row: list[Any] = [results["model"], results["data"], results["k"], results["n_prompts"]]
-    for key in METRIC_KEYS:
+    for key in metric_keys():
         ci = results["ci95"].get(key)
         header += [key, f"{key}_ci_low", f"{key}_ci_high"]
         row += [results["metrics"].get(key), ci[0] if ci else None, ci[1] if ci else None]

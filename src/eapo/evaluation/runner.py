@@ -32,7 +32,7 @@ from eapo.evaluation.harness import (
     generation_fingerprint,
 )
 from eapo.evaluation.labels import run_label
-from eapo.evaluation.settings import DEFAULT_SCORERS, EvalSettings
+from eapo.evaluation.settings import EvalSettings
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +42,8 @@ __all__ = [
     "resolve_target",
     "build_scorers",
     "judge_settings",
-    "DEFAULT_SCORERS",
-    "SCORER_NAMES",
+    "eval_scorers",
 ]
-
-#: Column name -> reward component it is built from.
-SCORER_NAMES = {"rouge_l": "rouge_l", "reranker": "reranker", "format": "format", "laaj": "llm_judge"}
 
 
 class EvalError(ValueError):
@@ -133,53 +129,53 @@ def build_scorers(
     names: Sequence[str],
     *,
     reward_options: dict[str, dict[str, Any]] | None = None,
-    rouge_level: str | None = None,
-    reranker_backend: str | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
     judge_base_url: str | None = None,
     judge_model: str | None = None,
     judge_api_key_env: str | None = "OPENAI_API_KEY",
     judge_cache_dir: str | os.PathLike | None = None,
     judge_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``{column: reward function}`` through :func:`eapo.rewards.make_reward`.
+    """``{scorer: reward function}`` through :func:`eapo.rewards.make_reward`; the scorers are the
+    components' evaluation scorers (:class:`eapo.rewards.EvalScorer`).
 
-    ``reward_options`` (a run's ``reward.options``) configure each component as in training; the
-    keyword arguments override them. ``laaj`` is the LLM judge on the response (``target="response"``,
-    the paper's LAAJ evaluation prompt); it is added when ``judge_base_url`` is given, with
-    ``judge_options`` (timeout, retries, structured_output, ...) passed to :class:`~eapo.rewards.judge.LLMJudge`.
+    ``reward_options`` (a run's, :func:`eapo.config.reward_options`) configure each component as in
+    training; ``overrides`` (scorer -> options, e.g. ``--rouge-level``'s) and the scorer's own evaluation
+    options win over them. A scorer that calls the judge's endpoint (``endpoint``: LAAJ, the judge on the
+    response) is added when ``judge_base_url`` is given, with ``judge_options`` (timeout, retries,
+    structured_output, ...) and its cache in ``judge_cache_dir``.
     """
-    from eapo.rewards import make_reward
+    from eapo.rewards import make_reward, registry
 
     reward_options = reward_options or {}
+    overrides = overrides or {}
+    registered = registry.eval_scorers()
     names = list(dict.fromkeys(names))
-    if judge_base_url and "laaj" not in names:
-        names.append("laaj")
-    unknown = [name for name in names if name not in SCORER_NAMES]
+    if judge_base_url:
+        names += [name for name, scorer in registered.items() if scorer.endpoint and name not in names]
+    unknown = [name for name in names if name not in registered]
     if unknown:
-        raise EvalError(f"unknown scorer(s) {unknown}; valid: {', '.join(SCORER_NAMES)}")
+        raise EvalError(f"unknown scorer(s) {unknown}; valid: {', '.join(registered)}")
     scorers: dict[str, Any] = {}
     for name in names:
-        component = SCORER_NAMES[name]
-        options = dict(reward_options.get(component, {}))
-        if name == "rouge_l" and rouge_level is not None:
-            options["level"] = rouge_level
-        if name == "reranker" and reranker_backend is not None:
-            options["backend"] = reranker_backend
-        if name == "laaj":
+        scorer = registered[name]
+        component = registry.scorer_component(name).name
+        options = {
+            key: value
+            for key, value in reward_options.get(component, {}).items()
+            if key not in scorer.options
+        }
+        options.update(overrides.get(name, {}))
+        if scorer.endpoint:
             if not judge_base_url or not judge_model:
                 raise EvalError(
-                    "the laaj scorer needs --judge-base-url and --judge-model (an OpenAI-compatible endpoint)"
+                    f"the {name} scorer needs --judge-base-url and --judge-model (an OpenAI-compatible endpoint)"
                 )
-            options = {
-                **{key: value for key, value in options.items() if key not in ("target",)},
-                **(judge_options or {}),
-                "base_url": judge_base_url,
-                "model": judge_model,
-                "api_key_env": judge_api_key_env,
-                "target": "response",
-            }
+            options.update(judge_options or {})
+            options.update(base_url=judge_base_url, model=judge_model, api_key_env=judge_api_key_env)
             if judge_cache_dir is not None:
                 options["cache_dir"] = str(judge_cache_dir)
+        options.update(scorer.options)
         try:
             scorers[name] = make_reward(component, **options)
         except (ValueError, ImportError, RuntimeError, FileNotFoundError) as error:
@@ -215,20 +211,25 @@ def judge_settings(
 
 
 def _check_judge(scorers: dict[str, Any]) -> None:
-    """An unreachable judge fails before any generation (else every LAAJ sample waits out its retries)."""
-    from eapo.rewards.judge import JudgeError
+    """An unreachable judge fails before any generation (else every sample of a scorer that calls it
+    waits out its retries)."""
+    from eapo.rewards import registry
+    from eapo.rewards.judge_transport import JudgeError
 
-    laaj = scorers["laaj"]
-    try:
-        laaj.check_reachable()
-    except JudgeError as error:
-        for scorer in scorers.values():
-            if hasattr(scorer, "close"):
-                scorer.close()
-        raise EvalError(
-            f"LAAJ: {error}. Start the judge (e.g. `eapo judge serve`), point --judge-base-url or "
-            "reward.judge.base_url at it, or pass --no-judge"
-        ) from None
+    registered = registry.eval_scorers()
+    for name, scorer in scorers.items():
+        if name not in registered or not registered[name].endpoint:
+            continue
+        try:
+            scorer.check_reachable()
+        except JudgeError as error:
+            for other in scorers.values():
+                if hasattr(other, "close"):
+                    other.close()
+            raise EvalError(
+                f"{registered[name].title}: {error}. Start the judge (e.g. `eapo judge serve`), point "
+                "--judge-base-url or reward.judge.base_url at it, or pass --no-judge"
+            ) from None
 
 
 def _data_label(name: str, path: str | None, split: str, limit: int | None) -> str:
@@ -443,31 +444,38 @@ def sampling_settings(settings: EvalSettings, rollout: Any, backend: str) -> Sam
 
 
 def eval_scorers(settings: EvalSettings, cfg: Any, response_prefix: str, output_dir: Path) -> dict[str, Any]:
-    """``{column: reward function}`` as ``settings`` ask, configured as the run's training rewarded (its
-    ``reward.options``); the format check reads ``response_prefix`` + completion unless the run set its
-    prefix. A LAAJ judge is checked before any generation (:func:`_check_judge`)."""
+    """``{scorer: reward function}`` as ``settings`` ask, configured as the run's training rewarded (its
+    ``reward.options``); a scorer with a ``prefix_option`` (the format check) reads ``response_prefix`` +
+    completion unless the run set that option, and the fields of ``settings`` a scorer maps onto its
+    options (``rouge_level``) win. A scorer that calls the judge is checked before any generation
+    (:func:`_check_judge`)."""
     from eapo.config import reward_options
+    from eapo.rewards import registry
 
     options = reward_options(cfg) if cfg is not None else {}
-    if cfg is None or "prefix" not in cfg.reward.options.get("format", {}):
-        # the format check reads prefix + completion: the prefix this evaluation's prompts end with
-        options.setdefault("format", {})["prefix"] = response_prefix
+    overrides: dict[str, dict[str, Any]] = {}
+    for name, scorer in registry.eval_scorers().items():
+        component = registry.scorer_component(name).name
+        option = scorer.prefix_option
+        if option is not None and (cfg is None or option not in cfg.reward.options.get(component, {})):
+            # the check reads prefix + completion: the prefix this evaluation's prompts end with
+            options.setdefault(component, {})[option] = response_prefix
+        given = {key: getattr(settings, field) for field, key in scorer.settings.items()}
+        overrides[name] = {key: value for key, value in given.items() if value is not None}
     judge_base_url, judge_model, judge_api_key_env, judge_options = judge_settings(
         cfg, settings.judge_base_url, settings.judge_model, settings.judge_api_key_env
     )
     scorers = build_scorers(
         settings.scorer_names,
         reward_options=options,
-        rouge_level=settings.rouge_level,
-        reranker_backend=settings.reranker_backend,
+        overrides=overrides,
         judge_base_url=judge_base_url if settings.judge else None,
         judge_model=judge_model,
         judge_api_key_env=judge_api_key_env,
         judge_cache_dir=output_dir / "judge_cache",
         judge_options=judge_options,
     )
-    if "laaj" in scorers:
-        _check_judge(scorers)
+    _check_judge(scorers)
     return scorers
 
 

@@ -15,10 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["DEFAULT_SCORERS", "EvalSettings"]
+__all__ = ["default_scorers", "EvalSettings"]
 
-#: Scorers ``eapo eval`` runs by default (``laaj`` is added when a judge endpoint is given).
-DEFAULT_SCORERS = ("rouge_l", "reranker", "format")
+
+def default_scorers() -> tuple[str, ...]:
+    """The scorers ``eapo eval`` runs by default: each whose registration says so
+    (:class:`eapo.rewards.EvalScorer` ``default``), those that fill the table first, in column order,
+    then the others (the built-in ``rouge_l``, ``reranker``, ``format``; a judge's scorer, ``laaj``,
+    is added when an endpoint is given)."""
+    from eapo.rewards.registry import eval_columns, eval_scorers
+
+    scorers = eval_scorers()
+    in_table = list(dict.fromkeys(name for name, _ in eval_columns()))
+    ordered = [*in_table, *(name for name in scorers if name not in in_table)]
+    return tuple(name for name in ordered if scorers[name].default)
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ class EvalSettings:
 
     # --- scoring ---------------------------------------------------------------------------------
     scorers: tuple[str, ...] | None = None
-    """Score columns (rouge_l, reranker, format; laaj: see ``judge_*``); None: :data:`DEFAULT_SCORERS`.
+    """Scorers (rouge_l, reranker, format, ...; laaj: see ``judge_*``); None: :func:`default_scorers`.
     A comma-separated string (the ``--scorers`` flag's form) is split."""
     rouge_level: str | None = None
     """Rouge-L tokens: char, word, auto; None: the run's."""
@@ -94,8 +104,8 @@ class EvalSettings:
 
     @property
     def scorer_names(self) -> tuple[str, ...]:
-        """The score columns asked for (:data:`DEFAULT_SCORERS` when ``scorers`` is None)."""
-        return DEFAULT_SCORERS if self.scorers is None else self.scorers
+        """The scorers asked for (:func:`default_scorers` when ``scorers`` is None)."""
+        return default_scorers() if self.scorers is None else self.scorers
 
     def cli_args(self) -> list[str]:
         """These settings as ``eapo eval`` flags (what a sweep passes to each evaluation, and records in
@@ -139,13 +149,20 @@ class EvalSettings:
             checks.append(settings.get("max_new_tokens") == self.max_new_tokens)
         if self.stop is not None:
             checks.append(list(settings.get("stop", [])) == list(self.stop))
+        from eapo.rewards.registry import eval_scorers
+
         labels = results.get("labels", {})
-        requested = list(self.scorers or DEFAULT_SCORERS)  # an empty list asks for the defaults here
-        if self.judge_base_url is not None:
-            requested.append("laaj")
+        requested = list(self.scorers or default_scorers())  # an empty list asks for the defaults here
+        scorers = eval_scorers()
+        if self.judge_base_url is not None:  # the scorers that call the judge's endpoint join them
+            requested += [name for name, scorer in scorers.items() if scorer.endpoint]
         checks.append(all(name in labels for name in requested))
-        if self.reranker_backend == "cross-encoder" and "reranker" in labels:
-            checks.append("stand-in" not in labels["reranker"])
+        if self.reranker_backend == "cross-encoder":  # a stored stand-in's scores are not the model asked for
+            checks += [
+                "stand-in" not in labels[name]
+                for name, scorer in scorers.items()
+                if "reranker_backend" in scorer.settings and name in labels
+            ]
         return all(checks)
 
 

@@ -25,7 +25,8 @@ on how they add up):
 * ``reranker`` — cross-encoder relevance, or the labelled bi-encoder stand-in; ``extract`` as for
   Rouge-L (:mod:`eapo.rewards.reranker`);
 * ``llm_judge`` — the appendix LLM-as-a-Judge prompts (:mod:`eapo.rewards.judge_prompts`) sent by the
-  client :mod:`eapo.rewards.judge` (over :mod:`eapo.rewards.judge_transport`);
+  client :mod:`eapo.rewards.judge` (over :mod:`eapo.rewards.judge_transport`; registered by
+  :mod:`eapo.rewards.judge_component`);
 * ``overlong`` — [-1, 0]: DAPO's soft overlong punishment (Eq. 13), 0 up to ``max_tokens - buffer``
   tokens, then a ramp to -1 at the cap; reads ``completion_lengths`` or TRL's ``completion_ids``
   (:mod:`eapo.rewards.overlong`);
@@ -36,7 +37,10 @@ on how they add up):
 Metric keys of :meth:`CompositeReward.score`: ``reward/<component>/{mean,std,none_frac}``,
 ``reward/{mean,std,none_frac}`` and ``reward/llm_judge/<target>/<dimension>/mean``.
 
-Components are imported lazily, so ``import eapo.rewards`` stays light (no torch, no openai).
+Each component's module registers it whole (:mod:`eapo.rewards.registry`: its settings, metrics, plot
+panels and evaluation columns); importing this package imports the built-in ones. A component
+registered from any other module with :func:`register_reward` is used like them. Importing stays light
+(no torch, no openai): models and clients are loaded when a component is built.
 """
 
 from __future__ import annotations
@@ -49,10 +53,26 @@ from typing import Any
 from eapo.rewards.base import RewardFunction, as_text, prompt_text
 from eapo.rewards.composite import CompositeResult, CompositeReward, check_weights, combine, summarize
 from eapo.rewards.extract import extract_answer, extract_think
+from eapo.rewards.registry import (
+    REWARD_COMPONENTS,
+    EvalColumn,
+    EvalScorer,
+    EvalTable,
+    RewardComponent,
+    StrictGate,
+    register_reward,
+    unregister_reward,
+)
 
 __all__ = [
     "REWARD_COMPONENTS",
-    "LIGHT_COMPONENTS",
+    "RewardComponent",
+    "EvalScorer",
+    "EvalColumn",
+    "EvalTable",
+    "StrictGate",
+    "register_reward",
+    "unregister_reward",
     "RewardFunction",
     "CompositeReward",
     "CompositeResult",
@@ -67,27 +87,25 @@ __all__ = [
     "prompt_text",
 ]
 
-#: Registry of reward components: name -> "module:Class". Every entry has the same call signature.
-REWARD_COMPONENTS: dict[str, str] = {
-    "format": "eapo.rewards.format:FormatReward",
-    "rouge_l": "eapo.rewards.rouge:RougeL",
-    "reranker": "eapo.rewards.reranker:Reranker",
-    "llm_judge": "eapo.rewards.judge:LLMJudge",
-    "overlong": "eapo.rewards.overlong:OverlongPenalty",
-    "repetition": "eapo.rewards.repetition:RepetitionPenalty",
-}
-
-#: Components built without loading a model or opening a client: a configuration's options for them
-#: are checked by building them when it is validated (:meth:`eapo.config.RunConfig.validate`).
-LIGHT_COMPONENTS: frozenset[str] = frozenset({"format", "rouge_l", "overlong", "repetition"})
+#: The built-in components' modules; each registers its component when imported, in this order (the
+#: order of the configuration's help, the plot's panels and the summary's lines).
+BUILTIN_MODULES: tuple[str, ...] = (
+    "eapo.rewards.format",
+    "eapo.rewards.rouge",
+    "eapo.rewards.reranker",
+    "eapo.rewards.judge_component",
+    "eapo.rewards.overlong",
+    "eapo.rewards.repetition",
+)
+for _module in BUILTIN_MODULES:
+    importlib.import_module(_module)
 
 
 def reward_class(name: str) -> Callable[..., RewardFunction]:
     """The class registered under ``name``."""
     if name not in REWARD_COMPONENTS:
         raise ValueError(f"unknown reward component {name!r}; known: {', '.join(REWARD_COMPONENTS)}")
-    module, _, attribute = REWARD_COMPONENTS[name].partition(":")
-    return getattr(importlib.import_module(module), attribute)
+    return REWARD_COMPONENTS[name].build
 
 
 def make_reward(name: str, **options: Any) -> RewardFunction:

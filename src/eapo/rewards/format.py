@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from eapo.rewards.base import as_text, check_batch
+from eapo.rewards.registry import EvalScorer, RewardComponent, StrictGate, register_reward
 
 __all__ = ["FormatReward", "format_ok", "tags_present"]
 
@@ -153,3 +155,42 @@ class FormatReward:
             f"FormatReward(tags={list(self.tags)}, strict={self.strict}, "
             f"allow_text_outside={self.allow_text_outside}, prefix={self.prefix!r})"
         )
+
+
+def _run_options(config: Any, options: dict[str, Any], run_dir: Path | None) -> dict[str, Any]:
+    """The check reads ``data.response_prefix`` + completion: the response already starts with the prefix
+    (an explicit ``prefix`` wins)."""
+    prefix = config.data.response_prefix
+    return {**options, "prefix": prefix} if prefix and "prefix" not in options else options
+
+
+register_reward(
+    RewardComponent(
+        name="format",
+        build=FormatReward,
+        title="Format",
+        help="{0, 1}: the <think> then <advice> blocks present, in order, non-empty (strict: each once, "
+        "nothing outside)",
+        light=True,
+        default_weight=0.1,
+        run_options=_run_options,
+        evaluation=EvalScorer(
+            default=True,
+            prefix_option="prefix",
+            gate=StrictGate(
+                heading="## Strict: an answer without its <advice> block scores 0",
+                note=(
+                    "Strict: a sample that fails the format reward's check (Format, below: the <think> and "
+                    "<advice> blocks present, in order, non-empty) has no answer to score, so it scores 0 on "
+                    "Rouge-L and the reranker (in the lenient table Rouge-L and the reranker fall back to the "
+                    "text after </think>, or the whole response). Avg (strict): mean of the four strict "
+                    "columns (ours, not the paper's)."
+                ),
+                summary_note=(
+                    "Avg (strict): the same mean, but an answer without its <advice> block scores 0 "
+                    "(Avg scores the text after </think>, or the whole response, instead)"
+                ),
+            ),
+        ),
+    )
+)

@@ -18,8 +18,6 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from eapo.run_dir import atomic_write_text
-
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -64,6 +62,8 @@ class DiskCache:
         return scores if isinstance(scores, dict) else None
 
     def put(self, key: str, scores: dict[str, float]) -> None:
+        from eapo.run_dir import atomic_write_text  # eapo.run_dir imports torch (through eapo.core)
+
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         # No fsync: an entry a crash loses costs one request again, and an fsync per judgement would

@@ -29,9 +29,11 @@ With ``buffer=0`` both give the hard penalty: 0 up to the cap, -1 past it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from eapo.rewards.base import check_batch
+from eapo.rewards.registry import RewardComponent, register_reward
 
 __all__ = ["OverlongPenalty", "soft_overlong_penalty", "token_lengths"]
 
@@ -131,3 +133,23 @@ class OverlongPenalty:
 
     def __repr__(self) -> str:
         return f"OverlongPenalty(max_tokens={self.max_tokens}, buffer={self.buffer})"
+
+
+def _run_options(config: Any, options: dict[str, Any], run_dir: Path | None) -> dict[str, Any]:
+    """The cap ``max_tokens`` defaults to ``rollout.max_completion_tokens`` (an explicit one wins)."""
+    if options.get("max_tokens") is not None:
+        return options
+    return {**options, "max_tokens": config.rollout.max_completion_tokens}
+
+
+register_reward(
+    RewardComponent(
+        name="overlong",
+        build=OverlongPenalty,
+        title="Overlong",
+        help="[-1, 0]: DAPO's soft overlong punishment, 0 up to max_tokens - buffer tokens, then a ramp "
+        "to -1 at the cap",
+        light=True,
+        run_options=_run_options,
+    )
+)

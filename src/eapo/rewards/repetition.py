@@ -41,6 +41,7 @@ from typing import Any
 
 from eapo.rewards.base import as_text, check_batch
 from eapo.rewards.extract import check_extract, extract_answer, extract_label
+from eapo.rewards.registry import RewardComponent, register_reward
 from eapo.rewards.rouge import LEVELS, is_mostly_cjk, tokenize
 
 __all__ = ["RepetitionPenalty", "repetition_penalty", "repeated_ngram_share"]
@@ -137,3 +138,15 @@ class RepetitionPenalty:
             f"RepetitionPenalty(ngram_size={self.ngram_size}, max_penalty={self.max_penalty}, "
             f"level={self.level!r}, extract={self.extract!r})"
         )
+
+
+register_reward(
+    RewardComponent(
+        name="repetition",
+        build=RepetitionPenalty,
+        title="Repetition",
+        help="[max_penalty, 0]: the share of repeated word n-grams times max_penalty (TRL's and open-r1's "
+        "penalty), of the whole completion by default",
+        light=True,
+    )
+)

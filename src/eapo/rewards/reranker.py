@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from eapo.rewards.base import as_text, check_batch
 from eapo.rewards.extract import check_extract, extract_answer, extract_label
+from eapo.rewards.registry import EvalColumn, EvalScorer, RewardComponent, register_reward
 
 __all__ = ["Reranker", "DEFAULT_CROSS_ENCODER", "BI_ENCODER_NAME", "bi_encoder_path", "BACKENDS"]
 
@@ -255,3 +256,28 @@ class Reranker:
             f"Reranker(backend={self.backend!r}, model={self.model_name!r}, extract={self.extract!r}, "
             f"device={self.device!r})"
         )
+
+
+register_reward(
+    RewardComponent(
+        name="reranker",
+        build=Reranker,
+        title="Reranker",
+        help="[0, 1]: cross-encoder relevance of the answer to the reference (offline: the labelled "
+        "bi-encoder stand-in)",
+        default_weight=0.3,
+        evaluation=EvalScorer(
+            default=True,
+            settings={"reranker_backend": "backend"},
+            columns=(
+                EvalColumn("reranker", "Reranker", averages=("avg", "avg_laaj"), strict=True, order=2),
+                EvalColumn("rr_at_k", "RR@{k}", per_prompt="best", averages=("avg",), strict=True, order=4),
+            ),
+            stand_in_note=(
+                "† scored with the offline bi-encoder stand-in (cosine similarity of sentence embeddings), "
+                "not a cross-encoder reranker: not comparable with the paper's Reranker numbers."
+            ),
+            stand_in_summary="† the offline bi-encoder stand-in for the reranker, not the paper's cross-encoder",
+        ),
+    )
+)

@@ -32,6 +32,7 @@ from rapidfuzz.distance import LCSseq
 
 from eapo.rewards.base import as_text, check_batch
 from eapo.rewards.extract import check_extract, extract_answer, extract_label
+from eapo.rewards.registry import EvalColumn, EvalScorer, RewardComponent, register_reward
 
 __all__ = ["RougeL", "rouge_l_f1", "rouge_l_scores", "lcs_length", "tokenize", "is_mostly_cjk", "LEVELS"]
 
@@ -169,3 +170,24 @@ class RougeL:
 
     def __repr__(self) -> str:
         return f"RougeL(level={self.level!r}, extract={self.extract!r}, lowercase={self.lowercase})"
+
+
+register_reward(
+    RewardComponent(
+        name="rouge_l",
+        build=RougeL,
+        title="Rouge-L",
+        help="[0, 1]: Rouge-L F1 against the reference (char, word or auto level) of the <advice> answer "
+        "or the whole completion",
+        light=True,
+        default_weight=0.3,
+        evaluation=EvalScorer(
+            default=True,
+            settings={"rouge_level": "level"},
+            columns=(
+                EvalColumn("rouge_l", "Rouge-L", averages=("avg", "avg_laaj"), strict=True, order=1),
+                EvalColumn("rl_at_k", "RL@{k}", per_prompt="best", averages=("avg",), strict=True, order=3),
+            ),
+        ),
+    )
+)

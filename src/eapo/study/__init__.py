@@ -56,7 +56,6 @@ from eapo.study.roles import (
     run_role,
 )
 from eapo.study.run import (
-    SENSITIVITY_COLUMNS,
     STUDY_GRIDS,
     StudyReport,
     StudySettings,
@@ -65,6 +64,7 @@ from eapo.study.run import (
     read_study_config,
     rejudge_study,
     run_study,
+    sensitivity_columns,
     study_claims,
     study_runs,
     write_study_tables,
@@ -149,7 +149,7 @@ __all__ = [
     "claims_payload",
     # run
     "STUDY_GRIDS",
-    "SENSITIVITY_COLUMNS",
+    "sensitivity_columns",
     "StudySettings",
     "StudyReport",
     "read_study_config",

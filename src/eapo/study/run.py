@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from eapo.evaluation.settings import DEFAULT_SCORERS, EvalSettings
+from eapo.evaluation.settings import EvalSettings, default_scorers
 from eapo.run_dir import SUMMARY_FILE, atomic_write_text, cap_share, read_metrics, training_finished
 from eapo.study.claims import Assessment, Claim, ClaimsFile, assess
 from eapo.study.claims_file import ClaimsError, load_claims, resolve_claims, study_params
@@ -51,7 +51,7 @@ from eapo.sweep.run import SweepReport, run_sweep
 
 __all__ = [
     "STUDY_GRIDS",
-    "SENSITIVITY_COLUMNS",
+    "sensitivity_columns",
     "StudySettings",
     "StudyReport",
     "read_study_config",
@@ -297,13 +297,17 @@ def incomplete_configurations(output_dir: Path, runs: Sequence[SweepRun]) -> dic
     return {role: (label, done, planned) for role, (label, done, planned) in counts.items() if done < planned}
 
 
-#: The metric columns of the study's sensitivity.md (the paper's layout, every metric, both Avgs).
-SENSITIVITY_COLUMNS = ("rouge_l", "reranker", "rl_at_k", "rr_at_k", "avg", "avg_strict")
+def sensitivity_columns() -> tuple[str, ...]:
+    """The metric columns of the study's sensitivity.md: the paper's layout (every column of the main
+    table), its Avg and the strict Avg."""
+    from eapo.evaluation.metrics import MAIN_AVG, STRICT_AVG, avg_columns
+
+    return (*avg_columns()[MAIN_AVG], MAIN_AVG, STRICT_AVG)
 
 
 def write_study_tables(output_dir: Path, runs: Sequence[SweepRun]) -> list[Path]:
     """The study's versions of the sweep's sensitivity table and figure (they replace the sweep's):
-    ``sensitivity.md`` / ``.csv`` with every metric and both Avgs (:data:`SENSITIVITY_COLUMNS`), and
+    ``sensitivity.md`` / ``.csv`` with every metric and both Avgs (:func:`sensitivity_columns`), and
     ``dynamics.png`` / ``.svg`` with one line per configuration (the mean over its seeds) and a band
     from its lowest to its highest seed."""
     from eapo.plot import plot_seed_bands
@@ -313,7 +317,7 @@ def write_study_tables(output_dir: Path, runs: Sequence[SweepRun]) -> list[Path]
     manifest = update_manifest(output_dir / MANIFEST, {}, {})
     written: list[Path] = []
     markdown, table_csv = sensitivity_table(
-        collect_entries(output_dir, manifest, include_base=False), columns=SENSITIVITY_COLUMNS
+        collect_entries(output_dir, manifest, include_base=False), columns=sensitivity_columns()
     )
     for name, text in (("sensitivity.md", markdown), ("sensitivity.csv", table_csv)):
         atomic_write_text(output_dir / name, text)
@@ -391,7 +395,7 @@ def run_study(
         max_new_tokens=settings.eval_max_new_tokens,
         batch_size=settings.eval_batch_size,
         backend=settings.backend,
-        scorers=",".join(DEFAULT_SCORERS),
+        scorers=",".join(default_scorers()),
     )
     sweep = run_sweep(
         base,

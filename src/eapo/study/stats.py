@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from eapo.evaluation.metrics import AVG_COLUMNS, STRICT_AVG_COLUMNS
+from eapo.evaluation.metrics import avg_columns, strict_avg_columns
 
 __all__ = [
     "HELD",
@@ -84,9 +84,6 @@ NOT_MEASURED = "not measured"
 #: A start/end window has at least this many steps (when the run has them).
 MIN_WINDOW_STEPS = 3
 _Z95 = 1.959963984540054
-
-#: The metric columns each Avg is the mean of (``avg`` and ``avg_strict``).
-_AVG_COLUMNS_OF = {**AVG_COLUMNS, **STRICT_AVG_COLUMNS}
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,7 +300,7 @@ def range_difference_interval(
     per-configuration means over seeds), or ``None`` when a configuration has no value of ``key``.
     """
     configs = [list(group) for group in (*first, *second)]
-    columns = _AVG_COLUMNS_OF[key]
+    columns = {**avg_columns(), **strict_avg_columns()}[key]
     values: list[list[float]] = []
     for group in configs:
         found = [r["metrics"][key] for r in group if (r.get("metrics") or {}).get(key) is not None]

@@ -61,11 +61,11 @@ from eapo.sweep.plan import (
 from eapo.sweep.run import RunFailed, Runner, SubprocessRunner, SweepReport, run_sweep
 from eapo.sweep.tables import (
     FIXED_ROWS,
-    PAPER_WEIGHT_COLUMNS,
     Entry,
     collect_entries,
     comparison_table,
     fixed_weight_table,
+    paper_weight_columns,
     sensitivity_blocks,
     sensitivity_table,
     weight_ratio,
@@ -93,7 +93,7 @@ __all__ = [
     "SweepReport",
     "run_sweep",
     # tables
-    "PAPER_WEIGHT_COLUMNS",
+    "paper_weight_columns",
     "FIXED_ROWS",
     "Entry",
     "collect_entries",

@@ -14,27 +14,32 @@ from typing import Any
 
 from eapo.core import WEIGHT_SETTINGS, WEIGHTING_SCHEMES, method_scheme
 from eapo.evaluation.labels import METHOD_NAMES, METHOD_ORDER, effective_weights, method_label
-from eapo.evaluation.metrics import METRIC_KEYS
+from eapo.evaluation.metrics import MAIN_AVG, avg_columns, metric_keys
 from eapo.evaluation.report import (
-    STRICT_TITLE,
     column_title,
     comparison_notes,
     csv_text,
     format_value,
-    has_laaj,
-    has_strict,
     markdown_table,
     reported_columns,
+    shown_tables,
     stand_in_columns,
     stand_in_mark,
     table_notes,
 )
+from eapo.rewards.registry import eval_columns
 from eapo.run_dir import atomic_write_text
 from eapo.sweep.manifest import MANIFEST, read_json
 from eapo.sweep.plan import GRID_KEYS, SweepError
 
-#: The columns of the paper's Sensitivity and fixed-weight (w+/w−) tables.
-PAPER_WEIGHT_COLUMNS = ("rouge_l", "reranker")
+
+def paper_weight_columns() -> tuple[str, ...]:
+    """The columns of the paper's Sensitivity and fixed-weight (w+/w−) tables: the main table's columns
+    of a prompt's mean score (Rouge-L and Reranker), as the components register them."""
+    means = {column.key for _, column in eval_columns() if column.per_prompt == "mean"}
+    return tuple(key for key in avg_columns()[MAIN_AVG] if key in means)
+
+
 #: The fixed-weight table's named rows, in the paper's order (W-REINFORCE follows in blocks).
 FIXED_ROWS = ("psr", "nsr", "grpo")
 
@@ -174,7 +179,6 @@ def comparison_table(
     k = _common_k(results)
     labels = _labels(results)
     flagged = stand_in_columns(labels)
-    judged = has_laaj(results)
     n_prompts = sorted({r.get("n_prompts") for r in results})
     first = results[0] if results else {}
     lines = [
@@ -185,23 +189,22 @@ def comparison_table(
         "Bold: best trained configuration.",
         "",
     ]
-    layouts = [("avg", "")] + ([("avg_laaj", "## With LLM-as-a-Judge")] if judged else [])
-    if has_strict(results):
-        layouts.append(("avg_strict", STRICT_TITLE))
-    for avg, title in layouts:
+    for table in shown_tables(results):
+        avg, title = table.avg, ("" if table.avg == MAIN_AVG else table.heading)
         columns = reported_columns(results, avg)
         header = ["Methods"] + [column_title(c, k) + stand_in_mark(c, flagged) for c in columns]
         if title:
             lines += [title, ""]
         rows = _comparison_rows(entries, columns)
         lines.append(markdown_table(header, rows) if rows else "(no finished evaluation yet)\n")
-    lines += comparison_notes(results, labels, k=k, judged=judged)
+    lines += comparison_notes(results, labels, k=k)
     if failures:
         lines += ["", "Failed runs (not in the table):"] + [
             f"- {name}: {message.splitlines()[0]}" for name, message in failures.items()
         ]
     csv_header = ["row", "method", "label", *GRID_KEYS, "n_seeds", "runs"]
-    for column in METRIC_KEYS:  # the CSV keeps every column (empty = not measured) for a stable schema
+    keys = metric_keys()
+    for column in keys:  # the CSV keeps every column (empty = not measured) for a stable schema
         csv_header += [column, f"{column}_ci_low", f"{column}_ci_high", f"{column}_sd"]
     csv_rows = []
     for entry in entries:
@@ -212,7 +215,7 @@ def comparison_table(
         ]
         row += [entry.weights.get(key) for key in GRID_KEYS]
         row += [len(entry.results), ";".join(entry.runs)]
-        for column in METRIC_KEYS:
+        for column in keys:
             value, ci, sd = _summary(entry, column)
             row += [value, ci[0] if ci else None, ci[1] if ci else None, sd]
         csv_rows.append(row)
@@ -253,7 +256,7 @@ def _data_label(entries: Sequence[Entry]) -> str:
 
 
 def sensitivity_table(
-    entries: Sequence[Entry] | Mapping[str, Sequence[Entry]], *, columns: Sequence[str] = PAPER_WEIGHT_COLUMNS
+    entries: Sequence[Entry] | Mapping[str, Sequence[Entry]], *, columns: Sequence[str] | None = None
 ) -> tuple[str, str]:
     """The paper's "Sensitivity" table: per method and varied weight, one row per value and
     ``Range (max−min)`` per metric, with Rouge-L and Reranker per dataset. ``(markdown, csv)``.
@@ -261,10 +264,12 @@ def sensitivity_table(
     Args:
         entries: one sweep's entries, or ``{dataset label: entries}`` for several datasets side by
             side (the paper puts RJUA and CMD next to each other).
-        columns: the metric keys shown (default the paper's Rouge-L and Reranker; ``eapo study``
-            shows every metric and both Avgs); the CSV always has every metric.
+        columns: the metric keys shown (default :func:`paper_weight_columns`, the paper's Rouge-L and
+            Reranker; ``eapo study`` shows every metric and both Avgs); the CSV always has every metric.
     """
-    shown_columns = list(columns)
+    paper_columns = paper_weight_columns()
+    shown_columns = list(paper_columns if columns is None else columns)
+    keys = metric_keys()
     datasets: dict[str, list[Entry]] = (
         {name: [e for e in group if e.method is not None] for name, group in entries.items()}
         if isinstance(entries, Mapping)
@@ -304,18 +309,18 @@ def sensitivity_table(
             rows.append(row)
             for name, members in by_data.items():
                 if value in members:
-                    summaries = [_summary(members[value], column)[0] for column in METRIC_KEYS]
+                    summaries = [_summary(members[value], column)[0] for column in keys]
                     csv_rows.append([name, method, key, fixed, value, *summaries])
         ranges: dict[tuple[str, str], float | None] = {}
         for name in datasets:
             members = by_data.get(name, {})
-            for column in METRIC_KEYS:
+            for column in keys:
                 found = [_summary(entry, column)[0] for entry in members.values()]
                 found = [v for v in found if v is not None]
                 ranges[(name, column)] = max(found) - min(found) if len(found) >= 2 else None
             if members:
                 csv_rows.append(
-                    [name, method, key, fixed, "range"] + [ranges[(name, column)] for column in METRIC_KEYS]
+                    [name, method, key, fixed, "range"] + [ranges[(name, column)] for column in keys]
                 )
         rows.append(["Range (max−min)"] + [format_value(ranges[(name, column)]) for name, column in columns])
     lines = ["# Sensitivity to the weights", ""]
@@ -325,8 +330,8 @@ def sensitivity_table(
             "a small range means the method is insensitive to that weight. Cells: value [95% CI] "
             "(or mean ± sd over seeds). Columns: "
             + (
-                "Rouge-L and Reranker, as in the paper"
-                if tuple(shown_columns) == PAPER_WEIGHT_COLUMNS
+                " and ".join(column_title(c, k) for c in paper_columns) + ", as in the paper"
+                if tuple(shown_columns) == paper_columns
                 else ", ".join(
                     column_title(c, k) + (" (strict)" if c.endswith("_strict") else "") for c in shown_columns
                 )
@@ -343,7 +348,7 @@ def sensitivity_table(
             "No method was run with two or more values of one weight. For the paper's table pass e.g. "
             "`--methods w_reinforce,eapo --grid w_pos=0.05,0.1,0.2 --grid w0=0.05,0.1,0.2`."
         )
-    csv_header = ["data", "method", "varied", "fixed", "value", *METRIC_KEYS]
+    csv_header = ["data", "method", "varied", "fixed", "value", *keys]
     return "\n".join(lines) + "\n", csv_text(csv_header, csv_rows)
 
 
@@ -369,7 +374,7 @@ def fixed_weight_table(entries: Sequence[Entry]) -> tuple[str, str]:
     results = _all_results(fixed)
     labels = _labels(results)
     flagged = stand_in_columns(labels)
-    columns = list(PAPER_WEIGHT_COLUMNS)
+    columns = list(paper_weight_columns())
     header = ["Methods", "w+", "w−", "w+/w−"] + [
         column_title(c, None) + ("†" if c in flagged else "") for c in columns
     ]
@@ -409,7 +414,7 @@ def fixed_weight_table(entries: Sequence[Entry]) -> tuple[str, str]:
             csv_rows.append(
                 [title or "methods", entry.method, entry.label, w_pos, w_neg, ratio, len(entry.results)]
                 + [";".join(entry.runs)]
-                + [_summary(entry, column)[0] for column in METRIC_KEYS]
+                + [_summary(entry, column)[0] for column in metric_keys()]
             )
     lines = ["# Positive/negative weight configurations", ""]
     if rows:
@@ -427,7 +432,7 @@ def fixed_weight_table(entries: Sequence[Entry]) -> tuple[str, str]:
             "`--methods grpo,psr,nsr,w_reinforce --grid w_reinforce.w_pos=1 --grid w_neg=0.05,0.1,0.2,5`, "
             "then `--methods w_reinforce --grid w_pos=0.05,0.1,0.2,5` into the same --output-dir."
         )
-    csv_header = ["block", "method", "label", "w_pos", "w_neg", "ratio", "n_seeds", "runs", *METRIC_KEYS]
+    csv_header = ["block", "method", "label", "w_pos", "w_neg", "ratio", "n_seeds", "runs", *metric_keys()]
     return "\n".join(lines) + "\n", csv_text(csv_header, csv_rows)
 
 
