@@ -291,7 +291,10 @@ def test_entropic_weights_the_high_probability_tokens_by_alpha(tmp_path):
     logp = _forward(trainer, inputs)[0].detach()
     mask = inputs["completion_mask"].bool()
     threshold = float(torch.quantile(logp.exp()[mask], 0.5))
-    controls = {**trainer.algorithm.controls, "entropic_threshold": threshold}  # the update reads the run's value
+    controls = {
+        **trainer.algorithm.controls,
+        "entropic_threshold": threshold,
+    }  # the update reads the run's value
     trainer.algorithm = dataclasses.replace(trainer.algorithm, controls=controls)
     high = logp > math.log(threshold)
     assert 0 < (high & mask).sum() < mask.sum() and (advantages > 0).any() and (advantages < 0).any()
