@@ -135,7 +135,7 @@ def test_entropy_control_example_composes(preset, options):
     assert config.algorithm.adv_estimator == "eapo_grpo"
     assert config.trainer.experiment_name == f"{preset}_qwen3_8b_rjua"
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
-    assert (trainer.settings.method, trainer.settings.scheme) == (preset, "grpo")
+    assert (trainer.algorithm.method, trainer.algorithm.scheme) == (preset, "grpo")
     actor = trainer.config.actor_rollout_ref.actor
     for option, value in options.items():
         assert OmegaConf.select(actor, option) == pytest.approx(value), option
@@ -145,7 +145,7 @@ def test_entropy_control_example_composes(preset, options):
 def test_eapo_example_composes_with_clip_higher():
     config = compose_example("run_eapo_qwen3_8b_rjua.sh", "+algorithm.eapo.epsilon_high=0.28")
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
-    assert trainer.settings.method == "eapo" and trainer.settings.weights["w0"] == 0.2
+    assert trainer.algorithm.method == "eapo" and trainer.algorithm.weights["w0"] == 0.2
     assert trainer.config.actor_rollout_ref.actor.clip_ratio_high == 0.28
     assert trainer.config.actor_rollout_ref.actor.clip_ratio_low == 0.2
 

@@ -231,7 +231,7 @@ def test_verl_path_gives_the_shared_batch_its_hand_derived_entropy(agg, verl_con
 
 
 def test_entropy_agg_default_and_errors(verl_config):
-    assert EAPOVerlTrainer(verl_config).settings.entropy_agg == "token-mean"  # as eapo train's default
+    assert EAPOVerlTrainer(verl_config).algorithm.entropy_agg == "token-mean"  # as eapo train's default
     verl_config.algorithm.eapo = {"entropy_agg": "seq-mean"}
     with pytest.raises(ValueError, match="algorithm.eapo.entropy_agg='seq-mean' is invalid"):
         EAPOVerlTrainer(verl_config)
