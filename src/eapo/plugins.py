@@ -22,7 +22,7 @@ import importlib
 import os
 from collections.abc import Iterable
 
-__all__ = ["ENV_VAR", "PluginError", "load_plugins", "loaded_plugins", "plugin_names"]
+__all__ = ["ENV_VAR", "PluginError", "load_plugins", "plugin_names"]
 
 #: The environment variable naming the plugin modules, comma-separated.
 ENV_VAR = "EAPO_PLUGINS"
@@ -37,11 +37,6 @@ class PluginError(ImportError):
 def plugin_names(value: str | None) -> list[str]:
     """``"a.b, c"`` -> ``["a.b", "c"]`` (empty entries dropped)."""
     return [name.strip() for name in (value or "").split(",") if name.strip()]
-
-
-def loaded_plugins() -> tuple[str, ...]:
-    """The plugin modules imported in this process, in order."""
-    return tuple(_LOADED)
 
 
 def load_plugins(names: Iterable[str] | None = None, *, where: str = ENV_VAR) -> list[str]:

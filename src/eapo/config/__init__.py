@@ -26,7 +26,7 @@ One module per concern; every name is importable from ``eapo.config``:
 
 from __future__ import annotations
 
-from eapo.config.algorithm import CONTROL_DEFAULTS, COV_LOSS_TYPES, LOSS_TYPES, AlgorithmConfig
+from eapo.config.algorithm import LOSS_TYPES, AlgorithmConfig
 from eapo.config.fields import (
     ANY_OF_TYPE,
     NON_EMPTY,
@@ -66,8 +66,6 @@ from eapo.config.verl import VerlConfig
 __all__ = [
     "STRUCTURED_OUTPUTS",
     "ConfigError",
-    "CONTROL_DEFAULTS",
-    "COV_LOSS_TYPES",
     "Valid",
     "at_least",
     "above",

@@ -21,18 +21,10 @@ from eapo.core import (
     STEP_SETTINGS,
     WEIGHT_SETTINGS,
     Algorithm,
-    control_defaults,
 )
-from eapo.core.algorithm import EAPO_LOSS_TYPES, LOSS_TYPES, method_setting
+from eapo.core.algorithm import LOSS_TYPES, method_setting
 
-__all__ = ["AlgorithmConfig", "CONTROL_DEFAULTS", "COV_LOSS_TYPES", "LOSS_TYPES"]
-
-#: The entropy controls' settings when neither the user nor the method preset sets them: every control off
-#: (their declared defaults, :data:`eapo.core.CONTROL_SETTINGS`).
-CONTROL_DEFAULTS: dict[str, Any] = control_defaults()
-
-#: TRL loss types eapo's Clip-Cov / KL-Cov path aggregates like (grpo: 1/|y_i|; bnpo: token-mean).
-COV_LOSS_TYPES = EAPO_LOSS_TYPES
+__all__ = ["AlgorithmConfig", "LOSS_TYPES"]
 
 _METHOD = method_setting()
 

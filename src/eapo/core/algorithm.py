@@ -295,27 +295,9 @@ class Algorithm:
         """The control settings that are set (by the user or the method's preset)."""
         return {key: value for key, value in self.controls.items() if value is not None}
 
-    def control_is_set(self) -> bool:
-        """Whether any control setting is set to other than off."""
-        return any(
-            value is not None and value is not False and value != CONTROL_SETTINGS[key].default
-            for key, value in self.controls.items()
-        )
-
     def step_settings(self) -> dict[str, Any]:
         """``split_by``, ``quantile_k``, ``quantile_method``, ``entropy_agg``."""
         return {key: getattr(self, key) for key in STEP_SETTINGS}
-
-    def settings(self) -> dict[str, Any]:
-        """Every setting, flat as users write them (the inverse of :meth:`resolve`): the method, the
-        scheme's weights, the step's settings, the set controls and the objective."""
-        return {
-            "method": self.method,
-            **self.weights,
-            **self.step_settings(),
-            **self.set_controls(),
-            **self.objective,
-        }
 
     def section(self) -> dict[str, Any]:
         """``algorithm.eapo`` for the verl plugin, which resolves it again in its own processes: the method,
@@ -366,10 +348,6 @@ class Algorithm:
                 f"seq-mean-token-mean) or bnpo (token-mean); got loss_type={loss_type!r}"
             )
         return problems
-
-    def preset(self) -> EntropyControl | None:
-        """The entropy control whose preset ``method`` names, or None for a weighting scheme."""
-        return ENTROPY_CONTROLS.get(self.method)
 
     # --- builders (trusting the value) --------------------------------------------------------------
 
