@@ -32,11 +32,36 @@ def test_every_process_that_imports_verl_registers_the_plugins_estimator():
     assert done.stdout.strip().splitlines()[-1] == "compute_tilted_advantage"
 
 
-def test_the_plugins_scheme_and_control_train_on_verl(verl_config, in_memory_tq, monkeypatch):
+@pytest.fixture
+def toy_plugin_imported(monkeypatch):
+    """Import the toy plugin in this process, and unregister it afterwards: its scheme, setting, control and
+    verl estimator would otherwise stay in the registries for every test after this one (the parity test of
+    ``algorithm.eapo``'s keys, for one, would see ``tilt`` and ``token_floor``)."""
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    from eapo.core import CONTROL_SETTINGS, ENTROPY_CONTROLS, WEIGHT_SETTINGS, WEIGHTING_SCHEMES
+
+    registries = (
+        WEIGHT_SETTINGS,
+        WEIGHTING_SCHEMES,
+        CONTROL_SETTINGS,
+        ENTROPY_CONTROLS,
+        ADV_ESTIMATOR_REGISTRY,
+    )
+    saved = [dict(registry) for registry in registries]
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    import toy_plugin  # (registers, as EAPO_PLUGINS does at import in a real process)
+
+    yield toy_plugin
+    for registry, before in zip(registries, saved, strict=True):
+        registry.clear()
+        registry.update(before)
+    sys.modules.pop("toy_plugin", None)
+
+
+def test_the_plugins_scheme_and_control_train_on_verl(verl_config, in_memory_tq, toy_plugin_imported):
     """Two steps of the eapo trainer with the plugin's estimator: w+ = tilt, w- = 1 - tilt, and the
     control's token weights in eapo's loss (its share logged)."""
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    import toy_plugin  # noqa: F401  (registers, as EAPO_PLUGINS does at import in a real process)
 
     from eapo.engines.verl import EAPOVerlTrainer, register_estimators
 
@@ -54,3 +79,11 @@ def test_the_plugins_scheme_and_control_train_on_verl(verl_config, in_memory_tq,
         assert (metrics["eapo/w_pos"], metrics["eapo/w_neg"]) == pytest.approx((0.3, 0.7))
         assert metrics["toy/token_floor"] == pytest.approx(0.5)
         assert len(calls) == 2
+
+
+def test_the_plugin_is_unregistered_after_its_in_process_test():
+    """The fixture of the test above restores the registries (this runs after the test that uses it)."""
+    from eapo.core import WEIGHTING_SCHEMES
+    from eapo.engines.verl.settings import setting_keys
+
+    assert "tilted" not in WEIGHTING_SCHEMES and "tilt" not in setting_keys()
