@@ -65,10 +65,13 @@ def _options(**kwargs):
 
 
 @pytest.mark.parametrize(
-    "control", [{"loss_mode": "clip_cov"}, {"entropic": True}], ids=["clip_cov", "entropic"]
+    "control",
+    [{"loss_mode": "clip_cov"}, {"loss_mode": "kl_cov"}, {"entropic": True}],
+    ids=["clip_cov", "kl_cov", "entropic"],
 )
 def test_eapo_trainer_refuses_at_construction_each_option_its_loss_would_drop(control, tmp_path):
-    """A TRL script (not eapo train, whose config refuses the bonus earlier): Clip-Cov's loss, or EntroPIC's
+    """A TRL script (not eapo train, whose config refuses the bonus earlier): Clip-Cov's or KL-Cov's loss, or
+    EntroPIC's
     weights in eapo's loss, with three options only TRL's loss applies: one error names all three."""
     args = _args(
         tmp_path, **control, **_options(entropy_coef=0.01, delta=1.5, importance_sampling_level="sequence")

@@ -1,7 +1,6 @@
 """verl advantage estimators, one per weighting scheme of :data:`eapo.core.WEIGHTING_SCHEMES`
 (:func:`estimators`; each scheme's :attr:`eapo.core.Scheme.verl_estimator`: ``grpo`` is ``eapo_grpo``,
-named apart from verl's own ``grpo`` estimator):
-polarity-weighted GRPO.
+named apart from verl's own ``grpo`` estimator), each a polarity-weighted GRPO.
 
 Each estimator computes ``Â_i = w+·A_i`` on D+ and ``w-·A_i`` on D- (Section 4.1 of the EAPO paper)
 with :meth:`eapo.core.EAPOStep.step`; they differ only in where ``(w+, w-)`` come from:
