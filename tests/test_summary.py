@@ -240,14 +240,20 @@ def test_the_answers_shape_of_each_evaluation(run_dir):
     samples = [
         ("x</think><advice>drink water</advice>", "eos", True),
         ("x</think><advice>rest</advice> blah blah blah blah blah", "eos", True),  # 25 characters after
-        ("x</think><advice>rest and rest and rest", None, False),  # before stop_reason: finished false
+        ("x</think><advice>rest and rest and rest", "cap", False),
         ("x</think><advice>sleep</advice>\n", "string", True),  # only whitespace after
     ]
     (base / "samples.jsonl").write_text(
         "".join(
             json.dumps(
-                {"id": str(i), "sample": 0, "completion": text, "finished": finished, "scores": {}}
-                | ({"stop_reason": reason} if reason else {})
+                {
+                    "id": str(i),
+                    "sample": 0,
+                    "completion": text,
+                    "finished": finished,
+                    "stop_reason": reason,
+                    "scores": {},
+                }
             )
             + "\n"
             for i, (text, reason, finished) in enumerate(samples)
