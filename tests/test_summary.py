@@ -37,6 +37,7 @@ ROWS = [
         "eapo/w_pos": 0.20,
         "completion/mean_length": 120.0,
         "completions/clipped_ratio": 0.75,
+        "completions/stopped_by_cap": 0.75,
     },
     {
         "step": 2,
@@ -47,6 +48,7 @@ ROWS = [
         "eapo/w_pos": 0.18,
         "completion/mean_length": 110.0,
         "completions/clipped_ratio": 0.50,
+        "completions/stopped_by_cap": 0.50,
     },
     {
         "step": 3,
@@ -57,6 +59,7 @@ ROWS = [
         "eapo/w_pos": 0.16,
         "completion/mean_length": 100.0,
         "completions/clipped_ratio": 0.25,
+        "completions/stopped_by_cap": 0.25,
     },
     {
         "step": 5,
@@ -67,6 +70,7 @@ ROWS = [
         "eapo/w_pos": 0.22,
         "completion/mean_length": 90.0,
         "completions/clipped_ratio": 0.00,
+        "completions/stopped_by_cap": 0.00,
     },
     {
         "step": 6,
@@ -77,6 +81,7 @@ ROWS = [
         "eapo/w_pos": 0.15,
         "completion/mean_length": 80.0,
         "completions/clipped_ratio": 0.00,
+        "completions/stopped_by_cap": 0.00,
     },
 ]
 # step 4 carries step 3's generation: the same values, marked as reused
@@ -154,7 +159,6 @@ def test_summary_numbers(run_dir):
     assert (reward["first"], reward["last"], reward["k"], reward["n"]) == (0.10, 0.50, 1, 5)
     assert summary["trends"]["reward/format/mean"]["first"] == 0.0
     assert summary["trends"]["reward/format/mean"]["last"] == 1.0
-    # the cap's share: TRL's clipped_ratio for a run that did not log eapo's stopped_by_cap
     assert summary["trends"]["completions/stopped_by_cap"]["first"] == 0.75
     assert "reward/rouge_l/mean" not in summary["trends"]  # not logged by this run
     assert summary["entropy"] == {"H0": 2.0, "last": 1.5}
@@ -240,14 +244,20 @@ def test_the_answers_shape_of_each_evaluation(run_dir):
     samples = [
         ("x</think><advice>drink water</advice>", "eos", True),
         ("x</think><advice>rest</advice> blah blah blah blah blah", "eos", True),  # 25 characters after
-        ("x</think><advice>rest and rest and rest", None, False),  # before stop_reason: finished false
+        ("x</think><advice>rest and rest and rest", "cap", False),
         ("x</think><advice>sleep</advice>\n", "string", True),  # only whitespace after
     ]
     (base / "samples.jsonl").write_text(
         "".join(
             json.dumps(
-                {"id": str(i), "sample": 0, "completion": text, "finished": finished, "scores": {}}
-                | ({"stop_reason": reason} if reason else {})
+                {
+                    "id": str(i),
+                    "sample": 0,
+                    "completion": text,
+                    "finished": finished,
+                    "stop_reason": reason,
+                    "scores": {},
+                }
             )
             + "\n"
             for i, (text, reason, finished) in enumerate(samples)
@@ -365,6 +375,22 @@ def test_the_truncated_share_is_the_caps_not_trls_clipped_ratio_under_stop_strin
     (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     trend = summarize_run(run)["trends"]["completions/stopped_by_cap"]
     assert (trend["first"], trend["last"]) == (0.25, 0.0)
-    assert cap_share({"completions/clipped_ratio": 0.5}) == 0.5
-    assert cap_share({"completions/clipped_ratio": 0.5, "completions/stopped_by_cap": 0.0}) == 0.0
-    assert cap_share({}) is None
+    path = run / "metrics.jsonl"
+    assert cap_share({"completions/clipped_ratio": 0.5, "completions/stopped_by_cap": 0.0}, path) == 0.0
+    assert cap_share({"completions/stopped_by_cap": 0.25}, path) == 0.25
+    assert cap_share({"step": 1}, path) is None  # a row that logged no rollouts' ends
+
+
+def test_a_run_logged_before_the_stop_reasons_is_a_clear_error(run_dir):
+    """A metrics.jsonl with TRL's clipped_ratio but not eapo's stopped_by_cap (written before eapo logged
+    why each rollout ended) is not read as the cap's share (issue 48): the summary, the study's claims
+    and the seed bands name the file."""
+    from eapo.plot import plot_seed_bands
+
+    rows = [{k: v for k, v in row.items() if k != "completions/stopped_by_cap"} for row in ROWS]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    message = r"run/metrics.jsonl: step 1 has completions/clipped_ratio but no completions/stopped_by_cap .*train it again"
+    with pytest.raises(ValueError, match=message):
+        summarize_run(run_dir)
+    with pytest.raises(ValueError, match=message):
+        plot_seed_bands({"EAPO": [run_dir]})

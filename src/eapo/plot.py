@@ -29,7 +29,7 @@ from matplotlib.ticker import MaxNLocator
 from eapo.core.controls import actuator_panels, control_panels
 from eapo.evaluation.labels import run_label
 from eapo.rewards.registry import REWARD_COMPONENTS, component_panels
-from eapo.run_dir import CAP_SHARE_KEY, atomic_write_bytes, cap_share, read_metrics
+from eapo.run_dir import CAP_SHARE_KEY, METRICS_FILE, atomic_write_bytes, cap_share, read_metrics
 
 __all__ = [
     "plot_runs",
@@ -262,7 +262,7 @@ BAND_PANELS: tuple[tuple[str, str], ...] = (
     ("entropy/rollout_over_h0", "Entropy ÷ the run's H_0 (r_t)"),
     ("reward/mean", "Reward"),
     ("completion/mean_length", "Response length (tokens)"),
-    # eapo.run_dir.cap_share: completions/stopped_by_cap, else TRL's clipped_ratio (older runs)
+    # eapo.run_dir.cap_share: completions/stopped_by_cap
     (CAP_SHARE_KEY, "Share cut at the length cap"),
     ("eapo/w_pos", "w+ (positive weight)"),
     # the closed-loop controls' own actuators, drawn when a run logged them (the controls study)
@@ -276,9 +276,7 @@ RATIO_KEY = "entropy/rollout_over_h0"
 
 def with_entropy_ratio(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` with :data:`RATIO_KEY` added: rollout entropy ÷ the run's ``H_0`` (its first logged
-    ``eapo/H0``). Seeds start at different entropies, so a band over seeds is read on this ratio. The
-    cap's share is filled in too (:func:`eapo.run_dir.cap_share`)."""
-    rows = [row | {CAP_SHARE_KEY: cap_share(row)} if cap_share(row) is not None else row for row in rows]
+    ``eapo/H0``). Seeds start at different entropies, so a band over seeds is read on this ratio."""
     h0 = next((row["eapo/H0"] for row in rows if isinstance(row.get("eapo/H0"), int | float)), None)
     if not h0:
         return list(rows)
@@ -314,6 +312,16 @@ def seed_band(
     return steps, mean, low, high
 
 
+def _band_rows(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """A seed's ``metrics.jsonl`` rows, each step's cap share checked (:func:`eapo.run_dir.cap_share`: a run
+    written before eapo logged it is an error, not a missing panel)."""
+    rows = read_metrics(run_dir)
+    path = Path(run_dir) / METRICS_FILE
+    for row in rows:
+        cap_share(row, path)
+    return rows
+
+
 def plot_seed_bands(
     groups: Mapping[str, Sequence[str | os.PathLike]],
     output: str | os.PathLike | None = None,
@@ -330,7 +338,7 @@ def plot_seed_bands(
         smoothing: EMA weight applied to each seed before the band (default :func:`auto_smoothing`).
     """
     runs = {
-        label: [with_entropy_ratio(read_metrics(d)) for d in dirs] for label, dirs in groups.items() if dirs
+        label: [with_entropy_ratio(_band_rows(d)) for d in dirs] for label, dirs in groups.items() if dirs
     }
     runs = {label: [rows for rows in seeds if rows] for label, seeds in runs.items()}
     runs = {label: seeds for label, seeds in runs.items() if seeds}

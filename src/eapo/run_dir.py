@@ -85,17 +85,25 @@ ROLLOUT_KEYS = (
 
 #: The share of a step's rollouts that ended at the length cap, as eapo logs it (``completions/stopped_by_cap``).
 CAP_SHARE_KEY = "completions/stopped_by_cap"
-#: TRL's share of a step's rollouts that did not end with an EOS token: the cap's share without stop
-#: strings, but a rollout that ended at a stop string counts too.
+#: TRL's share of a step's rollouts whose last token is neither an EOS nor the pad token: a rollout that
+#: ended at a stop string counts too.
 CLIPPED_RATIO_KEY = "completions/clipped_ratio"
 
 
-def cap_share(row: dict[str, Any]) -> Any:
-    """The share of a step's rollouts cut at the length cap: ``completions/stopped_by_cap`` where the run
-    logged it, else TRL's ``completions/clipped_ratio`` (runs from before eapo logged the stop reasons, and
-    without stop strings the two agree); ``None`` when neither was logged."""
-    value = row.get(CAP_SHARE_KEY)
-    return row.get(CLIPPED_RATIO_KEY) if value is None else value
+def cap_share(row: Mapping[str, Any], path: str | os.PathLike) -> Any:
+    """The share of a step's rollouts cut at the length cap, ``completions/stopped_by_cap``, from a row of
+    the ``metrics.jsonl`` at ``path``; ``None`` for a row that logged no rollouts' ends (neither it nor
+    TRL's ``completions/clipped_ratio``). A row with ``clipped_ratio`` but no ``stopped_by_cap`` was
+    written before eapo logged why each rollout ended: a ValueError naming ``path``."""
+    if CAP_SHARE_KEY in row:
+        return row[CAP_SHARE_KEY]
+    if CLIPPED_RATIO_KEY in row:
+        raise ValueError(
+            f"{path}: step {row.get('step')} has {CLIPPED_RATIO_KEY} but no {CAP_SHARE_KEY} (written by an older "
+            "eapo, before it logged why each rollout ended); train it again, or add completions/stopped_by_"
+            "{string,eos,cap} as scripts/migrate_results_2026_11.py did to docs/results' runs"
+        )
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,8 +44,8 @@ def trend_keys() -> tuple[tuple[str, str], ...]:
         ("reward", "reward/mean"),
         *((f"  {c.name}", c.mean_key) for c in REWARD_COMPONENTS.values()),
         ("length (tokens)", "completion/mean_length"),
-        # eapo.run_dir.cap_share: completions/stopped_by_cap, else TRL's clipped_ratio (which counts a
-        # rollout that ended at a stop string as clipped)
+        # eapo.run_dir.cap_share: completions/stopped_by_cap (TRL's clipped_ratio counts a rollout that
+        # ended at a stop string as clipped)
         ("truncated frac", CAP_SHARE_KEY),
     )
 
@@ -93,9 +93,9 @@ def summarize_run(
     rows = read_metrics(run_dir)
     if not rows:
         raise ValueError(f"{run_dir / METRICS_FILE} has no steps: did the run start?")
-    fresh = [
-        row | {CAP_SHARE_KEY: cap_share(row)} for row in rows if row.get("rollout/fresh", True) is not False
-    ]
+    for row in rows:
+        cap_share(row, run_dir / METRICS_FILE)  # a run that did not log the cap's share is an error
+    fresh = [row for row in rows if row.get("rollout/fresh", True) is not False]
     trends = {}
     for label, key in trend_keys():
         values = _series(fresh, key)

@@ -114,19 +114,24 @@ def test_empty_and_mismatched_inputs():
     assert answer_shape([""], [True])["share_after_close"] == 0.0  # an empty answer: no characters after
 
 
-def test_cut_at_the_cap_reads_stop_reason_then_finished():
+def test_cut_at_the_cap_reads_stop_reason():
     assert cut_at_cap({"stop_reason": "cap", "finished": False})
     assert not cut_at_cap({"stop_reason": "string", "finished": True})
     assert not cut_at_cap({"stop_reason": "eos"})
-    assert cut_at_cap({"finished": False})  # written before stop_reason
-    assert not cut_at_cap({"finished": True})
-    assert not cut_at_cap({})
     samples = [
         {"completion": CLEAN, "finished": True, "stop_reason": "eos"},
-        {"completion": TRAILING, "finished": True},
-        {"completion": CUT, "finished": False},
+        {"completion": TRAILING, "finished": True, "stop_reason": "string"},
+        {"completion": CUT, "finished": False, "stop_reason": "cap"},
     ]
     assert answer_shape_of_samples(samples) == answer_shape([CLEAN, TRAILING, CUT], [False, False, True])
+
+
+def test_a_sample_without_stop_reason_is_a_clear_error():
+    """Samples written before eapo eval recorded stop_reason are not read by ``finished`` (issue 48)."""
+    with pytest.raises(
+        ValueError, match=r"sample 'q1' #2 has no stop_reason: written before .* fresh --output-dir"
+    ):
+        cut_at_cap({"id": "q1", "sample": 2, "completion": CUT, "finished": False})
 
 
 def test_the_closing_tag_comes_from_the_format_rewards_tags():

@@ -178,6 +178,29 @@ def test_samples_from_other_settings_are_never_mixed_in(tmp_path, tiny, scorers)
         )
 
 
+def test_files_from_an_older_eapo_eval_are_clear_errors(tmp_path):
+    """An eval_config.json without a generation field, or a sample without stop_reason, written before eapo
+    eval recorded them, is not read with a default (issue 48): the error names the file and what to do."""
+    from eapo.evaluation.harness import check_generation, generation_fingerprint
+
+    current = generation_fingerprint("tiny", SETTINGS)
+    config = tmp_path / "eval_config.json"
+    older = {key: value for key, value in current.items() if key != "stop"}
+    config.write_text(json.dumps({"generation": older, "scorers": {}}))
+    with pytest.raises(
+        ValueError, match=r"eval_config.json: the generation settings lack \['stop'\] .*--output-dir"
+    ):
+        check_generation(config, current)
+    config.write_text(json.dumps({"generation": current, "scorers": {}}))
+    assert check_generation(config, current)["generation"] == current
+    sample = {"id": "1", "sample": 0, "completion": "x", "finished": True, "stop_reason": "eos", "scores": {}}
+    older_sample = {key: value for key, value in sample.items() if key != "stop_reason"}
+    path = tmp_path / "samples.jsonl"
+    path.write_text(json.dumps(sample) + "\n" + json.dumps(older_sample) + "\n")
+    with pytest.raises(ValueError, match=r"samples.jsonl:2: sample has no stop_reason .*--output-dir"):
+        load_samples(path)
+
+
 class LengthScorer:
     """A stand-in scorer whose label we can change: the completion's length in characters."""
 

@@ -371,7 +371,7 @@ def test_malformed_files_are_errors_that_name_the_file(tmp_path, capsys):
     samples.write_text('{"text": "a"}\n')
     with pytest.raises(report.ReportError, match=re.escape(f"{samples}: sample 1 has no 'completion'")):
         report.build_report(root, controls)
-    samples.write_text('{"completion": "a"}\n')
+    samples.write_text('{"completion": "a", "stop_reason": "eos"}\n')
     (tmp_path / "bad.json").write_text("[]")
     with pytest.raises(report.ReportError, match="bad.json: expected a JSON object"):
         report.build_report(root, tmp_path / "bad.json")

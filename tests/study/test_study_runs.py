@@ -159,6 +159,7 @@ class RoleRunner:
                 "entropy/rollout": h + 0.01 * config.train.seed,
                 "completion/mean_length": n,
                 "completions/clipped_ratio": clipped,
+                "completions/stopped_by_cap": clipped,
                 "reward/mean": 0.3,
                 "eapo/H0": entropy[0],
                 "kl": 0.0,

@@ -10,8 +10,8 @@ answers, and ``eapo eval`` (``results.json["answers"]``, ``results.md``) and ``e
 Definitions, over ``n`` answers (each completion's text as generated; a response prefix such as
 ``<think>`` sits in the prompt, before the completion, so it never changes what follows the closing tag):
 
-* ``cut_at_cap``: the share of answers that ended at the length cap — ``stop_reason == "cap"`` where a
-  sample records why it ended (:data:`eapo.runtime.stop.STOP_REASONS`), else ``not finished``.
+* ``cut_at_cap``: the share of answers that ended at the length cap: ``stop_reason == "cap"`` (why a sample
+  ended, :data:`eapo.runtime.stop.STOP_REASONS`).
 * ``no_close_tag``: the share of answers without the closing tag (``</advice>`` by default) anywhere.
 * the *tail* of an answer: its text after the **first** closing tag (``split="last"``: after the last
   one); empty when the answer has no closing tag. The first, because the scorers read the first
@@ -96,12 +96,14 @@ def close_tag_of_label(label: str | None) -> str:
 
 
 def cut_at_cap(sample: Mapping[str, Any]) -> bool:
-    """Whether a ``samples.jsonl`` sample ended at the length cap: ``stop_reason == "cap"`` when recorded,
-    else ``not finished`` (samples written before ``stop_reason``)."""
-    reason = sample.get("stop_reason")
-    if reason is not None:
-        return reason == "cap"
-    return not sample.get("finished", True)
+    """Whether a ``samples.jsonl`` sample ended at the length cap: ``stop_reason == "cap"``. A sample
+    without ``stop_reason`` is a ValueError (:func:`eapo.evaluation.harness.load_samples` names its file)."""
+    if "stop_reason" not in sample:
+        raise ValueError(
+            f"sample {sample.get('id')!r} #{sample.get('sample')} has no stop_reason: written before eapo eval "
+            "recorded why a sample ended; evaluate again into a fresh --output-dir"
+        )
+    return sample["stop_reason"] == "cap"
 
 
 def tail_after_close(text: str, close_tag: str = DEFAULT_CLOSE_TAG, split: Split = "first") -> str | None:

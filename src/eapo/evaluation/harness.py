@@ -92,8 +92,6 @@ EVAL_CONFIG_FILE = "eval_config.json"
 
 #: Fields that must match for stored samples to be reused.
 GENERATION_FIELDS = ("model", "k", "temperature", "top_p", "max_new_tokens", "seed", "stop")
-#: What a stored ``eval_config.json`` written before a generation field existed means by its absence.
-_GENERATION_DEFAULTS: dict[str, Any] = {"stop": []}
 
 
 class EvalMismatchError(ValueError):
@@ -145,7 +143,9 @@ def _batch_seed(seed: int, record_id: str) -> int:
 
 
 def load_samples(path: Path) -> tuple[list[dict[str, Any]], bool]:
-    """Parse ``samples.jsonl``: ``(samples, torn)``; a torn last line is dropped (``torn=True``)."""
+    """Parse ``samples.jsonl``: ``(samples, torn)``; a torn last line is dropped (``torn=True``). A sample
+    without one of the fields every ``eapo eval`` writes (``id``, ``sample``, ``completion``, ``scores``,
+    ``stop_reason``) is a ValueError naming the file and line."""
     if not path.exists():
         return [], False
     lines = path.read_text(encoding="utf-8").split("\n")
@@ -170,6 +170,11 @@ def load_samples(path: Path) -> tuple[list[dict[str, Any]], bool]:
             raise ValueError(
                 f"{path}:{number}: sample lacks field(s) {missing}; was it written by eapo eval?"
             )
+        if "stop_reason" not in sample:
+            raise ValueError(
+                f"{path}:{number}: sample has no stop_reason (written by an older eapo eval, before it "
+                "recorded why a sample ended); delete that directory or use another --output-dir to start afresh"
+            )
         samples.append(sample)
     return samples, torn
 
@@ -179,7 +184,8 @@ def _write_samples(path: Path, samples: Sequence[Mapping[str, Any]]) -> None:
 
 
 def check_generation(config_path: Path, current: Mapping[str, Any]) -> dict[str, Any]:
-    """The stored eval config (or {}); raise :class:`EvalMismatchError` if a generation field differs."""
+    """The stored eval config (or {}); raise :class:`EvalMismatchError` if a generation field differs, and
+    ValueError if one is missing (an ``eval_config.json`` written before the field existed)."""
     if not config_path.exists():
         return {}
     try:
@@ -188,8 +194,15 @@ def check_generation(config_path: Path, current: Mapping[str, Any]) -> dict[str,
         raise ValueError(
             f"{config_path}: not valid JSON ({error}); delete it and samples.jsonl to start afresh"
         ) from error
+    generation = stored.get("generation", {})
+    missing = [field for field in GENERATION_FIELDS if field not in generation]
+    if missing:
+        raise ValueError(
+            f"{config_path}: the generation settings lack {missing} (written by an older eapo eval, before "
+            "they were recorded); delete that directory or use another --output-dir to start afresh"
+        )
     for field in GENERATION_FIELDS:
-        was = stored.get("generation", {}).get(field, _GENERATION_DEFAULTS.get(field))
+        was = generation[field]
         if was != current[field]:
             raise EvalMismatchError(
                 f"{config_path.parent}: the stored samples were generated with {field}="

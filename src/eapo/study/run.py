@@ -272,10 +272,11 @@ def collect_method_data(
         d = data.setdefault(run_role(run.method, dict(run.weights)), MethodData())
         d.runs.append(run.name)
         if rows:
+            path = run_dir / "metrics.jsonl"
             for key in dict.fromkeys(keys):
-                # the cap's share: eapo's stopped_by_cap where logged (TRL's clipped_ratio also counts a
-                # rollout ended by a stop string), else clipped_ratio (eapo.run_dir.cap_share)
-                values = [cap_share(row) if key == CLIPPED_KEY else row.get(key) for row in rows]
+                # the cap's share: eapo's stopped_by_cap (TRL's clipped_ratio also counts a rollout ended
+                # by a stop string; eapo.run_dir.cap_share)
+                values = [cap_share(row, path) if key == CLIPPED_KEY else row.get(key) for row in rows]
                 d.series.setdefault(key, []).append(values)
             d.h0.append(next((row[H0_KEY] for row in rows if row.get(H0_KEY) is not None), None))
             d.seeds.append(run.seed)
