@@ -201,3 +201,32 @@ def test_the_examples_plugin_works_from_the_command_line():
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line.split() for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
     assert rows and all(row[-2:] == ["0.8000", "0.20"] for row in rows)
+
+
+def test_the_examples_reward_component_is_configured_and_scored():
+    """examples/plugin/concise_answer.py (docs/guide/plugins.md), loaded beside mixed_weights: its weight and
+    option come from the config, a bad option is refused naming its key, and the composite scores it
+    (max_chars 10: the answer "drink water and rest" is 20 characters, 10 / 20 = 0.5; "rest" is 1; no
+    answer 0)."""
+    env = _env(EAPO_PLUGINS="mixed_weights,concise_answer")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "examples" / "plugin"), env["PYTHONPATH"]])
+    code = """
+import json
+from eapo.config import ConfigError, load_config, reward_settings
+from eapo.rewards import make_composite
+config = load_config(TINY_PATH, ["reward.weights.concise=0.5", "reward.options.concise.max_chars=10"])
+weights, options, _ = reward_settings(config)
+completions = ["<think>x</think><advice>drink water and rest</advice>", "<advice>rest</advice>", "<think>x</think>"]
+scored = make_composite(weights, **options).score(["q"] * 3, completions, ["drink water"] * 3)
+try:
+    load_config(TINY_PATH, ["reward.weights.concise=0.5", "reward.options.concise.max_chars=0"])
+except ConfigError as error:
+    refused = str(error)
+print(json.dumps([weights, options["concise"], scored.components["concise"], refused]))
+""".replace("TINY_PATH", repr(str(TINY)))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    weights, options, scores, refused = json.loads(done.stdout.strip().splitlines()[-1])
+    assert weights == {"format": 0.2, "rouge_l": 0.8, "concise": 0.5} and options == {"max_chars": 10}
+    assert scores == [0.5, 1.0, 0.0]
+    assert "reward.options.concise is invalid: concise: max_chars must be an integer >= 1, got 0" in refused
