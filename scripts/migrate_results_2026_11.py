@@ -9,6 +9,13 @@ These runs sampled without stop strings, so what today's code would have written
   harness's ``_sample``): ``"eos"`` where ``finished``, else ``"cap"`` (every generator's
   ``finished = reason != "cap"``; ``"string"`` needs a stop string).
 * ``eval_config.json``: ``generation.stop = []`` after ``seed`` (``generation_fingerprint``).
+* ``eval/results.json`` (and ``base/results.json``): ``answers`` after ``extra`` and ``settings.stop = []``
+  after ``settings.n_resamples`` (the harness's ``_results``; ``settings`` is ``SamplingSettings``' fields,
+  ``stop`` its last, then the runner's details). ``answers`` is
+  ``eapo.evaluation.answer_shape_of_samples`` of the evaluation's current samples (``per_prompt.ids`` in
+  order, each id's ``k`` samples by index: the order ``_results`` sums in) at the closing tag the format
+  scorer's label names (``close_tag_of_label``; ``</advice>`` here), from the migrated ``samples.jsonl``.
+  Needs ``eapo`` importable (``PYTHONPATH=src``).
 * ``metrics.jsonl``: ``completions/stopped_by_{string,eos,cap}`` after TRL's
   ``completions/max_terminated_length`` (the TRL trainer's ``_generate`` logs them after TRL's own):
   0, 1 - clipped_ratio, clipped_ratio. TRL's ``clipped_ratio`` counts a rollout whose last token is
@@ -95,6 +102,43 @@ def metrics(path: Path) -> bool:
     return True
 
 
+def answers_of(path: Path, results: dict) -> dict:
+    """``results.json["answers"]`` as the harness's ``_results`` computes it, from the evaluation's samples."""
+    from eapo.evaluation.answers import answer_shape_of_samples, close_tag_of_label
+    from eapo.evaluation.metrics import strict_gate
+
+    by_key = {}
+    for sample in _lines(path.parent / results["samples"], lambda row: json.dumps(row, ensure_ascii=False)):
+        if "stop_reason" not in sample:
+            raise ValueError(f"{path.parent / results['samples']}: migrate samples.jsonl first")
+        by_key[(str(sample["id"]), int(sample["sample"]))] = sample
+    current = [
+        by_key[(record_id, index)]
+        for record_id in results["per_prompt"]["ids"]
+        for index in range(results["k"])
+    ]
+    if len(current) != results["n_samples"]:
+        raise ValueError(f"{path}: {len(current)} current samples, but n_samples = {results['n_samples']}")
+    close_tag = close_tag_of_label(results["labels"].get(strict_gate() or ""))
+    return answer_shape_of_samples(current, close_tag=close_tag)
+
+
+def results_json(path: Path) -> bool:
+    dumps = lambda results: json.dumps(results, indent=2, ensure_ascii=False) + "\n"  # noqa: E731 (harness.evaluate)
+    text = path.read_text(encoding="utf-8")
+    results = json.loads(text)
+    if dumps(results) != text:
+        raise ValueError(f"{path}: does not round-trip through json.loads/dumps byte for byte; not migrated")
+    if "answers" in results and "stop" in results["settings"]:
+        return False
+    if "answers" not in results:
+        results = _inserted(results, "extra", {"answers": answers_of(path, results)})
+    if "stop" not in results["settings"]:
+        results["settings"] = _inserted(results["settings"], "n_resamples", {"stop": []})
+    path.write_text(dumps(results), encoding="utf-8")
+    return True
+
+
 def main(studies: list[str]) -> None:
     for study in studies:
         root = ROOT / study
@@ -102,6 +146,7 @@ def main(studies: list[str]) -> None:
             ("samples.jsonl", samples),
             ("eval_config.json", eval_config),
             ("metrics.jsonl", metrics),
+            ("results.json", results_json),  # after samples.jsonl: its answers are read from them
         ):
             paths = sorted(root.rglob(name))
             changed = sum(migrate(path) for path in paths)

@@ -88,11 +88,40 @@ ROWS = [
 ROWS.insert(3, {**ROWS[2], "step": 4, "rollout/fresh": False})
 
 
+def _shape(
+    cut: float, no_close: float, after: float, wrote_on: float, chars: float, share: float, distinct: float
+):
+    """``results.json["answers"]`` of 28 answers (7 prompts × k = 4) at ``</advice>``."""
+    return {
+        "n": 28,
+        "cut_at_cap": cut,
+        "no_close_tag": no_close,
+        "text_after_close": after,
+        "wrote_on": wrote_on,
+        "chars_after_close": chars,
+        "share_after_close": share,
+        "distinct_ngrams": distinct,
+        "text_after_last_close": after,
+        "chars_after_last_close": chars,
+        "close_tag": "</advice>",
+        "split": "first",
+        "ngram": 4,
+        "wrote_on_chars": 20,
+    }
+
+
 def _results(
-    name: str, rouge: float, reranker: float, fmt: float, truncated: float, strict: tuple | None = None
+    name: str,
+    rouge: float,
+    reranker: float,
+    fmt: float,
+    truncated: float,
+    strict: tuple | None = None,
+    answers: dict | None = None,
 ) -> dict:
     """An ``eapo eval`` results.json; ``strict``: the four strict columns (Rouge-L, reranker, RL@k, RR@k
-    with an answer that fails the format check scored 0), absent as in results from before them."""
+    with an answer that fails the format check scored 0), absent as in results from before them;
+    ``answers``: the answers' shape (default: none after ``</advice>``, ``truncated`` cut at the cap)."""
     metrics = {
         "rouge_l": rouge,
         "reranker": reranker,
@@ -119,6 +148,7 @@ def _results(
             "format": "format",
         },
         "extra": {"format": fmt, "completion_tokens": 97.25, "truncated_frac": truncated},
+        "answers": answers or _shape(truncated, 1.0 - fmt, 0.0, 0.0, 0.0, 0.0, 0.9),
         "settings": {"temperature": 1.0, "max_new_tokens": 128, "prompt": "en_fewshot"},
     }
 
@@ -133,7 +163,19 @@ def run_dir(tmp_path) -> Path:
     for sub, results in (
         # trained: a quarter of its answers lack the tags, so its strict columns are lower than the lenient
         # ones: (0.15 + 0.35 + 0.25 + 0.45) / 4 = 0.300 against Avg 0.400
-        ("eval", _results("run/final", 0.2, 0.5, 0.75, 0.125, strict=(0.15, 0.35, 0.25, 0.45))),
+        # and a quarter closed </advice> and wrote on (more than 20 characters after it)
+        (
+            "eval",
+            _results(
+                "run/final",
+                0.2,
+                0.5,
+                0.75,
+                0.125,
+                strict=(0.15, 0.35, 0.25, 0.45),
+                answers=_shape(0.75, 0.0, 0.5, 0.25, 123.45, 0.4, 0.7),
+            ),
+        ),
         # base: format 0, no answer has its <advice> block: every strict column is 0, Avg 0.300
         ("base-eval", _results("smollm2-135m-instruct", 0.1, 0.4, 0.0, 0.5, strict=(0.0, 0.0, 0.0, 0.0))),
     ):
@@ -200,12 +242,17 @@ def test_rendered_summary(run_dir):
     )
     # one line under the table says what the strict Avg is
     assert lines[lines.index(table[3]) + 1] == STRICT_AVG_NOTE
-    # neither results.json has the answers' shape, nor a samples.jsonl to compute it from
+    # under it, each evaluation's answers' shape (results.json["answers"])
     shape = lines.index("answer shape:")
+    assert lines[shape + 1] == (
+        "| Model | Answers | Cut at the cap | No `</advice>` | Text after `</advice>` | Wrote on (> 20 chars) "
+        "| Chars after it | Share of chars after it | Distinct 4-grams |"
+    )
     assert lines[shape + 3 : shape + 5] == [
-        "| base: smollm2-135m-instruct | not recorded | – | – | – | – | – | – | – |",
-        "| trained: run/final | not recorded | – | – | – | – | – | – | – |",
+        "| base: smollm2-135m-instruct | 28 | 0.50 | 1.00 | 0.00 | 0.00 | 0.0 | 0.00 | 0.90 |",
+        "| trained: run/final | 28 | 0.75 | 0.00 | 0.50 | 0.25 | 123.5 | 0.40 | 0.70 |",
     ]
+    assert lines[shape + 5].startswith("Answer shape (shares of the answers): Cut at the cap")
     assert "warning" not in text
 
 
@@ -221,73 +268,21 @@ def test_results_without_strict_columns_show_no_strict_avg(run_dir):
     assert "| Model | Rouge-L | Reranker† | RL@4 | RR@4† | Avg | Format | Tokens | Truncated |" in text
 
 
-def test_the_answers_shape_of_each_evaluation(run_dir):
-    """The trained evaluation's results.json carries its shape; the base's, written before the key, has
-    its samples.jsonl: the shape is computed from them, at the closing tag its format label names."""
-    trained = json.loads((run_dir / "eval" / "results.json").read_text())
-    trained["answers"] = {
-        "n": 28,
-        "cut_at_cap": 0.75,
-        "no_close_tag": 0.0,
-        "text_after_close": 0.5,
-        "wrote_on": 0.25,
-        "chars_after_close": 123.45,
-        "share_after_close": 0.4,
-        "distinct_ngrams": 0.7,
-        "close_tag": "</advice>",
-        "split": "first",
-        "ngram": 4,
-        "wrote_on_chars": 20,
-    }
-    (run_dir / "eval" / "results.json").write_text(json.dumps(trained))
-    base = run_dir / "base-eval"
-    samples = [
-        ("x</think><advice>drink water</advice>", "eos", True),
-        ("x</think><advice>rest</advice> blah blah blah blah blah", "eos", True),  # 25 characters after
-        ("x</think><advice>rest and rest and rest", "cap", False),
-        ("x</think><advice>sleep</advice>\n", "string", True),  # only whitespace after
-    ]
-    (base / "samples.jsonl").write_text(
-        "".join(
-            json.dumps(
-                {
-                    "id": str(i),
-                    "sample": 0,
-                    "completion": text,
-                    "finished": finished,
-                    "stop_reason": reason,
-                    "scores": {},
-                }
-            )
-            + "\n"
-            for i, (text, reason, finished) in enumerate(samples)
-        )
-    )
-    summary = summarize_run(run_dir, base_eval_dir=base)
+def test_results_without_the_answers_shape_are_a_clear_error(run_dir):
+    """A results.json written before eapo eval recorded the answers' shape is not made up for from its
+    samples.jsonl (issue 48): the summary names the file and says what to do."""
+    summary = summarize_run(run_dir, base_eval_dir=run_dir / "base-eval")
     (base_name, base_shape), (trained_name, trained_shape) = summary["answers"]
+    trained = json.loads((run_dir / "eval" / "results.json").read_text())
     assert (base_name, trained_name) == ("base", "trained") and trained_shape == trained["answers"]
-    assert base_shape["n"] == 4 and base_shape["close_tag"] == "</advice>"
-    assert base_shape["cut_at_cap"] == 0.25 and base_shape["no_close_tag"] == 0.25
-    assert base_shape["text_after_close"] == 0.25 and base_shape["wrote_on"] == 0.25
-    assert base_shape["chars_after_close"] == pytest.approx((0 + 25 + 0 + 1) / 4, abs=1e-15)
-    assert base_shape["share_after_close"] == pytest.approx((25 / 55 + 1 / 32) / 4, abs=1e-15)
-    assert base_shape["distinct_ngrams"] == pytest.approx((2 / 3 + 1) / 2, abs=1e-15)
-    lines = render_summary(summary).splitlines()
-    shape = lines.index("answer shape:")
-    assert lines[shape + 1] == (
-        "| Model | Answers | Cut at the cap | No `</advice>` | Text after `</advice>` | Wrote on (> 20 chars) "
-        "| Chars after it | Share of chars after it | Distinct 4-grams |"
-    )
-    assert lines[shape + 3 : shape + 5] == [
-        "| base: smollm2-135m-instruct | 4 | 0.25 | 0.25 | 0.25 | 0.25 | 6.5 | 0.12 | 0.83 |",
-        "| trained: run/final | 28 | 0.75 | 0.00 | 0.50 | 0.25 | 123.5 | 0.40 | 0.70 |",
-    ]
-    assert lines[shape + 5].startswith("Answer shape (shares of the answers): Cut at the cap")
-    # another answer tag, named by the format scorer's label
-    results = json.loads((base / "results.json").read_text())
-    results["labels"]["format"] = "format (<think> then <answer>; present in order, non-empty)"
-    assert read_answer_shape(base, results)["no_close_tag"] == 1.0
-    assert read_answer_shape(run_dir / "nowhere", results) is None
+    base = json.loads((run_dir / "base-eval" / "results.json").read_text())
+    del base["answers"]
+    (run_dir / "base-eval" / "results.json").write_text(json.dumps(base))
+    message = r"base-eval/results.json has no 'answers' \(written by an older eapo eval.*fresh --output-dir"
+    with pytest.raises(ValueError, match=message):
+        summarize_run(run_dir, base_eval_dir=run_dir / "base-eval")
+    with pytest.raises(ValueError, match=message):
+        read_answer_shape(run_dir / "base-eval", base)
 
 
 def test_differently_evaluated_rows_are_flagged(run_dir):

@@ -9,9 +9,9 @@ strict Avg (``avg_strict``, :mod:`eapo.evaluation.metrics`: an answer without it
 scores 0) wherever the format scorer ran, so a model that learnt to drop the tags cannot pass for a
 better one. Under it, the shape of each evaluation's answers (:mod:`eapo.evaluation.answers`: cut at the
 cap, text after the closing tag, distinct 4-grams), so a model that learnt to close ``</advice>`` and
-write on to the cap cannot pass unseen either: from ``results.json["answers"]``, else computed from the
-evaluation's ``samples.jsonl`` (results written before the key), else "not recorded". Steps that reused an earlier generation (``rollout/fresh: false``) carry that
-generation's values and are left out of the thirds.
+write on to the cap cannot pass unseen either: ``results.json["answers"]`` (a ``results.json`` without it,
+from an older ``eapo eval``, is an error naming the file). Steps that reused an earlier generation
+(``rollout/fresh: false``) carry that generation's values and are left out of the thirds.
 """
 
 from __future__ import annotations
@@ -162,26 +162,16 @@ def _read_results(eval_dir: Path) -> dict[str, Any]:
     return results
 
 
-def read_answer_shape(eval_dir: str | Path, results: Mapping[str, Any]) -> dict[str, Any] | None:
-    """An evaluation's answer shape: ``results["answers"]``, else computed from ``eval_dir/samples.jsonl``
-    (at the closing tag its format scorer's label names, :func:`eapo.evaluation.answers.close_tag_of_label`),
-    else ``None`` (not recorded)."""
-    from eapo.evaluation.answers import answer_shape_of_samples, close_tag_of_label
-    from eapo.evaluation.metrics import strict_gate
-
+def read_answer_shape(eval_dir: str | Path, results: Mapping[str, Any]) -> dict[str, Any]:
+    """An evaluation's answer shape, ``results["answers"]`` (``results`` is ``eval_dir/results.json``); a
+    ValueError naming the file when it has none (written by an older ``eapo eval``)."""
     shape = results.get("answers")
-    if isinstance(shape, Mapping):
-        return dict(shape)
-    path = Path(eval_dir) / "samples.jsonl"
-    if not path.exists():
-        return None
-    from eapo.evaluation.harness import load_samples
-
-    samples, _ = load_samples(path)
-    if not samples:
-        return None
-    close_tag = close_tag_of_label((results.get("labels") or {}).get(strict_gate() or ""))
-    return answer_shape_of_samples(samples, close_tag=close_tag)
+    if not isinstance(shape, Mapping):
+        raise ValueError(
+            f"{Path(eval_dir) / 'results.json'} has no 'answers' (written by an older eapo eval, before it "
+            "recorded the answers' shape); evaluate again into a fresh --output-dir"
+        )
+    return dict(shape)
 
 
 def eval_table(evals: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
@@ -276,9 +266,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
             for (name, r), (_, shape) in zip(evals, answers, strict=True)
         ]
         lines += ["", "answer shape:", answer_shape_table(rows).rstrip("\n")]
-        recorded = [shape for _, shape in answers if shape is not None]
-        if recorded:
-            lines.append(answer_shape_note(recorded))
+        lines.append(answer_shape_note([shape for _, shape in answers]))
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -179,9 +180,11 @@ def test_samples_from_other_settings_are_never_mixed_in(tmp_path, tiny, scorers)
 
 
 def test_files_from_an_older_eapo_eval_are_clear_errors(tmp_path):
-    """An eval_config.json without a generation field, or a sample without stop_reason, written before eapo
-    eval recorded them, is not read with a default (issue 48): the error names the file and what to do."""
-    from eapo.evaluation.harness import check_generation, generation_fingerprint
+    """An eval_config.json without a generation field, or a sample without a field eapo eval writes today
+    (stop_reason, prompt, num_tokens, ...), written before eapo eval recorded it, is not read with a default
+    (issue 48): the error names the file and what to do."""
+    from eapo.evaluation.harness import SAMPLE_FIELDS, _sample, check_generation, generation_fingerprint
+    from eapo.runtime.generate import Completion
 
     current = generation_fingerprint("tiny", SETTINGS)
     config = tmp_path / "eval_config.json"
@@ -193,12 +196,18 @@ def test_files_from_an_older_eapo_eval_are_clear_errors(tmp_path):
         check_generation(config, current)
     config.write_text(json.dumps({"generation": current, "scorers": {}}))
     assert check_generation(config, current)["generation"] == current
-    sample = {"id": "1", "sample": 0, "completion": "x", "finished": True, "stop_reason": "eos", "scores": {}}
-    older_sample = {key: value for key, value in sample.items() if key != "stop_reason"}
+    record = SimpleNamespace(id="1", question="q", reference="r")
+    sample = _sample(record, "p", 0, Completion(text="x", num_tokens=1, finished=True, stop_reason="eos"))
+    assert tuple(sample) == SAMPLE_FIELDS  # what load_samples asks of every line
     path = tmp_path / "samples.jsonl"
-    path.write_text(json.dumps(sample) + "\n" + json.dumps(older_sample) + "\n")
-    with pytest.raises(ValueError, match=r"samples.jsonl:2: sample has no stop_reason .*--output-dir"):
-        load_samples(path)
+    for field in ("stop_reason", "prompt", "num_tokens"):
+        older_sample = {key: value for key, value in sample.items() if key != field}
+        path.write_text(json.dumps(sample) + "\n" + json.dumps(older_sample) + "\n")
+        with pytest.raises(
+            ValueError,
+            match=rf"samples.jsonl:2: sample lacks \['{field}'\] \(eapo eval writes .*--output-dir",
+        ):
+            load_samples(path)
 
 
 class LengthScorer:

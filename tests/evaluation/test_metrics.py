@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from eapo.evaluation.answers import answer_shape
 from eapo.evaluation.metrics import (
     aggregate,
     avg_columns,
@@ -166,6 +167,9 @@ def _results(scores, **fields):
         "extract": {"rouge_l": "advice", "reranker": "advice"},
         "n_samples": 3 * len(scores),
         "unscored": unscored_counts(scores),
+        "answers": answer_shape(
+            ["<think>x</think><advice>y</advice> and on"] * 3 * len(scores), [False] * 3 * len(scores)
+        ),
         "settings": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8},
     }
     return results | fields
@@ -179,7 +183,9 @@ def test_results_markdown_marks_the_bi_encoder_stand_in():
     assert "bi-encoder stand-in (all-MiniLM-L6-v2" in markdown
     assert "LAAJ" not in markdown.split("Rouge-L / Reranker")[0]  # no judge: no LAAJ column or table
     assert "Avg: mean of Rouge-L, Reranker, RL@3 and RR@3" in markdown
-    assert "## Answer shape" not in markdown  # results.json without "answers" (written before the key)
+    # under the scores, the answers' shape: every answer wrote " and on" after </advice>
+    assert "\n## Answer shape: what no score sees\n" in markdown
+    assert "| m | 6 | 0.00 | 0.00 | 1.00 | 0.00 | 7.0 | 0.17 | – |" in markdown
     # the footnotes name what was scored and how many samples each scorer could not score
     assert "Scored text: Rouge-L: the <advice> part (extract=advice); Reranker: the <advice> part" in markdown
     assert (
@@ -199,6 +205,15 @@ def test_results_markdown_marks_the_bi_encoder_stand_in():
     assert float(row.split(",")[4]) == pytest.approx(0.35)
     csv_row = dict(zip(header.split(","), row.split(","), strict=True))
     assert csv_row["avg_laaj"] == "" and csv_row["unscored_format"] == "0"
+
+
+def test_results_without_the_answers_shape_are_not_reported_without_it():
+    """results.md always carries the answers' shape (issue 48: no table left out for results written
+    before the key; eapo eval writes results.md from the results it has just computed)."""
+    results = _results(SCORES)
+    del results["answers"]
+    with pytest.raises(KeyError, match="answers"):
+        results_markdown(results)
 
 
 def test_with_a_judge_results_md_has_both_of_the_papers_tables():

@@ -170,6 +170,13 @@ def test_stop_strings_pass_on_as_eval_flags_and_match_the_results_they_made():
     assert EvalSettings(stop=("</advice>",)).matches(results)
     assert not EvalSettings(stop=()).matches(results)
     assert EvalSettings().matches(results)  # None: the run's, whatever it was
+    # a results.json from before eapo eval recorded its stop strings is not read as "none" (issue 48)
+    older = {**results, "settings": {"split": "dev", "limit": None}}
+    assert EvalSettings().matches(older)  # not asked for: not read
+    with pytest.raises(
+        ValueError, match=r"sweep/runs/a/eval/results.json has no settings.stop .*delete its directory"
+    ):
+        EvalSettings(stop=()).matches(older, Path("sweep/runs/a/eval/results.json"))
     with pytest.raises(ValueError, match="--stop must hold non-empty strings"):
         EvalSettings(stop=("",))
 

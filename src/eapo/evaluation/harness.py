@@ -92,6 +92,18 @@ EVAL_CONFIG_FILE = "eval_config.json"
 
 #: Fields that must match for stored samples to be reused.
 GENERATION_FIELDS = ("model", "k", "temperature", "top_p", "max_new_tokens", "seed", "stop")
+#: The fields of every ``samples.jsonl`` line, in the order :func:`_sample` writes them.
+SAMPLE_FIELDS = (
+    "id",
+    "sample",
+    "prompt",
+    "reference",
+    "completion",
+    "num_tokens",
+    "finished",
+    "stop_reason",
+    "scores",
+)
 
 
 class EvalMismatchError(ValueError):
@@ -144,8 +156,8 @@ def _batch_seed(seed: int, record_id: str) -> int:
 
 def load_samples(path: Path) -> tuple[list[dict[str, Any]], bool]:
     """Parse ``samples.jsonl``: ``(samples, torn)``; a torn last line is dropped (``torn=True``). A sample
-    without one of the fields every ``eapo eval`` writes (``id``, ``sample``, ``completion``, ``scores``,
-    ``stop_reason``) is a ValueError naming the file and line."""
+    without one of the fields every ``eapo eval`` writes (:data:`SAMPLE_FIELDS`) is a ValueError naming the
+    file and line."""
     if not path.exists():
         return [], False
     lines = path.read_text(encoding="utf-8").split("\n")
@@ -165,15 +177,12 @@ def load_samples(path: Path) -> tuple[list[dict[str, Any]], bool]:
             raise ValueError(
                 f"{path}:{number}: not valid JSON ({error}); delete the line or the file"
             ) from error
-        missing = [key for key in ("id", "sample", "completion", "scores") if key not in sample]
+        missing = [key for key in SAMPLE_FIELDS if key not in sample]
         if missing:
             raise ValueError(
-                f"{path}:{number}: sample lacks field(s) {missing}; was it written by eapo eval?"
-            )
-        if "stop_reason" not in sample:
-            raise ValueError(
-                f"{path}:{number}: sample has no stop_reason (written by an older eapo eval, before it "
-                "recorded why a sample ended); delete that directory or use another --output-dir to start afresh"
+                f"{path}:{number}: sample lacks {missing} (eapo eval writes {list(SAMPLE_FIELDS)}: written by "
+                "an older eapo eval, or not by eapo eval); delete that directory or use another --output-dir "
+                "to start afresh"
             )
         samples.append(sample)
     return samples, torn
@@ -240,7 +249,7 @@ def _score(
     # every component takes **kwargs: the lengths in tokens are what a length penalty (overlong) reads,
     # the questions what the judge asks about
     kwargs: dict[str, Any] = {
-        "completion_lengths": [s.get("num_tokens") for s in samples],
+        "completion_lengths": [s["num_tokens"] for s in samples],
         "questions": list(questions),
     }
     for name in names:
@@ -393,8 +402,7 @@ def _complete_prompts(
             continue
         ordered = [group[index] for index in range(k)]
         if record_id in prompt_of:
-            stored_prompt = ordered[0].get("prompt")
-            if stored_prompt is not None and stored_prompt != prompt_of[record_id]:
+            if ordered[0]["prompt"] != prompt_of[record_id]:
                 raise EvalMismatchError(
                     f"{samples_path}: record {record_id!r} was sampled from a different prompt text than now "
                     "(was the prompt template, max_prompt_tokens, data.response_prefix, the tokenizer or the data "
@@ -574,6 +582,6 @@ def _extra_means(samples: Sequence[Mapping[str, Any]], scorers: Mapping[str, Any
         values = [s["scores"].get(name) for s in samples if s["scores"].get(name) is not None]
         extra[name] = sum(values) / len(values) if values else None
     if samples:
-        extra["completion_tokens"] = sum(s.get("num_tokens", 0) for s in samples) / len(samples)
+        extra["completion_tokens"] = sum(s["num_tokens"] for s in samples) / len(samples)
         extra["truncated_frac"] = sum(cut_at_cap(s) for s in samples) / len(samples)
     return extra

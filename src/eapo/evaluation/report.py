@@ -327,14 +327,14 @@ def _shape_tag(shapes: Sequence[Mapping[str, Any]]) -> str:
     return str(tags.pop()) if len(tags) == 1 else "the closing tag"
 
 
-def answer_shape_table(rows: Sequence[tuple[str, Mapping[str, Any] | None]]) -> str:
-    """One row per ``(name, results.json["answers"])``; a ``None`` shape reads ``not recorded``.
+def answer_shape_table(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """One row per ``(name, results.json["answers"])``.
 
     Columns: answers, the shares cut at the cap, without the closing tag, with text after it and that
     wrote on after it (more than ``wrote_on_chars`` characters), the mean characters after it, the mean
     share of an answer's characters after it, and the distinct word n-gram ratio.
     """
-    shapes = [shape for _, shape in rows if shape is not None]
+    shapes = [shape for _, shape in rows]
     tag = _shape_tag(shapes) if shapes else "</advice>"
     ngram = shapes[0].get("ngram", 4) if shapes else 4
     wrote_on = shapes[0].get("wrote_on_chars", 20) if shapes else 20
@@ -351,9 +351,6 @@ def answer_shape_table(rows: Sequence[tuple[str, Mapping[str, Any] | None]]) -> 
     ]
     table = []
     for name, shape in rows:
-        if shape is None:
-            table.append([name, "not recorded", *["–"] * (len(header) - 2)])
-            continue
         keys = ("cut_at_cap", "no_close_tag", "text_after_close", "wrote_on")
         table.append(
             [
@@ -387,7 +384,7 @@ def results_markdown(results: Mapping[str, Any]) -> str:
 
     The tables of :func:`shown_tables`: the "Performance comparison" table (Avg = ``avg``), then, when a
     judge ran, the LLM-as-a-Judge table (Avg = ``avg_laaj``), then, when the format scorer ran, the
-    strict table (Avg = ``avg_strict``).
+    strict table (Avg = ``avg_strict``); under them the answers' shape (``results["answers"]``).
     """
     k = results["k"]
     settings = results.get("settings", {})
@@ -405,10 +402,9 @@ def results_markdown(results: Mapping[str, Any]) -> str:
             lines += [table.heading, ""]
         lines += [_results_table(results, table.avg)]
     lines += comparison_notes([results], results.get("labels", {}), k=k)
-    shape = results.get("answers")
-    if isinstance(shape, Mapping):
-        name = str(results.get("display_name") or results["model"])
-        lines += ["", ANSWER_SHAPE_TITLE, "", answer_shape_table([(name, shape)]), answer_shape_note([shape])]
+    shape = results["answers"]
+    name = str(results.get("display_name") or results["model"])
+    lines += ["", ANSWER_SHAPE_TITLE, "", answer_shape_table([(name, shape)]), answer_shape_note([shape])]
     extra = results.get("extra", {})
     if extra:
         lines += [

@@ -11,6 +11,7 @@ resolved — k, temperature, top_p, max_new_tokens, seed, batch size, bootstrap 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -135,8 +136,10 @@ class EvalSettings:
             args.append("--no-judge")
         return args
 
-    def matches(self, results: Mapping[str, Any]) -> bool:
-        """Whether an existing ``results.json`` was produced with these settings (a sweep then reuses it)."""
+    def matches(self, results: Mapping[str, Any], where: str | os.PathLike = "results.json") -> bool:
+        """Whether an existing ``results.json`` (at ``where``, named by its errors) was produced with these
+        settings (a sweep then reuses it). With stop strings asked for, a ``results.json`` without
+        ``settings.stop`` (an older ``eapo eval``'s) is a ValueError."""
         settings = results.get("settings", {})
         checks = [
             results.get("k") == self.k,
@@ -148,7 +151,12 @@ class EvalSettings:
         if self.max_new_tokens is not None:
             checks.append(settings.get("max_new_tokens") == self.max_new_tokens)
         if self.stop is not None:
-            checks.append(list(settings.get("stop", [])) == list(self.stop))
+            if "stop" not in settings:
+                raise ValueError(
+                    f"{where} has no settings.stop (written by an older eapo eval, before it recorded the stop "
+                    "strings); delete its directory to evaluate it again"
+                )
+            checks.append(list(settings["stop"]) == list(self.stop))
         from eapo.rewards.registry import eval_scorers
 
         labels = results.get("labels", {})

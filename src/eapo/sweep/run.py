@@ -257,7 +257,7 @@ class _SweepJobs:
     def finished_evaluation(self, eval_dir: Path) -> bool:
         """Whether ``eval_dir`` holds results made with this sweep's evaluation options."""
         existing = read_json(eval_dir / "results.json")
-        return existing is not None and self.eval_options.matches(existing)
+        return existing is not None and self.eval_options.matches(existing, eval_dir / "results.json")
 
     def evaluate(self, name: str, model_args: list[str], eval_dir: Path) -> bool:
         """Run ``eapo eval`` unless ``eval_dir`` holds results made with the same options; True if it ran.
@@ -265,7 +265,7 @@ class _SweepJobs:
         Results from before the strict columns (no ``avg_strict``) whose ``samples.jsonl`` is there are
         recomputed from the stored samples (``eapo eval`` on the same directory generates nothing)."""
         existing = read_json(eval_dir / "results.json")
-        if existing is not None and self.eval_options.matches(existing):
+        if existing is not None and self.eval_options.matches(existing, eval_dir / "results.json"):
             stale = "avg_strict" not in existing.get("metrics", {}) and (eval_dir / "samples.jsonl").exists()
             if not stale:
                 return False
