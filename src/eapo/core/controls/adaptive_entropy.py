@@ -105,18 +105,24 @@ class AdaptiveEntropyCoef:
         return {"coef": self.coef, "target": self.target, "last_entropy": last, "settings": self.settings()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore; a state without ``coef`` (the TRL engine's older files held the target only) keeps
-        the current coefficient.
+        """Restore from :meth:`state_dict`.
 
         Raises:
-            ValueError: the saved settings, or a configured fixed target, differ from this run's.
+            ValueError: the state lacks one of :meth:`state_dict`'s keys, or the saved settings, or a
+                configured fixed target, differ from this run's.
         """
+        missing = [key for key in ("coef", "target", "last_entropy") if key not in state]
+        if missing:
+            raise ValueError(
+                f"the adaptive entropy state has no {', '.join(missing)} (controls.adaptive_entropy."
+                f"{missing[0]} of the checkpoint's eapo_state.json): it was not written by "
+                "AdaptiveEntropyCoef.state_dict; resume from a checkpoint this version of eapo wrote"
+            )
         check_resumed_settings("adaptive entropy", self.settings(), self.target, state)
-        if "coef" in state:
-            self.coef = float(state["coef"])
-        if state.get("target") is not None:
+        self.coef = float(state["coef"])
+        if state["target"] is not None:
             self.target = float(state["target"])
-        last = state.get("last_entropy")
+        last = state["last_entropy"]
         self.last_entropy = math.inf if last is None else float(last)
 
 
