@@ -126,6 +126,15 @@ class AdaptiveEntropyCoef:
         self.last_entropy = math.inf if last is None else float(last)
 
 
+def _trl_applied_coef(trainer: Any) -> float | None:
+    """The coefficient TRL 1.16's loss applies to the coming update while its own controller runs
+    (``use_adaptive_entropy``): its ``entropy_coef`` while the last measured entropy is at or below
+    ``args.entropy_target``, else 0 (:meth:`AdaptiveEntropyCoef.applied`, on TRL's attributes)."""
+    if not trainer.use_adaptive_entropy:
+        return None
+    return trainer.entropy_coef if trainer._last_world_entropy <= trainer.args.entropy_target else 0.0
+
+
 def _state(values: Mapping[str, Any]) -> AdaptiveEntropyCoef | None:
     """The adaptive coefficient of the resolved settings (None when the control is off)."""
     fields = {
@@ -178,8 +187,7 @@ ADAPTIVE_ENTROPY = register_entropy_control(
         "entropy_target_ratio × H_0 (the run's first-step entropy, as EAPO anchors) when entropy_target is unset",
         trl_fields={
             "adaptive_entropy": "use_adaptive_entropy",
-            # an H_0-anchored target (null) is set by the trainer at step 1 from the control's state; 0 until then
-            "entropy_target": ("entropy_target", lambda value: 0.0 if value is None else value),
+            "entropy_target": "entropy_target",
             "entropy_coef_delta": "entropy_coef_delta",
             "entropy_coef_min": "entropy_coef_min",
             "entropy_coef_max": "entropy_coef_max",
@@ -187,6 +195,10 @@ ADAPTIVE_ENTROPY = register_entropy_control(
         # TRL 1.16 runs this controller itself: the run state mirrors TRL's trainer attributes
         trl_moves={"coef": "entropy_coef", "last_entropy": "_last_world_entropy"},
         trl_reads={"target": "args.entropy_target"},
+        # an H_0-anchored target (null) is set from the control's state at step 1 (trl_reads); 0 until then
+        trl_placeholders={"entropy_target": 0.0},
+        trl_applied_coef=_trl_applied_coef,
+        switch="adaptive_entropy",
         trl_loss_only=True,  # TRL's coefficient applies inside its _compute_loss
         make_state=_state,
         problems=_problems,
