@@ -118,3 +118,10 @@ def test_verl_selected_shares_by_hand():
 def test_clips_ratio_follows_the_loss_modes_declared_metrics():
     assert clips_ratio("vanilla") and clips_ratio("clip_cov") and clips_ratio("gspo")
     assert not clips_ratio("kl_cov")  # KL-Cov's loss does not clip the ratio
+
+
+def test_trl_loss_only_names_the_trl_field_each_control_maps():
+    loss_only = {name: dict(c.trl_loss_only) for name, c in ENTROPY_CONTROLS.items() if c.trl_loss_only}
+    assert set(loss_only) == {"entropy_bonus", "adaptive_entropy"}
+    for name, fields in loss_only.items():
+        assert set(fields) <= set(ENTROPY_CONTROLS[name].trl_fields.values()) and all(fields.values()), name

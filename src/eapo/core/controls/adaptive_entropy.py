@@ -199,7 +199,10 @@ ADAPTIVE_ENTROPY = register_entropy_control(
         trl_placeholders={"entropy_target": 0.0},
         trl_applied_coef=_trl_applied_coef,
         switch="adaptive_entropy",
-        trl_loss_only=True,  # TRL's coefficient applies inside its _compute_loss
+        # TRL's coefficient applies, and moves, inside its _compute_loss
+        trl_loss_only={
+            "use_adaptive_entropy": "TRL's adaptive entropy bonus (Skywork-OR1) and its coefficient's update"
+        },
         make_state=_state,
         problems=_problems,
         needs_entropy=True,  # the step's coefficient multiplies the update's entropy

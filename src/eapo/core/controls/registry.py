@@ -130,8 +130,10 @@ class EntropyControl:
         trl_moves: where TRL 1.16's trainer runs the control's controller itself: run-state attribute ->
             the trainer attribute (a dotted path) TRL moves, copied into the state before it is saved and
             back after it is loaded.
-        trl_loss_only: TRL 1.16 applies the control only inside its own loss, so it cannot run on TRL where
-            eapo forms the loss (a ``loss_mode``'s policy loss, or a control's token weights).
+        trl_loss_only: where TRL 1.16 applies the control only inside its own loss: its ``GRPOConfig`` field
+            -> what that field does there. Such a control cannot run on TRL where eapo forms the loss (a
+            ``loss_mode``'s policy loss, or a control's token weights), and the field set to other than TRL's
+            default is refused there, named with what it does.
         trl_reads: run-state attribute -> the trainer attribute TRL reads, set from the state whenever the
             state has it (not None): after each step's decision and after a load (an anchored target).
         trl_placeholders: setting -> the value its TRL field holds while the setting is None (unset: the run
@@ -189,7 +191,7 @@ class EntropyControl:
     verl_options: Mapping[str, str] = field(default_factory=dict)
     trl_moves: Mapping[str, str] = field(default_factory=dict)
     trl_reads: Mapping[str, str] = field(default_factory=dict)
-    trl_loss_only: bool = False
+    trl_loss_only: Mapping[str, str] = field(default_factory=dict)
     trl_placeholders: Mapping[str, Any] = field(default_factory=dict)
     trl_applied_coef: Callable[[Any], float | None] | None = None
     trl_token_mask: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor | None] | None = None

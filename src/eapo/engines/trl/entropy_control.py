@@ -37,13 +37,13 @@ __all__ = ["EntropyControlMixin", "options_eapo_loss_drops"]
 _COV_AGGREGATION = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean"}
 
 #: The ``GRPOConfig`` options that act only inside TRL 1.16's ``GRPOTrainer._compute_loss`` and that eapo's
-#: loss (:meth:`EntropyControlMixin._eapo_loss`) does not form: option -> what it does in TRL's loss. Set to
-#: other than TRL's default, each is refused where eapo forms the loss (:func:`options_eapo_loss_drops`).
-#: The options TRL's loss shares with eapo's (``epsilon``/``epsilon_high``, ``beta``,
-#: ``use_bias_correction_kl``, ``top_entropy_quantile``, the vLLM importance correction) are applied there.
+#: loss (:meth:`EntropyControlMixin._eapo_loss`) does not form: option -> what it does in TRL's loss (the
+#: registered controls' ``trl_loss_only``, then TRL's own). Set to other than TRL's default, each is refused
+#: where eapo forms the loss (:func:`options_eapo_loss_drops`). The options TRL's loss shares with eapo's
+#: (``epsilon``/``epsilon_high``, ``beta``, ``use_bias_correction_kl``, a control's ``trl_token_mask``, the
+#: vLLM importance correction) are applied there.
 LOSS_ONLY_OPTIONS: dict[str, str] = {
-    "entropy_coef": "TRL's entropy bonus, loss − entropy_coef · mean token entropy",
-    "use_adaptive_entropy": "TRL's adaptive entropy bonus (Skywork-OR1) and its coefficient's update",
+    **{field: what for control in ENTROPY_CONTROLS.values() for field, what in control.trl_loss_only.items()},
     "delta": "the upper bound on the ratio of two-sided GRPO clipping (INTELLECT-2)",
     "off_policy_mask_threshold": "off-policy sequence masking (DeepSeek-V3.2)",
     "importance_sampling_level": "the sequence-level importance ratio (GSPO)",
