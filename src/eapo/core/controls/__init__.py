@@ -40,6 +40,7 @@ from eapo.core.controls.registry import (
     TokenInputs,
     actuator_panels,
     applied_by_eapo,
+    clips_ratio,
     control_defaults,
     control_panels,
     control_problems,
@@ -51,6 +52,7 @@ from eapo.core.controls.registry import (
     resolve_controls,
     stray_settings,
     trl_control_args,
+    trl_placeholder_fields,
     verl_control_options,
 )
 from eapo.core.controls.top_entropy import top_entropy_mask
@@ -69,7 +71,9 @@ __all__ = [
     "actuator_panels",
     "resolve_controls",
     "trl_control_args",
+    "trl_placeholder_fields",
     "verl_control_options",
+    "clips_ratio",
     "control_states",
     "policy_loss_of",
     "TokenInputs",

@@ -105,19 +105,34 @@ class AdaptiveEntropyCoef:
         return {"coef": self.coef, "target": self.target, "last_entropy": last, "settings": self.settings()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore; a state without ``coef`` (the TRL engine's older files held the target only) keeps
-        the current coefficient.
+        """Restore from :meth:`state_dict`.
 
         Raises:
-            ValueError: the saved settings, or a configured fixed target, differ from this run's.
+            ValueError: the state lacks one of :meth:`state_dict`'s keys, or the saved settings, or a
+                configured fixed target, differ from this run's.
         """
+        missing = [key for key in ("coef", "target", "last_entropy") if key not in state]
+        if missing:
+            raise ValueError(
+                f"the adaptive entropy state has no {', '.join(missing)} (controls.adaptive_entropy."
+                f"{missing[0]} of the checkpoint's eapo_state.json): it was not written by "
+                "AdaptiveEntropyCoef.state_dict; resume from a checkpoint this version of eapo wrote"
+            )
         check_resumed_settings("adaptive entropy", self.settings(), self.target, state)
-        if "coef" in state:
-            self.coef = float(state["coef"])
-        if state.get("target") is not None:
+        self.coef = float(state["coef"])
+        if state["target"] is not None:
             self.target = float(state["target"])
-        last = state.get("last_entropy")
+        last = state["last_entropy"]
         self.last_entropy = math.inf if last is None else float(last)
+
+
+def _trl_applied_coef(trainer: Any) -> float | None:
+    """The coefficient TRL 1.16's loss applies to the coming update while its own controller runs
+    (``use_adaptive_entropy``): its ``entropy_coef`` while the last measured entropy is at or below
+    ``args.entropy_target``, else 0 (:meth:`AdaptiveEntropyCoef.applied`, on TRL's attributes)."""
+    if not trainer.use_adaptive_entropy:
+        return None
+    return trainer.entropy_coef if trainer._last_world_entropy <= trainer.args.entropy_target else 0.0
 
 
 def _state(values: Mapping[str, Any]) -> AdaptiveEntropyCoef | None:
@@ -172,8 +187,7 @@ ADAPTIVE_ENTROPY = register_entropy_control(
         "entropy_target_ratio × H_0 (the run's first-step entropy, as EAPO anchors) when entropy_target is unset",
         trl_fields={
             "adaptive_entropy": "use_adaptive_entropy",
-            # an H_0-anchored target (null) is set by the trainer at step 1 from the control's state; 0 until then
-            "entropy_target": ("entropy_target", lambda value: 0.0 if value is None else value),
+            "entropy_target": "entropy_target",
             "entropy_coef_delta": "entropy_coef_delta",
             "entropy_coef_min": "entropy_coef_min",
             "entropy_coef_max": "entropy_coef_max",
@@ -181,7 +195,14 @@ ADAPTIVE_ENTROPY = register_entropy_control(
         # TRL 1.16 runs this controller itself: the run state mirrors TRL's trainer attributes
         trl_moves={"coef": "entropy_coef", "last_entropy": "_last_world_entropy"},
         trl_reads={"target": "args.entropy_target"},
-        trl_loss_only=True,  # TRL's coefficient applies inside its _compute_loss
+        # an H_0-anchored target (null) is set from the control's state at step 1 (trl_reads); 0 until then
+        trl_placeholders={"entropy_target": 0.0},
+        trl_applied_coef=_trl_applied_coef,
+        switch="adaptive_entropy",
+        # TRL's coefficient applies, and moves, inside its _compute_loss
+        trl_loss_only={
+            "use_adaptive_entropy": "TRL's adaptive entropy bonus (Skywork-OR1) and its coefficient's update"
+        },
         make_state=_state,
         problems=_problems,
         needs_entropy=True,  # the step's coefficient multiplies the update's entropy

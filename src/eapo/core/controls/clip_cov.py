@@ -10,7 +10,7 @@ the caller, as verl's policy losses leave both to the actor.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ from eapo.core.controls.registry import (
     CONTROL_METRICS,
     LOSS_MODES,
     EntropyControl,
+    TokenInputs,
     register_entropy_control,
     stray_settings,
 )
@@ -133,6 +134,11 @@ def _policy_loss(logp, old_logp, advantages, mask, values: Mapping[str, Any], *,
     )
 
 
+def _verl_selected(inputs: TokenInputs, verl_metric: Callable[[str], float | None]) -> float | None:
+    """verl's Clip-Cov reports the share of tokens it selected as its ``pg_clipfrac``."""
+    return verl_metric("actor/pg_clipfrac")
+
+
 def mode_problems(values: Mapping[str, Any], mode: str, keys: tuple[str, ...]) -> list[str]:
     """``keys`` set while ``loss_mode`` is not ``mode``: "applies only with" (Clip-Cov's and KL-Cov's rule)."""
     stray = stray_settings(values, keys)
@@ -168,6 +174,7 @@ CLIP_COV = register_entropy_control(
             "clip_cov_ub": "policy_loss.clip_cov_ub",
         },
         policy_loss=_policy_loss,
+        verl_selected=_verl_selected,
         problems=_problems,
         metrics=(
             CONTROL_METRICS["cov_frac"],

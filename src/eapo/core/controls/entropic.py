@@ -263,6 +263,7 @@ ENTROPIC = register_entropy_control(
         "unset",
         make_state=_state,
         token_weights=_token_weights,
+        switch="entropic",
         problems=_problems,
         metrics=tuple(ENTROPIC_METRICS.values()),
         actuators=("entropic/alpha",),

@@ -16,7 +16,8 @@ ENTROPY_BONUS = register_entropy_control(
         "loss − entropy_coef · (mean per-token entropy of the update's tokens)",
         trl_fields={"entropy_coef": "entropy_coef"},
         verl_options={"entropy_coef": "entropy_coeff"},
-        trl_loss_only=True,  # TRL's bonus lives in its _compute_loss
+        # TRL's bonus lives in its _compute_loss
+        trl_loss_only={"entropy_coef": "TRL's entropy bonus, loss − entropy_coef · mean token entropy"},
         metrics=(CONTROL_METRICS["coef"],),
         label="Entropy bonus",
         declares=(

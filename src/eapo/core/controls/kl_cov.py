@@ -7,13 +7,18 @@ its PPO-clip surrogate by :func:`kl_cov_policy_loss` while ``loss_mode`` is ``kl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from eapo.core.controls.clip_cov import CUI_2025, mode_problems, per_token
-from eapo.core.controls.registry import CONTROL_METRICS, EntropyControl, register_entropy_control
+from eapo.core.controls.registry import (
+    CONTROL_METRICS,
+    EntropyControl,
+    TokenInputs,
+    register_entropy_control,
+)
 from eapo.core.settings import Setting, at_least, between
 
 
@@ -74,6 +79,15 @@ def _policy_loss(logp, old_logp, advantages, mask, values: Mapping[str, Any], *,
     )
 
 
+def _verl_selected(inputs: TokenInputs, verl_metric: Callable[[str], float | None]) -> float | None:
+    """The share of response tokens verl's KL-Cov selected, recomputed (deterministic top-k, so it draws
+    nothing) with verl's ``kl_cov_ratio``."""
+    selected = kl_cov_mask(
+        inputs.logp, inputs.advantages, inputs.mask, kl_cov_ratio=inputs.settings["kl_cov_ratio"]
+    )
+    return selected.sum().item() / max(int(inputs.mask.sum().item()), 1)
+
+
 def _problems(values: Mapping[str, Any]) -> list[str]:
     problems = mode_problems(values, "kl_cov", ("kl_cov_ratio", "ppo_kl_coef"))
     if values["loss_mode"] == "kl_cov" and values["epsilon_high"] is not None:
@@ -104,6 +118,7 @@ KL_COV = register_entropy_control(
         "added; no ratio clipping (as verl)",
         verl_options={"kl_cov_ratio": "policy_loss.kl_cov_ratio", "ppo_kl_coef": "policy_loss.ppo_kl_coef"},
         policy_loss=_policy_loss,
+        verl_selected=_verl_selected,
         problems=_problems,
         inert=_inert,
         metrics=(CONTROL_METRICS["cov_frac"],),

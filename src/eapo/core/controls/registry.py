@@ -6,7 +6,9 @@ method preset, its maths (a policy loss, per-token weights of the policy loss, a
 options it maps onto where TRL 1.16 or verl 0.9.1 has the control itself, and the metric keys it logs.
 The engines never name a control: they apply every registered one through the generic readers here
 (:func:`trl_control_args`, :func:`verl_control_options`, :func:`control_states`, :func:`policy_loss_of`,
-:func:`applied_by_eapo`, :func:`control_token_weights`).
+:func:`applied_by_eapo`, :func:`control_token_weights`, :func:`clips_ratio`) and call the hooks a control
+registers for what an engine does by its own means (``trl_applied_coef``, ``trl_token_mask``,
+``trl_placeholders``, ``verl_selected``).
 
 Where an engine has a control (it maps settings onto the engine's options), the engine runs it. Where it
 does not, eapo runs the control's maths in that engine's loss, through one path per engine:
@@ -43,7 +45,9 @@ __all__ = [
     "control_defaults",
     "resolve_controls",
     "trl_control_args",
+    "trl_placeholder_fields",
     "verl_control_options",
+    "clips_ratio",
     "control_states",
     "policy_loss_of",
     "TokenInputs",
@@ -126,10 +130,23 @@ class EntropyControl:
         trl_moves: where TRL 1.16's trainer runs the control's controller itself: run-state attribute ->
             the trainer attribute (a dotted path) TRL moves, copied into the state before it is saved and
             back after it is loaded.
-        trl_loss_only: TRL 1.16 applies the control only inside its own loss, so it cannot run on TRL where
-            eapo forms the loss (a ``loss_mode``'s policy loss, or a control's token weights).
+        trl_loss_only: where TRL 1.16 applies the control only inside its own loss: its ``GRPOConfig`` field
+            -> what that field does there. Such a control cannot run on TRL where eapo forms the loss (a
+            ``loss_mode``'s policy loss, or a control's token weights), and the field set to other than TRL's
+            default is refused there, named with what it does.
         trl_reads: run-state attribute -> the trainer attribute TRL reads, set from the state whenever the
             state has it (not None): after each step's decision and after a load (an anchored target).
+        trl_placeholders: setting -> the value its TRL field holds while the setting is None (unset: the run
+            state sets it, ``trl_reads``, e.g. an H_0-anchored target), since TRL's own controller reads a
+            number until then. ``EAPOConfig`` shows the field as None; a plain ``GRPOConfig`` always holds
+            TRL's number, which is the setting's value while the control's ``switch`` is on there.
+        trl_applied_coef: where TRL 1.16 runs the control and it decides the entropy coefficient TRL's loss
+            applies: ``(the TRL trainer) -> that coefficient for the coming update`` (read before TRL's update
+            moves it), or None while the trainer's fields leave the control off.
+        trl_token_mask: where TRL 1.16 has the control as a per-token mask of its policy loss: ``(the TRL
+            trainer, entropies (B, T), mask (B, T)) -> TRL's own mask (B, T)``, or None while the trainer's
+            fields leave it off. Where eapo forms TRL's loss the mask multiplies it in, and its share of
+            response tokens is logged as ``weight_metric`` on every update.
         policy_loss: where an engine lacks the control and ``loss_mode`` names it: the per-token loss that
             replaces the PPO-clip surrogate, ``(logp, old_logp, advantages, mask, values, *, clip_low,
             clip_high) -> (loss (B, T), selected (B, T) bool)``.
@@ -140,6 +157,13 @@ class EntropyControl:
             (:meth:`eapo.core.EAPOStep.control_inputs`).
         token_weights: where an engine lacks the control, ``(TokenInputs) -> (B, T)`` weights multiplied
             into the per-token policy loss (a 0/1 mask or any non-negative weights).
+        verl_selected: where verl 0.9.1 runs the control's policy loss (``loss_mode``): ``(TokenInputs,
+            verl_metric) -> the share of response tokens it selected`` (logged as ``entropy_control/cov_frac``,
+            as the TRL engine logs the ``selected`` of ``policy_loss``), None where it cannot say;
+            ``verl_metric(key)`` is verl's own loss metric ``key`` as a number (None where absent), and the
+            inputs' ``settings`` hold the control's settings as verl's actor config holds them.
+        switch: the bool setting that turns the control on, where it has one (its other settings apply only
+            with it).
         needs_entropy: the control's loss term reads the update's per-token entropies (its
             ``token_weights``, or an entropy term its run state sets per step).
         step_settings: settings whose value the run state gives per update (``loss_inputs()``), where
@@ -167,10 +191,15 @@ class EntropyControl:
     verl_options: Mapping[str, str] = field(default_factory=dict)
     trl_moves: Mapping[str, str] = field(default_factory=dict)
     trl_reads: Mapping[str, str] = field(default_factory=dict)
-    trl_loss_only: bool = False
+    trl_loss_only: Mapping[str, str] = field(default_factory=dict)
+    trl_placeholders: Mapping[str, Any] = field(default_factory=dict)
+    trl_applied_coef: Callable[[Any], float | None] | None = None
+    trl_token_mask: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor | None] | None = None
     policy_loss: Callable[..., Any] | None = None
     make_state: Callable[[Mapping[str, Any]], Any] | None = None
     token_weights: Callable[[TokenInputs], torch.Tensor] | None = None
+    verl_selected: Callable[[TokenInputs, Callable[[str], float | None]], float | None] | None = None
+    switch: str | None = None
     needs_entropy: bool = False
     step_settings: tuple[str, ...] = ()
     weight_metric: str | None = None
@@ -200,6 +229,10 @@ def register_entropy_control(control: EntropyControl) -> EntropyControl:
     unknown = sorted((set(control.trl_fields) | set(control.verl_options)) - set(declared))
     if unknown:
         raise ValueError(f"entropy control {control.name!r} maps undeclared settings {unknown}")
+    if not set(control.trl_placeholders) <= set(control.trl_fields):
+        raise ValueError(
+            f"entropy control {control.name!r}: trl_placeholders names a setting without a TRL field"
+        )
     ENTROPY_CONTROLS[control.name] = control
     CONTROL_SETTINGS.clear()
     CONTROL_SETTINGS.update(declared)
@@ -229,14 +262,31 @@ def resolve_controls(method: str, values: Mapping[str, Any], *, fill_defaults: b
 # ---------------------------------------------------------------------------------------------
 
 
-def trl_control_args(values: Mapping[str, Any]) -> dict[str, Any]:
-    """TRL's ``GRPOConfig`` fields of every control that TRL has, from the resolved settings."""
+def trl_control_args(values: Mapping[str, Any], *, placeholders: bool = True) -> dict[str, Any]:
+    """TRL's ``GRPOConfig`` fields of every control that TRL has, from the resolved settings; an unset
+    setting with a ``trl_placeholders`` entry gives its placeholder, or None with ``placeholders=False``
+    (``EAPOConfig``'s view: the run state sets it)."""
     args: dict[str, Any] = {}
     for control in ENTROPY_CONTROLS.values():
         for key, target in control.trl_fields.items():
             name, convert = target if isinstance(target, tuple) else (target, None)
-            args[name] = convert(values.get(key)) if convert is not None else values.get(key)
+            value = values.get(key)
+            if value is None and key in control.trl_placeholders:
+                args[name] = control.trl_placeholders[key] if placeholders else None
+            else:
+                args[name] = convert(value) if convert is not None else value
     return args
+
+
+def trl_placeholder_fields() -> dict[str, tuple[EntropyControl, str, Any]]:
+    """Every TRL field a run state sets during the run (``trl_placeholders``): field -> (its control, the
+    setting it holds, the number TRL's own controller reads until the state sets it)."""
+    fields: dict[str, tuple[EntropyControl, str, Any]] = {}
+    for control in ENTROPY_CONTROLS.values():
+        for key, placeholder in control.trl_placeholders.items():
+            target = control.trl_fields[key]
+            fields[target if isinstance(target, str) else target[0]] = (control, key, placeholder)
+    return fields
 
 
 def verl_control_options(values: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
@@ -268,6 +318,14 @@ def policy_loss_of(loss_mode: str) -> Callable[..., Any] | None:
     if control is None or control.policy_loss is None:
         raise ValueError(f"loss_mode={loss_mode!r} names no registered control with a policy loss")
     return control.policy_loss
+
+
+def clips_ratio(loss_mode: str) -> bool:
+    """Whether the policy loss ``loss_mode`` names clips the ratio, so that the clip shares
+    (``entropy_control/clip_low_frac``, ``clip_high_frac``) describe it: the paper's PPO-clip and any loss no
+    control registers do; a control's loss does where its ``metrics`` list them (KL-Cov's does not clip)."""
+    control = ENTROPY_CONTROLS.get(loss_mode)
+    return control is None or CONTROL_METRICS["clip_low_frac"] in control.metrics
 
 
 def is_on(control: EntropyControl, values: Mapping[str, Any]) -> bool:

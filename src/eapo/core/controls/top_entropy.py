@@ -1,12 +1,14 @@
 """'Beyond the 80/20 Rule' (Wang et al. 2025): only the highest-entropy tokens carry the policy loss.
 
-TRL 1.16 has it (``top_entropy_quantile``); verl 0.9.1 lacks it, so the verl plugin's loss multiplies
+TRL 1.16 has it (``top_entropy_quantile``: its loss applies its own mask; where eapo forms TRL's loss it
+applies TRL's mask, ``trl_token_mask``); verl 0.9.1 lacks it, so the verl plugin's loss multiplies
 :func:`top_entropy_mask` into the policy loss (the registry's ``token_weights`` path).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -46,6 +48,14 @@ def _token_weights(inputs: TokenInputs) -> torch.Tensor:
     return keep.to(inputs.logp.dtype)
 
 
+def _trl_token_mask(trainer: Any, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """TRL 1.16's own mask ``(B, T)`` bool (``GRPOTrainer.get_high_entropy_mask``, over every process), as
+    its loss applies it; None while its ``top_entropy_quantile`` keeps every token."""
+    if trainer.top_entropy_quantile < 1.0:
+        return trainer.get_high_entropy_mask(entropies, mask, 1 - trainer.top_entropy_quantile)
+    return None
+
+
 TOP_ENTROPY = register_entropy_control(
     EntropyControl(
         "top_entropy",
@@ -54,6 +64,7 @@ TOP_ENTROPY = register_entropy_control(
         "only tokens at or above the (1 − top_entropy_quantile) quantile of the update's token entropies "
         "carry the policy loss",
         trl_fields={"top_entropy_quantile": "top_entropy_quantile"},
+        trl_token_mask=_trl_token_mask,
         token_weights=_token_weights,
         needs_entropy=True,
         weight_metric=CONTROL_METRICS["top_entropy_frac"],

@@ -46,7 +46,7 @@ Not to be confused with :class:`eapo.config.RunConfig`, the typed YAML tree of `
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from trl import GRPOConfig
@@ -64,7 +64,7 @@ from eapo.core import (
     WeightingScheme,
 )
 from eapo.core.algorithm import OBJECTIVE_TRL_FIELDS, method_setting
-from eapo.core.controls import trl_control_args
+from eapo.core.controls import trl_control_args, trl_placeholder_fields
 from eapo.core.settings import derive_fields
 from eapo.runtime.stop import check_stops
 
@@ -93,11 +93,18 @@ _EAPO_CONTROL_FIELDS: tuple[Setting, ...] = tuple(
     spec for name, spec in CONTROL_SETTINGS.items() if _trl_named(name) is None
 )
 
+#: TRL's fields that a control's run state sets during the run (``trl_placeholders``: an H_0-anchored
+#: target): EAPOConfig redeclares each with default None (unset), the help of the setting it holds.
+_PLACEHOLDER_FIELDS: tuple[Setting, ...] = tuple(
+    replace(CONTROL_SETTINGS[key], name=name) for name, (_, key, _) in trl_placeholder_fields().items()
+)
+
 #: The resolved value ``eapo train`` hands over (:meth:`EAPOConfig.from_algorithm`), read by ``__post_init__``.
 _GIVEN: contextvars.ContextVar[Algorithm | None] = contextvars.ContextVar("eapo_algorithm", default=None)
 
 
 @dataclass
+@derive_fields("method", _PLACEHOLDER_FIELDS, lambda spec: _trl_field(spec, True))
 @derive_fields("method", _EAPO_CONTROL_FIELDS, lambda spec: _trl_field(spec, True))
 @derive_fields("method", STEP_SETTINGS.values(), lambda spec: _trl_field(spec, False), nullable=False)
 @derive_fields("method", WEIGHT_SETTINGS.values(), lambda spec: _trl_field(spec, True))
@@ -146,13 +153,6 @@ class EAPOConfig(GRPOConfig):
     # --- the polarity weighting (eapo.core.make_weighting); its weights, split_by and entropy_agg are
     # derived from eapo.core's declarations by the decorators above ------------------------------------
     method: str = field(default=method_setting().default, metadata={"help": method_setting().doc})
-    entropy_target: float | None = field(
-        default=None,
-        metadata={
-            "help": "The adaptive entropy bonus's target entropy; None (eapo's default; TRL's 0.2): "
-            "entropy_target_ratio × H_0, anchored at the first step."
-        },
-    )
 
     # --- rollouts (eapo train's defaults where TRL's differ) ------------------------------------------------
     max_completion_length: int | None = field(
@@ -268,10 +268,9 @@ class EAPOConfig(GRPOConfig):
         controls = algorithm.control_values()
         for spec in _EAPO_CONTROL_FIELDS:
             setattr(self, spec.name, controls[spec.name])
-        for key, value in trl_control_args(controls).items():
+        # a field a run state sets stays None (anchored at ratio × H_0 by the trainer; TRL's field: the number)
+        for key, value in trl_control_args(controls, placeholders=False).items():
             setattr(self, key, value)
-        if controls["entropy_target"] is None:
-            self.entropy_target = None  # anchored at ratio × H_0 by the trainer (TRL's field: the number)
         for key, value in algorithm.objective.items():
             setattr(self, OBJECTIVE_TRL_FIELDS.get(key, key), value)
 
@@ -303,8 +302,10 @@ def algorithm_of(args: Any) -> Algorithm:
     if isinstance(args, EAPOConfig):
         return args.algorithm
     values = _field_values(args)
-    if args.use_adaptive_entropy:
-        values["entropy_target"] = args.entropy_target  # TRL's controller: its target is a number
+    for name, (control, key, _) in trl_placeholder_fields().items():
+        # while TRL runs the control's controller, the field's number is the setting's value
+        if control.switch is not None and values.get(control.switch):
+            values[key] = getattr(args, name)
     try:
         return Algorithm.resolve("eapo", values, where="GRPOConfig.")
     except SettingError as error:

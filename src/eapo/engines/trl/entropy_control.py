@@ -24,6 +24,7 @@ import torch
 
 from eapo.core import CONTROL_METRICS, aggregate_loss, kl_penalty, ppo_clip_per_token
 from eapo.core.controls import (
+    ENTROPY_CONTROLS,
     EntropyControl,
     TokenInputs,
     control_token_weights,
@@ -36,13 +37,13 @@ __all__ = ["EntropyControlMixin", "options_eapo_loss_drops"]
 _COV_AGGREGATION = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean"}
 
 #: The ``GRPOConfig`` options that act only inside TRL 1.16's ``GRPOTrainer._compute_loss`` and that eapo's
-#: loss (:meth:`EntropyControlMixin._eapo_loss`) does not form: option -> what it does in TRL's loss. Set to
-#: other than TRL's default, each is refused where eapo forms the loss (:func:`options_eapo_loss_drops`).
-#: The options TRL's loss shares with eapo's (``epsilon``/``epsilon_high``, ``beta``,
-#: ``use_bias_correction_kl``, ``top_entropy_quantile``, the vLLM importance correction) are applied there.
+#: loss (:meth:`EntropyControlMixin._eapo_loss`) does not form: option -> what it does in TRL's loss (the
+#: registered controls' ``trl_loss_only``, then TRL's own). Set to other than TRL's default, each is refused
+#: where eapo forms the loss (:func:`options_eapo_loss_drops`). The options TRL's loss shares with eapo's
+#: (``epsilon``/``epsilon_high``, ``beta``, ``use_bias_correction_kl``, a control's ``trl_token_mask``, the
+#: vLLM importance correction) are applied there.
 LOSS_ONLY_OPTIONS: dict[str, str] = {
-    "entropy_coef": "TRL's entropy bonus, loss − entropy_coef · mean token entropy",
-    "use_adaptive_entropy": "TRL's adaptive entropy bonus (Skywork-OR1) and its coefficient's update",
+    **{field: what for control in ENTROPY_CONTROLS.values() for field, what in control.trl_loss_only.items()},
     "delta": "the upper bound on the ratio of two-sided GRPO clipping (INTELLECT-2)",
     "off_policy_mask_threshold": "off-policy sequence masking (DeepSeek-V3.2)",
     "importance_sampling_level": "the sequence-level importance ratio (GSPO)",
@@ -77,7 +78,8 @@ def options_eapo_loss_drops(args: Any, *, router_aux_loss: bool = False) -> list
 
 class EntropyControlMixin:
     """The entropy-control half of :class:`~eapo.engines.trl.trainer.EAPOTrainer` (mixed into it; reads
-    TRL's trainer state: ``args``, ``entropy_coef``, ``use_adaptive_entropy``, ``_metrics``, ...)."""
+    TRL's trainer state: ``args``, ``entropy_coef``, ``_metrics``, ..., and hands the trainer to the hooks
+    the controls register for what TRL does itself, ``trl_applied_coef`` and ``trl_token_mask``)."""
 
     #: the run's algorithm (:class:`eapo.core.Algorithm`): the controls' resolved settings
     algorithm: Any
@@ -113,12 +115,26 @@ class EntropyControlMixin:
         )
 
     def _applied_entropy_coef(self) -> float:
-        """The entropy coefficient TRL applies to the coming update (0 with no bonus; adaptive: gated)."""
+        """The entropy coefficient TRL applies to the coming update: 0 with TRL's entropy term off, a
+        control's own where TRL runs one that decides it (its ``trl_applied_coef``), else ``entropy_coef``."""
         if not self._entropy_bonus_enabled:
             return 0.0
-        if self.use_adaptive_entropy:
-            return self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
+        for control in ENTROPY_CONTROLS.values():
+            applied = control.trl_applied_coef(self) if control.trl_applied_coef is not None else None
+            if applied is not None:
+                return applied
         return self.entropy_coef
+
+    def _trl_token_masks(self, entropies: torch.Tensor, mask: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        """The per-token masks TRL's own loss applies for the controls TRL has (each one's
+        ``trl_token_mask`` on this trainer, those that are on): ``(its weight_metric, mask (B, T))``."""
+        masks = []
+        for control in ENTROPY_CONTROLS.values():
+            mask_of = control.trl_token_mask
+            kept = mask_of(self, entropies, mask) if mask_of is not None else None
+            if kept is not None:
+                masks.append((control.weight_metric, kept))
+        return masks
 
     def _eapo_loss(self, model, inputs):
         """TRL's GRPO loss formed by eapo, for what TRL lacks: the per-token policy loss of the control
@@ -186,8 +202,8 @@ class EntropyControlMixin:
             per_token = per_token * weights
         for key, value in shares.items():
             self._metrics[mode][key].append(value)
-        if self.top_entropy_quantile < 1.0:
-            per_token = per_token * self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+        for _, kept in self._trl_token_masks(entropies, mask):  # what TRL's loss multiplies in
+            per_token = per_token * kept
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token = per_token * inputs["importance_sampling_ratio"]
         if self.beta != 0.0:
@@ -224,9 +240,8 @@ class EntropyControlMixin:
             metrics[CONTROL_METRICS["clip_low_frac"]].append(metrics["clip_ratio/low_mean"][-1])
             metrics[CONTROL_METRICS["clip_high_frac"]].append(metrics["clip_ratio/high_mean"][-1])
         entropies = self._loss_entropies
-        if self.top_entropy_quantile < 1.0 and entropies is not None:
+        if entropies is not None:
             mask = self._completion_mask(inputs)
-            kept = self.get_high_entropy_mask(entropies.detach(), mask, 1 - self.top_entropy_quantile)
-            metrics[CONTROL_METRICS["top_entropy_frac"]].append(
-                self._global_masked_mean(kept.to(entropies.dtype), mask)
-            )
+            for key, kept in self._trl_token_masks(entropies.detach(), mask):
+                if key is not None:
+                    metrics[key].append(self._global_masked_mean(kept.to(entropies.dtype), mask))

@@ -21,14 +21,13 @@ checkpoint (``eapo_state.json``) and restored on resume, so a resumed run keeps 
 :class:`eapo.engines.trl.validation.Validation`, every ``train.eval_steps`` steps the policy answers a dev subset
 and ``val/*`` joins that step's log.
 
-The field's entropy controls (:mod:`eapo.core.controls`) ride on the same step: TRL's own
-entropy bonus, Skywork-OR1 adaptive bonus (its target anchored at ``ratio × H_0`` here when asked),
-DAPO's clip-higher and the top-entropy mask come from ``args``; Clip-Cov and KL-Cov, which TRL lacks,
-replace its PPO-clip surrogate with :func:`eapo.core.clip_cov_policy_loss` /
-:func:`eapo.core.kl_cov_policy_loss` (:meth:`EAPOTrainer._eapo_loss`), and any control TRL lacks runs
-through one generic path (its run state moved by core's step, its token weights in that loss). What
-they act through is
-logged under :data:`CONTROL_METRICS` (``entropy_control/*``).
+The field's entropy controls (:mod:`eapo.core.controls`) ride on the same step: those TRL has come
+from ``args`` (each registration's ``trl_fields``; a target anchored at ``ratio × H_0`` is set from its
+run state, ``trl_reads``); the policy loss ``loss_mode`` names, which TRL lacks, replaces its PPO-clip
+surrogate (:meth:`EAPOTrainer._eapo_loss`), and any control TRL lacks runs through one generic path (its
+run state moved by core's step, its token weights in that loss). What they act through is logged under
+:data:`CONTROL_METRICS` (``entropy_control/*``). ``docs/guide/entropy-controls.md`` tables each control's
+TRL field.
 
 Off CUDA/XPU the update's log-probs come from :mod:`eapo.engines.trl.policy_forward` (completion positions
 only; frozen leading layers shared with the reference), the same numbers as TRL's fused LM head.
@@ -57,6 +56,7 @@ from eapo.core import (
     importance_correction_counts,
     rollout_entropy,
 )
+from eapo.core.controls import trl_placeholder_fields
 from eapo.core.step import STEP_SETTINGS, EAPOStep, combined_rewards, contiguous_index
 from eapo.engines.trl.entropy_control import EntropyControlMixin
 from eapo.run_dir import (
@@ -219,12 +219,11 @@ class EAPOTrainer(EntropyControlMixin, GRPOTrainer):
         # each control's run state (eapo.core.controls), kept and saved by core's step; TRL's own adaptive
         # controller moves the adaptive coefficient, whose state is copied in and out at checkpoints
         controls = self.algorithm.control_states()
-        if (
-            getattr(self.args, "entropy_target", 0.0) is None
-        ):  # anchored at ratio × H_0 at step 1 (a run state's
-            self.args.entropy_target = (
-                0.0  # trl_reads); TRL's own controller compares with a number until then
-            )
+        # a TRL field a run state sets at step 1 (an H_0-anchored target, its trl_reads) holds a number until
+        # then: TRL's own controller compares with it
+        for name, (_, _, placeholder) in trl_placeholder_fields().items():
+            if getattr(self.args, name, placeholder) is None:
+                setattr(self.args, name, placeholder)
         self.eapo_step = EAPOStep(
             self.weighting,
             method=self.algorithm.method if weighting is None else None,  # None: the given scheme's name

@@ -23,7 +23,7 @@ value is a conflict and refused (name one of the two). The controls verl lacks
   verl's ``−coef · entropy`` term, so step t's coefficient depends on entropies up to step t−1, as on TRL;
 * a control's **per-token weights** (the top-entropy mask of "Beyond the 80/20 Rule", computed from
   the micro-batch's per-token entropies gathered over the data-parallel group, as TRL gathers over
-  processes) reach the configured loss (``vanilla``, ``clip_cov`` or ``kl_cov``) as
+  processes) reach the configured loss (any of :data:`eapo.core.controls.LOSS_MODES`) as
   ``rollout_is_weights`` (multiplied into any rollout-correction weights) through the policy loss
   ``eapo_token_weights`` (registered with verl's ``register_policy_loss``). Every one of them
   multiplies it into its per-token loss before aggregating: a token weighted 0 carries no policy
@@ -37,10 +37,10 @@ Metrics (eapo's documented keys, as on TRL): ``entropy_control/coef`` (the coeff
 update applies), ``entropy_control/clip_low_frac`` and ``entropy_control/clip_high_frac`` (share of
 response tokens whose ratio is below ``1 − clip_ratio_low`` with A < 0 / above
 ``1 + clip_ratio_high`` with A > 0, TRL's ``clip_ratio/low_mean`` and ``high_mean``; verl's own
-``actor/pg_clipfrac`` counts both sides together, and under ``clip_cov`` it is the Clip-Cov share;
-not logged under ``kl_cov``, which does not clip), ``entropy_control/cov_frac`` (share of tokens
-Clip-Cov or KL-Cov selected) and each eapo-run control's ``weight_metric`` (the mean of its token weights:
-``entropy_control/top_entropy_frac``, the share kept by the mask).
+``actor/pg_clipfrac`` counts both sides together; not logged where the loss ``loss_mode`` names does not
+clip, :func:`eapo.core.controls.clips_ratio`), ``entropy_control/cov_frac`` (share of tokens the policy
+loss of the control ``loss_mode`` names selected, its registered ``verl_selected``) and each eapo-run
+control's ``weight_metric`` (the mean of its token weights, e.g. the share a mask kept).
 
 Presets (``algorithm.eapo.method=<name>``, :data:`eapo.core.controls.ENTROPY_CONTROLS`) are
 GRPO's weights (1, 1) plus the control's settings; they run with ``algorithm.adv_estimator=eapo_grpo``
@@ -62,11 +62,12 @@ import torch
 
 from eapo.core import Algorithm
 from eapo.core.controls import (
+    CONTROL_METRICS,
     ENTROPY_CONTROLS,
     LOSS_MODES,
     TokenInputs,
+    clips_ratio,
     control_token_weights,
-    kl_cov_mask,
     verl_control_options,
 )
 
@@ -259,9 +260,14 @@ def compute_policy_loss_token_weights(
 
     call = _WEIGHTS_CALL.get()
     if call is None:
+        weighting = [
+            f"algorithm.eapo.{control.switch or control.declares[0].name}"
+            for control in ENTROPY_CONTROLS.values()
+            if control.token_weights is not None and not control.verl_options and control.declares
+        ]
         raise RuntimeError(
             f"policy_loss.loss_mode={WEIGHTED_LOSS_MODE} is selected by eapo's trainer, not by hand: set a control "
-            "verl lacks (e.g. algorithm.eapo.top_entropy_quantile) with trainer.use_v1=True trainer.v1.trainer_mode=eapo"
+            f"verl lacks (e.g. {' or '.join(weighting)}) with trainer.use_v1=True trainer.v1.trainer_mode=eapo"
         )
     weights = call.weights.to(log_prob.dtype)
     weights = weights if rollout_is_weights is None else rollout_is_weights * weights
@@ -294,6 +300,17 @@ def _with_options(config: Any, options: Mapping[str, float]) -> Any:
         else:
             config = dataclasses.replace(config, **{head: value})
     return config
+
+
+def _verl_settings(control: Any, config: Any) -> dict[str, Any]:
+    """``control``'s settings as verl's actor ``config`` holds them (its ``verl_options``)."""
+    values = {}
+    for key, option in control.verl_options.items():
+        node = config
+        for part in option.split("."):
+            node = getattr(node, part)
+        values[key] = node
+    return values
 
 
 def _clip_shares(
@@ -395,19 +412,35 @@ def entropy_control_loss(
         loss, metrics = ppo_loss(config, model_output, data, dp_group)
 
     shares: dict[str, float] = {}
-    if base_loss_mode != "kl_cov":  # KL-Cov does not clip the ratio
-        shares["clip_low_frac"], shares["clip_high_frac"] = _clip_shares(
+    if clips_ratio(base_loss_mode):
+        shares[CONTROL_METRICS["clip_low_frac"]], shares[CONTROL_METRICS["clip_high_frac"]] = _clip_shares(
             log_prob, padded["old_log_probs"], advantages, mask, config
         )
-    if base_loss_mode == "clip_cov":  # verl's Clip-Cov reports its selected share as pg_clipfrac
-        selected = metrics.get("actor/pg_clipfrac", None)
+    loss_control = ENTROPY_CONTROLS.get(base_loss_mode)  # the control whose policy loss verl runs, if any
+    if loss_control is not None and loss_control.verl_selected is not None:
+
+        def verl_metric(key: str) -> float | None:
+            value = metrics.get(key, None)
+            if value is None:
+                return None
+            return float(value.aggregate() if isinstance(value, Metric) else value)
+
+        selected = loss_control.verl_selected(
+            TokenInputs(
+                logp=log_prob,
+                old_logp=padded["old_log_probs"],
+                advantages=advantages,
+                mask=mask,
+                entropy=entropy,
+                settings={**settings, **_verl_settings(loss_control, config)},
+                gather=gather,
+            ),
+            verl_metric,
+        )
         if selected is not None:
-            shares["cov_frac"] = float(selected.aggregate() if isinstance(selected, Metric) else selected)
-    elif base_loss_mode == "kl_cov":  # deterministic (top-k), so recomputing it draws nothing
-        selected = kl_cov_mask(log_prob, advantages, mask, kl_cov_ratio=config.policy_loss.kl_cov_ratio)
-        shares["cov_frac"] = selected.sum().item() / max(int(mask.sum().item()), 1)
-    for name, value in shares.items():
-        metrics[f"{METRIC_PREFIX}{name}"] = Metric(value=value, aggregation=AggregationType.MEAN)
+            shares[CONTROL_METRICS["cov_frac"]] = selected
+    for key, value in shares.items():
+        metrics[key] = Metric(value=value, aggregation=AggregationType.MEAN)
     for key, value in weight_shares.items():
         metrics[key] = Metric(value=value, aggregation=AggregationType.MEAN)
     return loss, metrics

@@ -37,7 +37,7 @@ set, ``init()`` hands the actor workers eapo's wrapper of verl's ``ppo_loss`` (`
 before its inputs are read, so α is the step's own; the others, the adaptive coefficient, move after),
 ``_update_actor`` passes them to the update in the batch's ``extra_info``, and the metrics
 add ``entropy_control/coef``, ``entropy_control/clip_low_frac``, ``entropy_control/clip_high_frac``,
-``entropy_control/cov_frac`` and each eapo-run control's weight share (``entropy_control/top_entropy_frac``).
+``entropy_control/cov_frac`` and each eapo-run control's weight share (its registered ``weight_metric``).
 Each control's state (the adaptive coefficient: its value, anchored target and last entropy) is saved in
 ``eapo_state.json`` with the scheme's state.
 
