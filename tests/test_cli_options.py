@@ -20,6 +20,7 @@ from eapo.commands import options
 from eapo.config import ConfigError, load_config, packaged_config, preset_names, resolve_config
 from eapo.core import WEIGHT_SETTINGS, WEIGHTING_SCHEMES
 from eapo.evaluation import EvalSettings, default_scorers
+from eapo.rewards.registry import scorer_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -37,7 +38,8 @@ SHARED = {
     "judge_api_key_env": ["eval", "sweep"],
     "no_judge": ["eval", "sweep"],
     "scorers": ["eval", "sweep"],
-    "reranker_backend": ["eval", "sweep"],
+    "rouge_level": ["eval", "sweep", "study"],  # generated from the scorers' registrations
+    "reranker_backend": ["eval", "sweep", "study"],
     "backend": ["eval", "sweep", "study"],
     "k": ["eval", "sweep", "study"],
     "eval_split": ["sweep", "study"],
@@ -368,6 +370,66 @@ def test_the_study_evaluates_at_study_eval_temperature(tmp_path):
     assert StudySettings(eval_temperature=0.0).validate().eval_settings().temperature == 0.0
     with pytest.raises(SweepError, match="study.eval_temperature must be >= 0 or null, got -1"):
         StudySettings(eval_temperature=-1).validate()
+
+
+# --- the scorers' settings: flags generated from their registrations -------------------------------
+
+
+@pytest.mark.parametrize("command", ["eval", "sweep", "study"])
+def test_every_scorer_setting_is_a_flag_of_every_command_that_evaluates(commands, command):
+    registered = scorer_settings()
+    assert list(registered) == ["rouge_level", "reranker_backend"]
+    for name, (_, setting) in registered.items():
+        option = param(commands, command, name)
+        assert option.opts == [setting.flag] and option.default is None
+        assert option.help.startswith(setting.help + " Default: the run's reward.options.")
+        assert option.metavar == "|".join(setting.choices)
+        assert parse(commands, command, setting.flag, setting.choices[-1])[name] == setting.choices[-1]
+        with pytest.raises(typer.BadParameter, match=f"{setting.flag} 'nope' is invalid; valid: "):
+            parse(commands, command, setting.flag, "nope")
+    assert param(commands, command, "rouge_level").help.endswith(
+        "reward.options.rouge_l.level, else char (eapo study: study.scorer_settings.rouge_level)."
+    )
+
+
+def test_the_scorer_settings_reach_every_evaluation_alike(handed, monkeypatch, tmp_path):
+    import eapo.evaluation as evaluation
+
+    seen = {}
+
+    def fake_run_eval(settings, **target):
+        seen["eval"] = settings
+        (tmp_path / "results.md").write_text("table\n", encoding="utf-8")
+        return {}, tmp_path
+
+    monkeypatch.setattr(evaluation, "run_eval", fake_run_eval)
+    flags = ["--reranker-backend", "cross-encoder", "--rouge-level", "word"]
+    assert CliRunner().invoke(app, ["eval", "--model", "tiny", *flags]).exit_code == 0
+    sweep = handed("sweep", *flags)["eval_options"]
+    study = handed("study", "--config", "study_cpu", *flags)["settings"]
+    given = {"rouge_level": "word", "reranker_backend": "cross-encoder"}
+    assert seen["eval"].scorer_settings == sweep.scorer_settings == study.scorer_settings == given
+    assert study.eval_settings().scorer_settings == given
+    assert sweep.cli_args()[-4:] == ["--rouge-level", "word", "--reranker-backend", "cross-encoder"]
+    assert handed("sweep")["eval_options"].scorer_settings == {}  # the run's
+    assert handed("study", "--config", "study_cpu")["settings"].scorer_settings == {}
+
+
+def test_a_study_config_sets_the_scorer_settings_its_flags_override(tmp_path, handed):
+    from eapo.study import read_study_config
+    from eapo.sweep import SweepError
+
+    config = tmp_path / "study.yaml"
+    config.write_text("study: {scorer_settings: {rouge_level: word, reranker_backend: bi-encoder}}\n")
+    assert read_study_config(config)[0].scorer_settings == {
+        "rouge_level": "word",
+        "reranker_backend": "bi-encoder",
+    }
+    settings = handed("study", "--config", str(config), "--rouge-level", "char")["settings"]
+    assert settings.scorer_settings == {"rouge_level": "char", "reranker_backend": "bi-encoder"}
+    config.write_text("study: {scorer_settings: {rouge_level: words}}\n")
+    with pytest.raises(SweepError, match="study.scorer_settings: --rouge-level 'words' is invalid"):
+        read_study_config(config)
 
 
 def test_the_shared_options_import_no_torch():

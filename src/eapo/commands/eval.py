@@ -14,7 +14,6 @@ from eapo.commands.options import (
     JUDGE_MODEL,
     NO_JUDGE,
     OVERRIDES,
-    RERANKER_BACKEND,
     SAMPLES_PER_PROMPT,
     SCORERS,
     config_option,
@@ -22,9 +21,11 @@ from eapo.commands.options import (
     given,
     judge_fields,
     output_dir_option,
+    with_scorer_settings,
 )
 
 
+@with_scorer_settings
 def eval_command(
     overrides: list[str] = OVERRIDES,
     model: str = typer.Option(
@@ -72,10 +73,7 @@ def eval_command(
     backend: str = BACKEND,
     dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16, float16."),
     scorers: str = SCORERS,
-    rouge_level: str = typer.Option(
-        None, "--rouge-level", help="Rouge-L tokens: char, word, auto (default: the run's)."
-    ),
-    reranker_backend: str = RERANKER_BACKEND,
+    scorer_settings: dict[str, str] | None = None,
     judge_base_url: str = JUDGE_BASE_URL,
     judge_model: str = JUDGE_MODEL,
     judge_api_key_env: str = JUDGE_API_KEY_ENV,
@@ -112,9 +110,8 @@ def eval_command(
             batch_size=batch_size,
             backend=backend,
             scorers=scorers,
-            rouge_level=rouge_level,
-            reranker_backend=reranker_backend,
         ),
+        scorer_settings=scorer_settings,
         seed=seed,
         stop=() if no_stop else (tuple(stop) if stop else None),
         dtype=dtype,

@@ -11,7 +11,10 @@
 * The LLM judge of the LAAJ metric (``eval``, ``sweep``): ``--judge-base-url``, ``--judge-model``,
   ``--judge-api-key-env``, ``--no-judge`` (:func:`judge_fields` turns them into
   :class:`~eapo.evaluation.EvalSettings` fields).
-* The scoring of an evaluation (``eval``, ``sweep``): ``--scorers``, ``--reranker-backend``.
+* The scoring of an evaluation: ``--scorers`` (``eval``, ``sweep``) and, in every command that evaluates
+  (``eval``, ``sweep``, ``study``), one flag per setting a scorer's registration declares
+  (:class:`eapo.rewards.ScorerSetting`: ``--rouge-level``, ``--reranker-backend``), added by
+  :func:`with_scorer_settings`; nothing here names them.
 * What an evaluation samples (``eval``, ``sweep``, ``study``): ``--k`` and ``--backend``
   (:data:`SAMPLES_PER_PROMPT`, :data:`BACKEND`); ``eapo eval``'s ``--split``, ``--limit``,
   ``--temperature``, ``--max-new-tokens`` and ``--batch-size`` and sweep's and study's ``--eval-split``,
@@ -32,7 +35,9 @@ when a command line is parsed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +45,7 @@ from typing import Any
 import typer
 
 from eapo.evaluation.settings import default_scorers
-from eapo.rewards.registry import eval_scorers
+from eapo.rewards.registry import ScorerSetting, eval_scorers, scorer_component, scorer_settings
 
 # ------------------------------------------------------------------------------------------------
 # --config and the overrides
@@ -168,11 +173,71 @@ SCORERS: Any = typer.Option(
     )
     + f". Default: {','.join(default_scorers())}.",
 )
-RERANKER_BACKEND: Any = typer.Option(
-    None,
-    "--reranker-backend",
-    help="auto, cross-encoder or bi-encoder (the offline stand-in). Default: the run's, else auto.",
-)
+
+
+def _setting_default(scorer: str, setting: ScorerSetting) -> str:
+    """What a scorer setting is when not given: the run's option, else the component's default."""
+    component = scorer_component(scorer)
+    parameter = inspect.signature(component.build).parameters.get(setting.option)
+    default = None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+    return f"the run's reward.options.{component.name}.{setting.option}" + (
+        f", else {default}" if default is not None else ""
+    )
+
+
+def _scorer_setting_option(scorer: str, setting: ScorerSetting) -> Any:
+    def check(value: str | None) -> str | None:
+        if value is not None:
+            try:
+                setting.check(value)
+            except ValueError as error:
+                raise typer.BadParameter(str(error)) from None
+        return value
+
+    return typer.Option(
+        None,
+        setting.flag,
+        metavar="|".join(setting.choices) if setting.choices else None,
+        help=f"{setting.help} "
+        + _study_default(_setting_default(scorer, setting), f"scorer_settings.{setting.name}"),
+        callback=check,
+    )
+
+
+def with_scorer_settings(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` (a function with the keyword ``scorer_settings``) with one option per setting the
+    registered scorers declare (:class:`eapo.rewards.ScorerSetting`: ``--rouge-level``,
+    ``--reranker-backend``, ...) in that keyword's place; it receives those given as ``scorer_settings``,
+    name -> value (the
+    :class:`~eapo.evaluation.EvalSettings` field). Applied when the command's module is imported, after
+    ``eapo`` loaded the plugins, so a plugin's scorer settings are flags too."""
+    settings = scorer_settings()
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != "scorer_settings"]
+    if len(own) == len(signature.parameters):
+        raise TypeError(f"{command.__name__} takes no scorer_settings")
+    clash = sorted(set(settings) & {p.name for p in own})
+    if clash:
+        raise TypeError(f"{command.__name__} has parameters named as scorer settings: {', '.join(clash)}")
+    added = [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=_scorer_setting_option(*entry), annotation=str
+        )
+        for name, entry in settings.items()
+    ]
+    at = list(signature.parameters).index("scorer_settings")
+    positional = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    parameters = [*positional[:at], *added, *positional[at:]]
+
+    @functools.wraps(command)
+    def run(**values: Any) -> Any:
+        chosen = {name: values.pop(name) for name in settings}
+        return command(**values, scorer_settings={name: v for name, v in chosen.items() if v is not None})
+
+    run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in parameters}
+    return run
+
 
 BACKEND_HELP = (
     "Generation backend of the evaluation: auto (vLLM where a build for this device is installed: CUDA "

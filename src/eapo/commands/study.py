@@ -25,9 +25,11 @@ from eapo.commands.options import (
     given,
     seed_list,
     with_engine,
+    with_scorer_settings,
 )
 
 
+@with_scorer_settings
 def study_command(
     overrides: list[str] = OVERRIDES,
     config: Path = config_option("study"),
@@ -41,6 +43,7 @@ def study_command(
     eval_max_new_tokens: int = EVAL_MAX_NEW_TOKENS,
     eval_batch_size: int = EVAL_BATCH_SIZE,
     backend: str = BACKEND,
+    scorer_settings: dict[str, str] | None = None,
     engine: str = ENGINE,
     report_only: bool = REPORT_ONLY,
     claims_only: bool = typer.Option(
@@ -78,6 +81,8 @@ def study_command(
             eval_batch_size=eval_batch_size,
             backend=backend,
         )
+        if scorer_settings:  # each given one replaces the study config's
+            changes["scorer_settings"] = {**settings.scorer_settings, **scorer_settings}
         settings = dataclasses.replace(settings, **changes)
         if claims_only:
             if report_only:

@@ -22,7 +22,6 @@ from eapo.commands.options import (
     NO_JUDGE,
     OVERRIDES,
     REPORT_ONLY,
-    RERANKER_BACKEND,
     SAMPLES_PER_PROMPT,
     SCORERS,
     SEEDS,
@@ -32,9 +31,11 @@ from eapo.commands.options import (
     judge_fields,
     seed_list,
     with_engine,
+    with_scorer_settings,
 )
 
 
+@with_scorer_settings
 def sweep_command(
     overrides: list[str] = OVERRIDES,
     config: Path = config_option("demo"),
@@ -68,7 +69,7 @@ def sweep_command(
     eval_batch_size: int = EVAL_BATCH_SIZE,
     backend: str = BACKEND,
     scorers: str = SCORERS,
-    reranker_backend: str = RERANKER_BACKEND,
+    scorer_settings: dict[str, str] | None = None,
     judge_base_url: str = JUDGE_BASE_URL,
     judge_model: str = JUDGE_MODEL,
     judge_api_key_env: str = JUDGE_API_KEY_ENV,
@@ -108,8 +109,8 @@ def sweep_command(
             batch_size=eval_batch_size,
             backend=backend,
             scorers=scorers,
-            reranker_backend=reranker_backend,
         ),
+        scorer_settings=scorer_settings,
         **judge_fields(judge_base_url, judge_model, judge_api_key_env, no_judge),
     )
     runner = SubprocessRunner(launcher=[*shlex.split(launcher)] if launcher else None)

@@ -89,6 +89,8 @@ class StudySettings:
     eval_max_new_tokens: int | None = None  # response cap in evaluation (None: the run's)
     eval_batch_size: int | None = None  # prompts per generation call (None: eapo eval's default)
     backend: str = "auto"  # eval generation backend
+    # how the scorers score (eapo.rewards.ScorerSetting: rouge_level, reranker_backend; {}: the run's)
+    scorer_settings: dict[str, str] = field(default_factory=dict)
     # the study's numbers its claims file may name (eapo.study.claims_file.STUDY_PARAMS)
     window: float = 0.1  # fraction of steps in the start / end windows
     entropy_band: float = ENTROPY_BAND  # the tolerance around H_0 of "near H_0" and "stable"
@@ -110,6 +112,12 @@ class StudySettings:
             raise SweepError(f"{where}.eval_limit must be >= 1 or null, got {self.eval_limit}")
         if self.eval_temperature is not None and self.eval_temperature < 0:
             raise SweepError(f"{where}.eval_temperature must be >= 0 or null, got {self.eval_temperature}")
+        if not isinstance(self.scorer_settings, dict):
+            raise SweepError(f"{where}.scorer_settings must be a mapping, got {self.scorer_settings!r}")
+        try:
+            EvalSettings(scorer_settings=self.scorer_settings)
+        except ValueError as error:
+            raise SweepError(f"{where}.scorer_settings: {error}") from None
         if not 0 < self.window <= 0.5:
             raise SweepError(f"{where}.window must be in (0, 0.5], got {self.window}")
         if not 0 < self.entropy_band < 1:
@@ -126,8 +134,9 @@ class StudySettings:
         return self
 
     def eval_settings(self) -> EvalSettings:
-        """What every evaluation of the study samples and scores: ``k``, ``eval_*`` and ``backend`` (the
-        ``--k``, ``--eval-*`` and ``--backend`` of ``eapo sweep`` mean the same), by the default scorers."""
+        """What every evaluation of the study samples and scores: ``k``, ``eval_*``, ``backend`` and
+        ``scorer_settings`` (``eapo sweep``'s ``--k``, ``--eval-*``, ``--backend``, ``--rouge-level``, ...
+        mean the same), by the default scorers."""
         return EvalSettings(
             k=self.k,
             limit=self.eval_limit,
@@ -137,6 +146,7 @@ class StudySettings:
             batch_size=self.eval_batch_size,
             backend=self.backend,
             scorers=",".join(default_scorers()),
+            scorer_settings=self.scorer_settings,
         )
 
 
