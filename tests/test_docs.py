@@ -252,6 +252,11 @@ def test_reward_component_and_eval_column_tables_list_the_registry():
     assert rows["llm_judge"][2:5] == ("0.3", "laaj", "laaj")
     assert rows["rouge_l"][3:5] == ("rouge_l (default)", "rouge_l, rl_at_k")
     assert rows["format"][4] == "beside the table (extra)" and rows["overlong"][2] == ""
+    assert (
+        rows["rouge_l"][6] == "--rouge-level (level)"
+        and rows["reranker"][6] == "--reranker-backend (backend)"
+    )
+    assert rows["format"][6] == ""
     columns = extension.eval_column_rows()
     assert [row[0] for row in columns] == [column.key for _, column in eval_columns()]
     assert columns[2] == ("rl_at_k", "RL@{k}", "rouge_l", "best of the k samples", "avg", "rl_at_k_strict")

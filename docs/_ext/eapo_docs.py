@@ -141,17 +141,19 @@ def entropy_control_rows() -> list[tuple[str, str, str, str]]:
     ]
 
 
-def reward_component_rows() -> list[tuple[str, str, str, str, str, str]]:
+def reward_component_rows() -> list[tuple[str, str, str, str, str, str, str]]:
     """The reward components of :data:`eapo.rewards.REWARD_COMPONENTS`: ``(name, what it scores, default
-    weight or "", evaluation scorer, its columns, plot panels)``, in registration order."""
+    weight or "", evaluation scorer, its columns, plot panels, the flags of its scorer settings and the
+    options they set)``, in registration order."""
     from eapo.rewards import REWARD_COMPONENTS
 
     rows = []
     for component in REWARD_COMPONENTS.values():
         scorer = component.evaluation
         if scorer is None:
-            evaluated, columns = "", ""
+            evaluated, columns, flags = "", "", ""
         else:
+            flags = ", ".join(f"{setting.flag} ({setting.option})" for setting in scorer.settings)
             evaluated = component.scorer_name or ""
             evaluated += " (default)" if scorer.default else ""
             columns = ", ".join(column.key for column in scorer.columns) or "beside the table (extra)"
@@ -163,6 +165,7 @@ def reward_component_rows() -> list[tuple[str, str, str, str, str, str]]:
                 evaluated,
                 columns,
                 ", ".join(key for key, _ in component.plot_panels),
+                flags,
             )
         )
     return rows
@@ -298,7 +301,9 @@ class RewardComponents(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         header = ["component", "what it scores", "default α", "eval scorer", "eval columns", "plot panels"]
-        return [_table(header, reward_component_rows(), {0, 2, 3, 4, 5}, [12, 40, 8, 12, 16, 18])]
+        header.append("eval flags (option)")
+        widths = [11, 34, 7, 11, 14, 15, 12]
+        return [_table(header, reward_component_rows(), {0, 2, 3, 4, 5, 6}, widths)]
 
 
 class EvalColumns(SphinxDirective):

@@ -33,8 +33,7 @@ EVERY_FIELD_SET = EvalSettings(
     backend="transformers",
     dtype="float32",
     scorers=("rouge_l", "format"),
-    rouge_level="char",
-    reranker_backend="bi-encoder",
+    scorer_settings={"rouge_level": "char", "reranker_backend": "bi-encoder"},
     judge_base_url="http://127.0.0.1:8011/v1",
     judge_model="judge",
     judge_api_key_env="",
@@ -92,8 +91,9 @@ def test_a_sweep_passes_and_records_the_flags_it_always_did():
         "--limit", "100", "--max-new-tokens", "256", "--batch-size", "16",
         "--scorers", "rouge_l,reranker,format",
     ]  # fmt: skip
-    assert EVERY_FIELD_SET.cli_args()[-7:] == [
-        "--rouge-level", "char", "--dtype", "float32", "--bootstrap", "200", "--no-judge",
+    assert EVERY_FIELD_SET.cli_args()[-9:] == [
+        "--rouge-level", "char", "--reranker-backend", "bi-encoder", "--dtype", "float32", "--bootstrap", "200",
+        "--no-judge",
     ]  # fmt: skip
 
 
@@ -179,6 +179,42 @@ def test_stop_strings_pass_on_as_eval_flags_and_match_the_results_they_made():
         EvalSettings(stop=()).matches(older, Path("sweep/runs/a/eval/results.json"))
     with pytest.raises(ValueError, match="--stop must hold non-empty strings"):
         EvalSettings(stop=("",))
+
+
+def test_scorer_settings_are_the_registered_ones_checked_and_kept_in_registration_order():
+    settings = EvalSettings(scorer_settings={"reranker_backend": "cross-encoder", "rouge_level": None})
+    assert settings.scorer_settings == {"reranker_backend": "cross-encoder"}  # None: the run's
+    assert EvalSettings(scorer_settings=None) == EvalSettings() and EvalSettings().scorer_settings == {}
+    both = EvalSettings(scorer_settings={"reranker_backend": "auto", "rouge_level": "word"})
+    assert list(both.scorer_settings) == ["rouge_level", "reranker_backend"]
+    with pytest.raises(
+        ValueError, match=r"unknown scorer setting\(s\) \['level'\]; valid: rouge_level, reranker_backend"
+    ):
+        EvalSettings(scorer_settings={"level": "word"})
+    with pytest.raises(ValueError, match="--rouge-level 'words' is invalid; valid: char, word, auto"):
+        EvalSettings(scorer_settings={"rouge_level": "words"})
+
+
+def test_asking_for_the_real_reranker_does_not_reuse_the_stand_ins_scores():
+    """A setting's ``real`` values (the reranker's cross-encoder) refuse results its stand-in scored."""
+    results = {
+        "k": 8,
+        "settings": {"split": "dev", "limit": None},
+        "labels": {"rouge_l": "", "reranker": "bi-encoder stand-in (all-MiniLM-L6-v2)", "format": ""},
+    }
+    assert EvalSettings().matches(results)
+    assert EvalSettings(scorer_settings={"reranker_backend": "auto"}).matches(results)
+    assert not EvalSettings(scorer_settings={"reranker_backend": "cross-encoder"}).matches(results)
+    results["labels"]["reranker"] = "cross-encoder reranker (BAAI/bge-reranker-v2-m3, sigmoid, advice)"
+    assert EvalSettings(scorer_settings={"reranker_backend": "cross-encoder"}).matches(results)
+
+
+def test_each_scorer_setting_sets_its_components_option_over_the_runs(tmp_path):
+    from eapo.evaluation.runner import eval_scorers
+
+    settings = EvalSettings(scorers="rouge_l", scorer_settings={"rouge_level": "word"})
+    assert eval_scorers(settings, None, "", tmp_path)["rouge_l"].level == "word"
+    assert eval_scorers(EvalSettings(scorers="rouge_l"), None, "", tmp_path)["rouge_l"].level == "char"
 
 
 def test_the_flag_defaults_are_read_without_importing_torch():

@@ -8,7 +8,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eapo.rewards import EvalColumn, EvalScorer, EvalTable, RewardComponent, as_text, register_reward
+from eapo.rewards import (
+    EvalColumn,
+    EvalScorer,
+    EvalTable,
+    RewardComponent,
+    ScorerSetting,
+    as_text,
+    register_reward,
+)
 
 
 class KeywordReward:
@@ -48,6 +56,7 @@ COMPONENT = register_reward(
         metrics=(),
         panels=(("reward/keyword/mean", "Keyword share"),),
         evaluation=EvalScorer(
+            settings=(ScorerSetting("keyword", "keyword", "The keyword an evaluation looks for."),),
             columns=(
                 EvalColumn("keyword", "Keyword", averages=("avg", "avg_keyword"), strict=True, order=4.5),
                 EvalColumn("kw_at_k", "KW@{k}", per_prompt="best", averages=("avg_keyword",), order=6),

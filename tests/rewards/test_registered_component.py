@@ -1,7 +1,8 @@
 """A reward component registered from a module outside eapo (``keyword_reward.py``, beside this file) is
 used like a built-in one, with no file under ``src/`` naming it: configured (``reward.weights``,
 ``reward.options`` and its ``run_options``), scored by the composite (``reward/keyword/*``), evaluated
-(its columns, its strict variant, its Avg and table, the CSV), plotted (its registered panel) and
+(its columns, its strict variant, its Avg and table, the CSV; its scorer setting a flag of every command
+that evaluates), plotted (its registered panel) and
 summarised (its trend and its table column). Values are hand-derived."""
 
 from __future__ import annotations
@@ -185,6 +186,55 @@ def test_evaluation_fills_its_columns_avg_table_and_csv(keyword, tmp_path):
         "keyword_ci_high",
     ]
     assert "avg_keyword" in header and "keyword_strict" in header
+
+
+def test_its_scorer_setting_is_a_flag_of_every_command_that_evaluates(keyword, tmp_path, monkeypatch):
+    """The commands' options are generated from the registry when their modules are imported (after the
+    plugins): built again now, eapo eval, sweep and study take --keyword, and it sets the option."""
+    import typer
+    from typer.testing import CliRunner
+
+    import eapo.evaluation
+    from eapo.commands import eval as eval_module
+    from eapo.commands import options, study, sweep
+    from eapo.evaluation import EvalSettings
+    from eapo.evaluation.runner import eval_scorers
+
+    settings = EvalSettings(scorers="keyword", scorer_settings={"keyword": "tea"})
+    assert settings.cli_args()[-2:] == ["--keyword", "tea"]
+    assert eval_scorers(settings, None, "", tmp_path)["keyword"].keyword == "tea"
+    seen = []
+    monkeypatch.setattr(
+        eapo.evaluation, "run_eval", lambda settings, **_: seen.append(settings) or ({}, tmp_path)
+    )
+    (tmp_path / "results.md").write_text("", encoding="utf-8")
+    for function in (eval_module.eval_command, sweep.sweep_command, study.study_command):
+        app = typer.Typer()
+        app.command()(options.with_scorer_settings(function.__wrapped__))
+        (keyword_option,) = [p for p in typer.main.get_command(app).params if p.name == "keyword"]
+        assert keyword_option.opts == ["--keyword"]
+        assert keyword_option.help == (
+            "The keyword an evaluation looks for. Default: the run's reward.options.keyword.keyword, else water "
+            "(eapo study: study.scorer_settings.keyword)."
+        )
+        if function is eval_module.eval_command:
+            result = CliRunner().invoke(app, ["--model", "tiny", "--keyword", "tea"])
+            assert result.exit_code == 0, result.output
+    assert seen[0].scorer_settings == {"keyword": "tea"}
+
+
+def test_a_scorer_setting_has_one_owner(keyword):
+    from eapo.rewards import EvalScorer, RewardComponent, ScorerSetting, register_reward
+
+    clashing = RewardComponent(
+        name="keyword2",
+        build=keyword.KeywordReward,
+        title="Keyword 2",
+        evaluation=EvalScorer(settings=(ScorerSetting("keyword", "keyword", "Again."),)),
+    )
+    with pytest.raises(ValueError, match="'keyword2': scorer setting 'keyword' is 'keyword''s"):
+        register_reward(clashing)
+    assert "keyword2" not in REWARD_COMPONENTS
 
 
 def write_run(run_dir: Path) -> Path:

@@ -8,19 +8,24 @@ from pathlib import Path
 import typer
 
 from eapo.commands.options import (
+    BACKEND,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
     JUDGE_MODEL,
     NO_JUDGE,
     OVERRIDES,
-    RERANKER_BACKEND,
+    SAMPLES_PER_PROMPT,
     SCORERS,
-    backend_option,
     config_option,
+    eval_option,
+    given,
     judge_fields,
+    output_dir_option,
+    with_scorer_settings,
 )
 
 
+@with_scorer_settings
 def eval_command(
     overrides: list[str] = OVERRIDES,
     model: str = typer.Option(
@@ -31,17 +36,13 @@ def eval_command(
         "LoRA-adapter directory, 'tiny', 'smollm2-135m-instruct' or a hub id.",
     ),
     config: Path = config_option(),
-    output_dir: Path = typer.Option(
-        None, "--output-dir", "-o", help="Where results go (default RUN_DIR/eval)."
-    ),
+    output_dir: Path = output_dir_option("Where results go (default RUN_DIR/eval)."),
     data: str = typer.Option(
         None, "--data", help="Loader name: demo, rjua, cmd, medquad, jsonl, csv, parquet, hf:<name>."
     ),
     data_path: str = typer.Option(None, "--data-path", help="Dataset file or directory (see `eapo data`)."),
-    split: str = typer.Option(
-        "dev", "--split", help="Split to evaluate: dev, test, train, all, or a fraction range."
-    ),
-    limit: int = typer.Option(None, "--limit", help="Evaluate at most this many prompts."),
+    split: str = eval_option("split"),
+    limit: int = eval_option("limit"),
     prompt: str = typer.Option(
         None,
         "--prompt",
@@ -54,14 +55,10 @@ def eval_command(
         "run's data.response_prefix, e.g. '<think>'; '' for none).",
     ),
     max_prompt_tokens: int = typer.Option(None, "--max-prompt-tokens", help="Truncate longer questions."),
-    k: int = typer.Option(8, "--k", help="Samples per prompt (RL@k / RR@k take the best of them)."),
-    temperature: float = typer.Option(
-        None, "--temperature", help="Sampling temperature (default: the run's, else 1.0)."
-    ),
+    k: int = SAMPLES_PER_PROMPT,
+    temperature: float = eval_option("temperature"),
     top_p: float = typer.Option(None, "--top-p", help="Nucleus sampling (default: the run's, else 1.0)."),
-    max_new_tokens: int = typer.Option(
-        None, "--max-new-tokens", help="Response length cap (default: the run's)."
-    ),
+    max_new_tokens: int = eval_option("max_new_tokens"),
     seed: int = typer.Option(0, "--seed", help="Seeds sampling and the bootstrap."),
     stop: list[str] = typer.Option(
         None,
@@ -72,16 +69,11 @@ def eval_command(
     no_stop: bool = typer.Option(
         False, "--no-stop", help="No stop strings, whatever the run's rollout.stop."
     ),
-    batch_size: int = typer.Option(
-        None, "--batch-size", help="Prompts per generation call (default 8; vLLM 64)."
-    ),
-    backend: str = backend_option(),
+    batch_size: int = eval_option("batch_size"),
+    backend: str = BACKEND,
     dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16, float16."),
     scorers: str = SCORERS,
-    rouge_level: str = typer.Option(
-        None, "--rouge-level", help="Rouge-L tokens: char, word, auto (default: the run's)."
-    ),
-    reranker_backend: str = RERANKER_BACKEND,
+    scorer_settings: dict[str, str] | None = None,
     judge_base_url: str = JUDGE_BASE_URL,
     judge_model: str = JUDGE_MODEL,
     judge_api_key_env: str = JUDGE_API_KEY_ENV,
@@ -103,25 +95,26 @@ def eval_command(
         typer.echo("error: --stop and --no-stop contradict each other; give one", err=True)
         raise typer.Exit(2)
     settings = EvalSettings(
-        data=data,
-        data_path=data_path,
-        split=split,
-        limit=limit,
-        prompt=prompt,
-        response_prefix=response_prefix,
-        max_prompt_tokens=max_prompt_tokens,
-        k=k,
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
+        **given(
+            data=data,
+            data_path=data_path,
+            split=split,
+            limit=limit,
+            prompt=prompt,
+            response_prefix=response_prefix,
+            max_prompt_tokens=max_prompt_tokens,
+            k=k,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            backend=backend,
+            scorers=scorers,
+        ),
+        scorer_settings=scorer_settings,
         seed=seed,
         stop=() if no_stop else (tuple(stop) if stop else None),
-        batch_size=batch_size,
-        backend=backend,
         dtype=dtype,
-        scorers=scorers,
-        rouge_level=rouge_level,
-        reranker_backend=reranker_backend,
         n_resamples=bootstrap,
         **judge_fields(judge_base_url, judge_model, judge_api_key_env, no_judge),
     )

@@ -7,37 +7,45 @@ from pathlib import Path
 
 import typer
 
-from eapo.commands.options import ENGINE, OVERRIDES, backend_option, config_option, with_engine
+from eapo.commands.options import (
+    BACKEND,
+    ENGINE,
+    EVAL_BATCH_SIZE,
+    EVAL_LIMIT,
+    EVAL_MAX_NEW_TOKENS,
+    EVAL_SPLIT,
+    EVAL_TEMPERATURE,
+    JOBS,
+    OVERRIDES,
+    REPORT_ONLY,
+    SAMPLES_PER_PROMPT,
+    SEEDS,
+    SWEEP_DIR,
+    config_option,
+    given,
+    seed_list,
+    with_engine,
+    with_scorer_settings,
+)
 
 
+@with_scorer_settings
 def study_command(
     overrides: list[str] = OVERRIDES,
     config: Path = config_option("study"),
-    output_dir: Path = typer.Option(
-        ..., "--output-dir", "-o", help="Study directory (runs/, tables, claims.md)."
-    ),
-    seeds: str = typer.Option(None, "--seeds", help="Comma-separated training seeds (default: study.seeds)."),
-    jobs: int = typer.Option(
-        None, "--jobs", "-j", min=1, help="Runs at once on the GPU (default: study.jobs)."
-    ),
-    k: int = typer.Option(None, "--k", min=1, help="Samples per prompt in evaluation (default: study.k)."),
-    eval_limit: int = typer.Option(
-        None, "--eval-limit", min=1, help="Prompts evaluated (default: study.eval_limit)."
-    ),
-    eval_split: str = typer.Option(None, "--eval-split", help="Held-out split (default: study.eval_split)."),
-    eval_max_new_tokens: int = typer.Option(
-        None, "--eval-max-new-tokens", help="Response cap in evaluation (default: the run's)."
-    ),
-    eval_batch_size: int = typer.Option(None, "--eval-batch-size", help="Prompts per generation call."),
-    backend: str = backend_option(None, shown="study.backend"),
+    output_dir: Path = SWEEP_DIR,
+    seeds: str = SEEDS,
+    jobs: int = JOBS,
+    k: int = SAMPLES_PER_PROMPT,
+    eval_limit: int = EVAL_LIMIT,
+    eval_split: str = EVAL_SPLIT,
+    eval_temperature: float = EVAL_TEMPERATURE,
+    eval_max_new_tokens: int = EVAL_MAX_NEW_TOKENS,
+    eval_batch_size: int = EVAL_BATCH_SIZE,
+    backend: str = BACKEND,
+    scorer_settings: dict[str, str] | None = None,
     engine: str = ENGINE,
-    report_only: bool = typer.Option(
-        False,
-        "--report-only",
-        help="Train and evaluate nothing: write the tables, figure and claims from the runs finished so "
-        "far (an interim report while the study runs in another process). A configuration counts once "
-        "all its runs have finished; claims over the others are not measured.",
-    ),
+    report_only: bool = REPORT_ONLY,
     claims_only: bool = typer.Option(
         False,
         "--claims-only",
@@ -62,21 +70,20 @@ def study_command(
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         settings, _ = read_study_config(config)
-        changes = {
-            "jobs": jobs,
-            "k": k,
-            "eval_limit": eval_limit,
-            "eval_split": eval_split,
-            "eval_max_new_tokens": eval_max_new_tokens,
-            "eval_batch_size": eval_batch_size,
-            "backend": backend,
-        }
-        if seeds is not None:
-            try:
-                changes["seeds"] = [int(s) for s in seeds.split(",") if s.strip()]
-            except ValueError:
-                raise SweepError(f"--seeds {seeds!r} must be comma-separated integers") from None
-        settings = dataclasses.replace(settings, **{key: v for key, v in changes.items() if v is not None})
+        changes = given(
+            seeds=seed_list(seeds),
+            jobs=jobs,
+            k=k,
+            eval_limit=eval_limit,
+            eval_split=eval_split,
+            eval_temperature=eval_temperature,
+            eval_max_new_tokens=eval_max_new_tokens,
+            eval_batch_size=eval_batch_size,
+            backend=backend,
+        )
+        if scorer_settings:  # each given one replaces the study config's
+            changes["scorer_settings"] = {**settings.scorer_settings, **scorer_settings}
+        settings = dataclasses.replace(settings, **changes)
         if claims_only:
             if report_only:
                 raise SweepError(

@@ -8,21 +8,34 @@ from pathlib import Path
 import typer
 
 from eapo.commands.options import (
+    BACKEND,
     ENGINE,
+    EVAL_BATCH_SIZE,
+    EVAL_LIMIT,
+    EVAL_MAX_NEW_TOKENS,
+    EVAL_SPLIT,
+    EVAL_TEMPERATURE,
+    JOBS,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
     JUDGE_MODEL,
     NO_JUDGE,
     OVERRIDES,
-    RERANKER_BACKEND,
+    REPORT_ONLY,
+    SAMPLES_PER_PROMPT,
     SCORERS,
-    backend_option,
+    SEEDS,
+    SWEEP_DIR,
     config_option,
+    given,
     judge_fields,
+    seed_list,
     with_engine,
+    with_scorer_settings,
 )
 
 
+@with_scorer_settings
 def sweep_command(
     overrides: list[str] = OVERRIDES,
     config: Path = config_option("demo"),
@@ -39,9 +52,7 @@ def sweep_command(
         "its grid (eapo.core.Scheme.grid: the paper's tables vary w_reinforce's w_pos/w_neg and eapo's "
         "w0/w_min/w_max); METHOD.KEY=... targets one method. Axes of one method multiply.",
     ),
-    seeds: str = typer.Option(
-        None, "--seeds", help="Comma-separated train.seed values (default: the config's)."
-    ),
+    seeds: str = SEEDS,
     side_by_side: list[Path] = typer.Option(
         None,
         "--side-by-side",
@@ -49,22 +60,16 @@ def sweep_command(
         help="Another sweep directory (e.g. the same grid on CMD) shown next to this one in the "
         "sensitivity table, as in the paper (repeatable).",
     ),
-    output_dir: Path = typer.Option(
-        ..., "--output-dir", "-o", help="Sweep directory (runs/, tables, figure)."
-    ),
-    k: int = typer.Option(8, "--k", help="Samples per prompt in evaluation (RL@k, RR@k)."),
-    eval_limit: int = typer.Option(None, "--eval-limit", help="Evaluate at most this many prompts."),
-    eval_split: str = typer.Option("dev", "--eval-split", help="Split to evaluate on."),
-    eval_temperature: float = typer.Option(
-        None, "--eval-temperature", help="Sampling temperature (default: the run's)."
-    ),
-    eval_max_new_tokens: int = typer.Option(
-        None, "--eval-max-new-tokens", help="Response cap (default: the run's)."
-    ),
-    eval_batch_size: int = typer.Option(None, "--eval-batch-size", help="Prompts per generation call."),
-    backend: str = backend_option(),
+    output_dir: Path = SWEEP_DIR,
+    k: int = SAMPLES_PER_PROMPT,
+    eval_limit: int = EVAL_LIMIT,
+    eval_split: str = EVAL_SPLIT,
+    eval_temperature: float = EVAL_TEMPERATURE,
+    eval_max_new_tokens: int = EVAL_MAX_NEW_TOKENS,
+    eval_batch_size: int = EVAL_BATCH_SIZE,
+    backend: str = BACKEND,
     scorers: str = SCORERS,
-    reranker_backend: str = RERANKER_BACKEND,
+    scorer_settings: dict[str, str] | None = None,
     judge_base_url: str = JUDGE_BASE_URL,
     judge_model: str = JUDGE_MODEL,
     judge_api_key_env: str = JUDGE_API_KEY_ENV,
@@ -78,20 +83,8 @@ def sweep_command(
         "--launcher",
         help="Run training with this launcher, e.g. 'accelerate launch --num_processes 4'.",
     ),
-    jobs: int = typer.Option(
-        1,
-        "--jobs",
-        "-j",
-        min=1,
-        help="Configurations trained/evaluated at the same time (on one GPU they share it; a small model "
-        "leaves it mostly idle, so 3-5 jobs finish sooner).",
-    ),
-    report_only: bool = typer.Option(
-        False,
-        "--report-only",
-        help="Train and evaluate nothing: write the tables and figure from the runs evaluated so far "
-        "(e.g. while the sweep runs in another process).",
-    ),
+    jobs: int = JOBS,
+    report_only: bool = REPORT_ONLY,
 ) -> None:
     """Train every configuration, evaluate each, write comparison/sensitivity tables and dynamics figure.
 
@@ -106,21 +99,18 @@ def sweep_command(
     from eapo.sweep import SubprocessRunner, SweepError, run_sweep
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()] if seeds else None
-    except ValueError:
-        typer.echo(f"error: --seeds {seeds!r} must be comma-separated integers", err=True)
-        raise typer.Exit(2) from None
     eval_options = EvalSettings(
-        k=k,
-        limit=eval_limit,
-        split=eval_split,
-        temperature=eval_temperature,
-        max_new_tokens=eval_max_new_tokens,
-        batch_size=eval_batch_size,
-        backend=backend,
-        scorers=scorers,
-        reranker_backend=reranker_backend,
+        **given(
+            k=k,
+            limit=eval_limit,
+            split=eval_split,
+            temperature=eval_temperature,
+            max_new_tokens=eval_max_new_tokens,
+            batch_size=eval_batch_size,
+            backend=backend,
+            scorers=scorers,
+        ),
+        scorer_settings=scorer_settings,
         **judge_fields(judge_base_url, judge_model, judge_api_key_env, no_judge),
     )
     runner = SubprocessRunner(launcher=[*shlex.split(launcher)] if launcher else None)
@@ -130,14 +120,14 @@ def sweep_command(
             output_dir,
             methods=[m.strip() for m in methods.split(",") if m.strip()],
             grids=grid or [],
-            seeds=seed_list,
+            seeds=seed_list(seeds),
             overrides=with_engine(overrides, engine),
             eval_options=eval_options,
             include_base=base,
             runner=runner,
             echo=typer.echo,
             side_by_side=side_by_side or [],
-            jobs=jobs,
+            jobs=jobs or 1,
             report_only=report_only,
         )
     except SweepError as error:

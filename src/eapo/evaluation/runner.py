@@ -446,9 +446,9 @@ def sampling_settings(settings: EvalSettings, rollout: Any, backend: str) -> Sam
 def eval_scorers(settings: EvalSettings, cfg: Any, response_prefix: str, output_dir: Path) -> dict[str, Any]:
     """``{scorer: reward function}`` as ``settings`` ask, configured as the run's training rewarded (its
     ``reward.options``); a scorer with a ``prefix_option`` (the format check) reads ``response_prefix`` +
-    completion unless the run set that option, and the fields of ``settings`` a scorer maps onto its
-    options (``rouge_level``) win. A scorer that calls the judge is checked before any generation
-    (:func:`_check_judge`)."""
+    completion unless the run set that option, and the ``scorer_settings`` given win (``rouge_level``: the
+    Rouge-L scorer's ``level``; :class:`eapo.rewards.ScorerSetting`). A scorer that calls the judge is
+    checked before any generation (:func:`_check_judge`)."""
     from eapo.config import reward_options
     from eapo.rewards import registry
 
@@ -460,7 +460,7 @@ def eval_scorers(settings: EvalSettings, cfg: Any, response_prefix: str, output_
         if option is not None and (cfg is None or option not in cfg.reward.options.get(component, {})):
             # the check reads prefix + completion: the prefix this evaluation's prompts end with
             options.setdefault(component, {})[option] = response_prefix
-        given = {key: getattr(settings, field) for field, key in scorer.settings.items()}
+        given = {setting.option: settings.scorer_settings.get(setting.name) for setting in scorer.settings}
         overrides[name] = {key: value for key, value in given.items() if value is not None}
     judge_base_url, judge_model, judge_api_key_env, judge_options = judge_settings(
         cfg, settings.judge_base_url, settings.judge_model, settings.judge_api_key_env

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["default_scorers", "EvalSettings"]
@@ -76,10 +76,11 @@ class EvalSettings:
     scorers: tuple[str, ...] | None = None
     """Scorers (rouge_l, reranker, format, ...; laaj: see ``judge_*``); None: :func:`default_scorers`.
     A comma-separated string (the ``--scorers`` flag's form) is split."""
-    rouge_level: str | None = None
-    """Rouge-L tokens: char, word, auto; None: the run's."""
-    reranker_backend: str | None = None
-    """auto, cross-encoder or bi-encoder (the offline stand-in); None: the run's, else auto."""
+    scorer_settings: Mapping[str, str] = field(default_factory=dict)
+    """How the scorers score, by the settings their registrations declare
+    (:class:`eapo.rewards.ScorerSetting`: ``rouge_level``, ``reranker_backend``, ...): name -> value, each
+    given one winning over the run's ``reward.options``; one left out (or None): the run's, else the
+    component's default. A name no scorer declares, or a value it does not take, is a ValueError."""
     judge_base_url: str | None = None
     """OpenAI-compatible judge endpoint (enables LAAJ); None: the run's ``reward.judge`` when it names one."""
     judge_model: str | None = None
@@ -98,6 +99,7 @@ class EvalSettings:
             object.__setattr__(self, "scorers", names)
         elif self.scorers is not None:
             object.__setattr__(self, "scorers", tuple(self.scorers))
+        object.__setattr__(self, "scorer_settings", _checked_scorer_settings(self.scorer_settings))
         if self.stop is not None:
             from eapo.runtime.stop import check_stops
 
@@ -127,6 +129,8 @@ class EvalSettings:
                 continue
             args += [flag, ",".join(value) if name == "scorers" else str(value)]
         defaults = {f.name: f.default for f in fields(self)}
+        for name, value in self.scorer_settings.items():
+            args += [_scorer_setting(name).flag, value]
         for name, flag in _FLAGS_OFF_DEFAULT.items():
             if getattr(self, name) != defaults[name]:
                 args += [flag, str(getattr(self, name))]
@@ -165,13 +169,37 @@ class EvalSettings:
         if self.judge_base_url is not None:  # the scorers that call the judge's endpoint join them
             requested += [name for name, scorer in scorers.items() if scorer.endpoint]
         checks.append(all(name in labels for name in requested))
-        if self.reranker_backend == "cross-encoder":  # a stored stand-in's scores are not the model asked for
-            checks += [
-                "stand-in" not in labels[name]
-                for name, scorer in scorers.items()
-                if "reranker_backend" in scorer.settings and name in labels
-            ]
+        for name, value in self.scorer_settings.items():  # a stored stand-in's are not the scores asked for
+            scorer, setting = _registered_settings()[name]
+            if value in setting.real and scorer in labels:
+                checks.append("stand-in" not in labels[scorer])
         return all(checks)
+
+
+def _registered_settings() -> dict[str, Any]:
+    from eapo.rewards.registry import scorer_settings
+
+    return scorer_settings()
+
+
+def _scorer_setting(name: str) -> Any:
+    return _registered_settings()[name][1]
+
+
+def _checked_scorer_settings(given: Mapping[str, str | None] | None) -> dict[str, str]:
+    """``scorer_settings`` as given, those set (not None) in registration order, each checked against the
+    setting its scorer declares."""
+    given = dict(given or {})
+    registered = _registered_settings()
+    unknown = [name for name in given if name not in registered]
+    if unknown:
+        raise ValueError(f"unknown scorer setting(s) {unknown}; valid: {', '.join(registered)}")
+    checked = {}
+    for name, (_, setting) in registered.items():
+        if given.get(name) is not None:
+            setting.check(given[name])
+            checked[name] = given[name]
+    return checked
 
 
 #: Fields passed on as ``eapo eval`` flags when set (not None), in the order a sweep records them.
@@ -181,7 +209,6 @@ _OPTIONAL_FLAGS = {
     "max_new_tokens": "--max-new-tokens",
     "batch_size": "--batch-size",
     "scorers": "--scorers",
-    "reranker_backend": "--reranker-backend",
     "judge_base_url": "--judge-base-url",
     "judge_model": "--judge-model",
     "judge_api_key_env": "--judge-api-key-env",
@@ -191,7 +218,6 @@ _OPTIONAL_FLAGS = {
     "response_prefix": "--response-prefix",
     "max_prompt_tokens": "--max-prompt-tokens",
     "top_p": "--top-p",
-    "rouge_level": "--rouge-level",
 }
 #: Fields with a non-None default, passed on when they differ from it (``judge``: ``--no-judge``).
 _FLAGS_OFF_DEFAULT = {"dtype": "--dtype", "n_resamples": "--bootstrap"}

@@ -17,7 +17,9 @@ its module names it:
 * **evaluation** — ``evaluation`` (:class:`EvalScorer`): the scorer ``eapo eval`` runs, its name and
   title there, the table columns its scores fill (:class:`EvalColumn`: how a prompt's k scores make
   the column, which Avg it joins, whether it has a strict variant), the tables it adds
-  (:class:`EvalTable`) and whether its check gates the strict columns (:class:`StrictGate`).
+  (:class:`EvalTable`), whether its check gates the strict columns (:class:`StrictGate`) and the
+  settings of how it scores that the evaluating commands take as flags (:class:`ScorerSetting`:
+  ``--rouge-level``, ``--reranker-backend``).
 
 :mod:`eapo.evaluation` (metrics, report, runner, harness), :mod:`eapo.plot`, :mod:`eapo.summary` and the
 ``reward`` section of the configuration read these entries; a component registered from any module
@@ -37,6 +39,7 @@ __all__ = [
     "EvalColumn",
     "EvalTable",
     "StrictGate",
+    "ScorerSetting",
     "EvalScorer",
     "RewardComponent",
     "REWARD_COMPONENTS",
@@ -48,6 +51,7 @@ __all__ = [
     "eval_scorers",
     "scorer_component",
     "eval_columns",
+    "scorer_settings",
 ]
 
 #: How a prompt's ``k`` scores make its value in a column: their mean, or the best of them (the paper's
@@ -122,6 +126,41 @@ class StrictGate:
 
 
 @dataclass(frozen=True)
+class ScorerSetting:
+    """A setting of how a scorer scores in evaluation, one of its component's options, that every command
+    that evaluates takes on its command line (``eapo eval``, ``sweep``, ``study``): given, it wins over the
+    evaluated run's ``reward.options``.
+
+    Attributes:
+        name: its key: the flag ``--<name>`` (``_`` spelt ``-``: ``rouge_level`` -> ``--rouge-level``), the
+            key in :class:`eapo.evaluation.EvalSettings` ``scorer_settings`` and in a study config's
+            ``study.scorer_settings``. Unique among the registered scorers.
+        option: the component option it sets (``level``); the component's default for it is the flag's
+            default where the run does not set it.
+        help: what it sets and its values, the flag's help (the commands add its default).
+        choices: the values it takes (empty: any); another is a usage error.
+        real: the values that ask for the scorer itself, not its stand-in: an evaluation whose label for
+            the scorer says ``stand-in`` is not reused for them (``reranker_backend``: ``cross-encoder``).
+    """
+
+    name: str
+    option: str
+    help: str
+    choices: tuple[str, ...] = ()
+    real: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        """Its command-line flag: ``--rouge-level``."""
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value: str) -> None:
+        """A ValueError naming the flag when ``value`` is not one of ``choices``."""
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{self.flag} {value!r} is invalid; valid: {', '.join(self.choices)}")
+
+
+@dataclass(frozen=True)
 class EvalScorer:
     """How ``eapo eval`` runs a component.
 
@@ -134,8 +173,8 @@ class EvalScorer:
         tables: the tables it adds beside the main one.
         default: ``eapo eval`` runs it unless ``--scorers`` says otherwise.
         options: options it always gets in evaluation (LAAJ judges the response: ``target: response``).
-        settings: :class:`eapo.evaluation.EvalSettings` field -> the option it sets when given
-            (``rouge_level`` -> ``level``).
+        settings: the settings of how it scores that the evaluating commands take as flags
+            (:class:`ScorerSetting`: ``rouge_level`` sets ``level``).
         prefix_option: the option that takes the text every evaluated response starts with, unless the
             run set it (the format check's ``prefix``).
         endpoint: it calls the judge's endpoint (``--judge-*``, ``reward.judge``): added when one is given,
@@ -151,7 +190,7 @@ class EvalScorer:
     tables: tuple[EvalTable, ...] = ()
     default: bool = False
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    settings: tuple[ScorerSetting, ...] = ()
     prefix_option: str | None = None
     endpoint: bool = False
     gate: StrictGate | None = None
@@ -238,6 +277,14 @@ def register_reward(component: RewardComponent) -> RewardComponent:
         for column in scorer.columns:
             if column.key in columns or column.key in averages:
                 raise ValueError(f"reward component {component.name!r}: column {column.key!r} exists already")
+        taken_settings = {key: owner for key, (owner, _) in scorer_settings().items()}
+        for setting in scorer.settings:
+            if setting.name in taken_settings:
+                raise ValueError(
+                    f"reward component {component.name!r}: scorer setting {setting.name!r} is "
+                    f"{taken_settings[setting.name]!r}'s"
+                )
+            taken_settings[setting.name] = name
         if scorer.gate is not None and any(other.gate for other in eval_scorers().values()):
             raise ValueError(
                 f"reward component {component.name!r}: only one scorer gates the strict columns, "
@@ -295,3 +342,13 @@ def eval_columns() -> list[tuple[str, EvalColumn]]:
     """``(scorer name, column)`` of every registered column, in column order (``order``, then registration)."""
     listed = [(name, column) for name, scorer in eval_scorers().items() for column in scorer.columns]
     return sorted(listed, key=lambda item: item[1].order)
+
+
+def scorer_settings() -> dict[str, tuple[str, ScorerSetting]]:
+    """Every registered scorer's settings (:class:`ScorerSetting`): name -> (scorer name, setting), in
+    registration order."""
+    return {
+        setting.name: (name, setting)
+        for name, scorer in eval_scorers().items()
+        for setting in scorer.settings
+    }

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from eapo.rewards.base import as_text, check_batch
 from eapo.rewards.extract import check_extract, extract_answer, extract_label
-from eapo.rewards.registry import EvalColumn, EvalScorer, RewardComponent, register_reward
+from eapo.rewards.registry import EvalColumn, EvalScorer, RewardComponent, ScorerSetting, register_reward
 
 __all__ = ["Reranker", "DEFAULT_CROSS_ENCODER", "BI_ENCODER_NAME", "bi_encoder_path", "BACKENDS"]
 
@@ -268,7 +268,16 @@ register_reward(
         default_weight=0.3,
         evaluation=EvalScorer(
             default=True,
-            settings={"reranker_backend": "backend"},
+            settings=(
+                ScorerSetting(
+                    "reranker_backend",
+                    "backend",
+                    "The reranker: cross-encoder, bi-encoder (the offline stand-in), or auto (the "
+                    "cross-encoder where it can be loaded, else the stand-in).",
+                    choices=BACKENDS,
+                    real=("cross-encoder",),
+                ),
+            ),
             columns=(
                 EvalColumn("reranker", "Reranker", averages=("avg", "avg_laaj"), strict=True, order=2),
                 EvalColumn("rr_at_k", "RR@{k}", per_prompt="best", averages=("avg",), strict=True, order=4),

@@ -32,7 +32,7 @@ from rapidfuzz.distance import LCSseq
 
 from eapo.rewards.base import as_text, check_batch
 from eapo.rewards.extract import check_extract, extract_answer, extract_label
-from eapo.rewards.registry import EvalColumn, EvalScorer, RewardComponent, register_reward
+from eapo.rewards.registry import EvalColumn, EvalScorer, RewardComponent, ScorerSetting, register_reward
 
 __all__ = ["RougeL", "rouge_l_f1", "rouge_l_scores", "lcs_length", "tokenize", "is_mostly_cjk", "LEVELS"]
 
@@ -183,7 +183,14 @@ register_reward(
         default_weight=0.3,
         evaluation=EvalScorer(
             default=True,
-            settings={"rouge_level": "level"},
+            settings=(
+                ScorerSetting(
+                    "rouge_level",
+                    "level",
+                    "Rouge-L tokens: char (the paper's), word, or auto (char where most of the reference is CJK, else word).",
+                    choices=LEVELS,
+                ),
+            ),
             columns=(
                 EvalColumn("rouge_l", "Rouge-L", averages=("avg", "avg_laaj"), strict=True, order=1),
                 EvalColumn("rl_at_k", "RL@{k}", per_prompt="best", averages=("avg",), strict=True, order=3),

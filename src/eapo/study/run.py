@@ -85,9 +85,12 @@ class StudySettings:
     k: int = 8  # samples per prompt in evaluation (RL@k, RR@k)
     eval_split: str = "dev"  # the held-out split
     eval_limit: int | None = 100  # prompts evaluated (None: the whole split)
+    eval_temperature: float | None = None  # sampling temperature in evaluation (None: the run's)
     eval_max_new_tokens: int | None = None  # response cap in evaluation (None: the run's)
     eval_batch_size: int | None = None  # prompts per generation call (None: eapo eval's default)
     backend: str = "auto"  # eval generation backend
+    # how the scorers score (eapo.rewards.ScorerSetting: rouge_level, reranker_backend; {}: the run's)
+    scorer_settings: dict[str, str] = field(default_factory=dict)
     # the study's numbers its claims file may name (eapo.study.claims_file.STUDY_PARAMS)
     window: float = 0.1  # fraction of steps in the start / end windows
     entropy_band: float = ENTROPY_BAND  # the tolerance around H_0 of "near H_0" and "stable"
@@ -107,6 +110,14 @@ class StudySettings:
             raise SweepError(f"{where}.jobs and {where}.k must be >= 1 (got {self.jobs}, {self.k})")
         if self.eval_limit is not None and self.eval_limit < 1:
             raise SweepError(f"{where}.eval_limit must be >= 1 or null, got {self.eval_limit}")
+        if self.eval_temperature is not None and self.eval_temperature < 0:
+            raise SweepError(f"{where}.eval_temperature must be >= 0 or null, got {self.eval_temperature}")
+        if not isinstance(self.scorer_settings, dict):
+            raise SweepError(f"{where}.scorer_settings must be a mapping, got {self.scorer_settings!r}")
+        try:
+            EvalSettings(scorer_settings=self.scorer_settings)
+        except ValueError as error:
+            raise SweepError(f"{where}.scorer_settings: {error}") from None
         if not 0 < self.window <= 0.5:
             raise SweepError(f"{where}.window must be in (0, 0.5], got {self.window}")
         if not 0 < self.entropy_band < 1:
@@ -121,6 +132,22 @@ class StudySettings:
         if self.runs is not None:
             study_runs(self.runs, self.seeds, where=f"{where}.runs")  # raises on a bad entry
         return self
+
+    def eval_settings(self) -> EvalSettings:
+        """What every evaluation of the study samples and scores: ``k``, ``eval_*``, ``backend`` and
+        ``scorer_settings`` (``eapo sweep``'s ``--k``, ``--eval-*``, ``--backend``, ``--rouge-level``, ...
+        mean the same), by the default scorers."""
+        return EvalSettings(
+            k=self.k,
+            limit=self.eval_limit,
+            split=self.eval_split,
+            temperature=self.eval_temperature,
+            max_new_tokens=self.eval_max_new_tokens,
+            batch_size=self.eval_batch_size,
+            backend=self.backend,
+            scorers=",".join(default_scorers()),
+            scorer_settings=self.scorer_settings,
+        )
 
 
 def read_study_config(path: str | os.PathLike) -> tuple[StudySettings, dict[str, Any]]:
@@ -389,22 +416,13 @@ def run_study(
     if not base.exists() or base.read_text(encoding="utf-8") != text:
         atomic_write_text(base, text)
 
-    eval_options = EvalSettings(
-        k=settings.k,
-        limit=settings.eval_limit,
-        split=settings.eval_split,
-        max_new_tokens=settings.eval_max_new_tokens,
-        batch_size=settings.eval_batch_size,
-        backend=settings.backend,
-        scorers=",".join(default_scorers()),
-    )
     sweep = run_sweep(
         base,
         output_dir,
         methods=STUDY_METHODS,
         planned=runs,
         overrides=list(overrides),
-        eval_options=eval_options,
+        eval_options=settings.eval_settings(),
         include_base=True,
         runner=runner,
         echo=echo,
