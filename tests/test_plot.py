@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from eapo.cli import app
 from eapo.plot import (
+    RATIO_KEY,
     RAW_PREFIX,
     auto_smoothing,
     ema,
@@ -225,7 +226,7 @@ def test_seed_bands_draw_the_controls_actuators_only_where_logged(tmp_path):
 
 def test_seed_bands_draw_entropy_over_each_runs_own_h0(tmp_path):
     """Seeds start at different entropies (H_0 1.01-1.19 nats in the controls study), so the band the
-    claims read is r_t = entropy ÷ the run's own H_0, with 1 and 1 ± 10% drawn."""
+    claims read is r_t = entropy ÷ the run's own H_0, with 1 drawn and the bounds its claims file names."""
     low = make_run(tmp_path, "eapo-seed0", "eapo", steps=4)  # entropy 1.1..1.4, H_0 1.1
     high = make_run(tmp_path, "eapo-seed1", "eapo", steps=4)
     metrics = high / "metrics.jsonl"
@@ -235,7 +236,7 @@ def test_seed_bands_draw_entropy_over_each_runs_own_h0(tmp_path):
             json.dumps(r | {"entropy/rollout": 2 * r["entropy/rollout"], "eapo/H0": 2.2}) + "\n" for r in rows
         )
     )
-    figure = plot_seed_bands({"EAPO": [low, high]}, smoothing=0.0)
+    figure = plot_seed_bands({"EAPO": [low, high]}, smoothing=0.0, bands={RATIO_KEY: (0.9, 1.1)})
     (axis,) = [a for a in figure.axes if a.get_title() == "Entropy ÷ the run's H_0 (r_t)"]
     (line,) = labelled_lines(axis)
     expected = [(1.0 + 0.1 * step) / 1.1 for step in range(1, 5)]
@@ -244,6 +245,10 @@ def test_seed_bands_draw_entropy_over_each_runs_own_h0(tmp_path):
         round(ref.get_ydata()[0], 2) for ref in axis.get_lines() if ref not in labelled_lines(axis)
     )
     assert references == [0.9, 1.0, 1.1]
+    # no bands given (a study whose claims file draws none): H_0 alone
+    figure = plot_seed_bands({"EAPO": [low, high]}, smoothing=0.0)
+    (axis,) = [a for a in figure.axes if a.get_title() == "Entropy ÷ the run's H_0 (r_t)"]
+    assert [ref.get_ydata()[0] for ref in axis.get_lines() if ref not in labelled_lines(axis)] == [1.0]
     (raw,) = labelled_lines(figure.axes[0])
     assert list(raw.get_ydata()) == pytest.approx([1.5 * (1.0 + 0.1 * step) for step in range(1, 5)])
     # a run that logged no H_0 gets no ratio

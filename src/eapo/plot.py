@@ -255,17 +255,18 @@ def plot_runs(
     return figure
 
 
-#: The panels of :func:`plot_seed_bands` (a study's dynamics): the quantities its claims read.
+#: The panels of :func:`plot_seed_bands` (a study's dynamics): the metrics this library logs, each drawn
+#: when a run logged it (generic: no study's claim is among them; a study's claims file draws its bands).
 BAND_PANELS: tuple[tuple[str, str], ...] = (
     ("entropy/rollout", "Entropy (rollout, nats/token)"),
-    # derived per seed (its H_0 is its own), with 1 and 1 ± 10% drawn: the ratio the studies' claims read
+    # derived per seed (its H_0 is its own), with 1 (H_0) drawn
     ("entropy/rollout_over_h0", "Entropy ÷ the run's H_0 (r_t)"),
     ("reward/mean", "Reward"),
     ("completion/mean_length", "Response length (tokens)"),
     # eapo.run_dir.cap_share: completions/stopped_by_cap
     (CAP_SHARE_KEY, "Share cut at the length cap"),
     ("eapo/w_pos", "w+ (positive weight)"),
-    # the closed-loop controls' own actuators, drawn when a run logged them (the controls study)
+    # the registered entropy controls' own actuators (eapo.core.ENTROPY_CONTROLS)
     *actuator_panels(),
 )
 
@@ -328,6 +329,7 @@ def plot_seed_bands(
     *,
     smoothing: float | None = None,
     title: str | None = None,
+    bands: Mapping[str, Sequence[float]] | None = None,
 ) -> Figure:
     """A study's training dynamics: per configuration the mean over its seeds (a line) and the spread
     across them (a band from the lowest to the highest seed), in the panels of :data:`BAND_PANELS`.
@@ -336,6 +338,8 @@ def plot_seed_bands(
         groups: ``{label: [run directory of each seed]}``.
         output: ``FILE.png`` (``FILE.svg`` too), as :func:`plot_runs`.
         smoothing: EMA weight applied to each seed before the band (default :func:`auto_smoothing`).
+        bands: per panel key, values drawn as dotted lines: the bounds a study's rules use (its claims
+            file's ``plot.bands``, :func:`eapo.study.run.plot_bands`), e.g. ``{RATIO_KEY: (0.9, 1.1)}``.
     """
     runs = {
         label: [with_entropy_ratio(_band_rows(d)) for d in dirs] for label, dirs in groups.items() if dirs
@@ -365,10 +369,10 @@ def plot_seed_bands(
             axis.fill_between(steps, low, high, color=style["color"], alpha=0.2, linewidth=0)
             (line,) = axis.plot(steps, mean, **style, linewidth=1.6, label=f"{label} ({len(seeds)} seeds)")
             handles.setdefault(label, line)
-        if key == RATIO_KEY:  # H_0 and the ± 10% band of the studies' rules
+        if key == RATIO_KEY:  # H_0
             axis.axhline(1.0, color="black", linewidth=0.8)
-            for bound in (0.9, 1.1):
-                axis.axhline(bound, color="black", linewidth=0.6, linestyle=":")
+        for bound in (bands or {}).get(key, ()):  # the bounds the study's rules read
+            axis.axhline(bound, color="black", linewidth=0.6, linestyle=":")
         axis.set_title(panel_title, fontsize=10)
         axis.set_xlabel("step")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -445,7 +445,10 @@ def test_unreadable_and_unresolvable_claims_files(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "configs").glob("study*.yaml")))
+@pytest.mark.parametrize(
+    "config",
+    sorted(p.name for p in (ROOT / "configs").glob("study*.yaml") if not p.name.endswith(".claims.yaml")),
+)
 def test_every_study_config_names_a_claims_file_that_loads(config):
     settings, _ = read_study_config(ROOT / "configs" / config)
     claims = study_claims(settings, ROOT / "configs" / config)
@@ -521,3 +524,33 @@ def test_claims_only_and_report_only_together_are_refused(tmp_path):
     assert result.exit_code == 2 and "--claims-only and --report-only: give one" in result.output
     result = CliRunner().invoke(app, args[:-1])
     assert result.exit_code == 2 and "holds no claims.json and claims.md to rewrite" in result.output
+
+
+def test_a_claims_file_defaults_its_thresholds_and_names_its_plot_bands(tmp_path):
+    """A claims file's params may give entropy_band / max_clipped_share (the study config's value wins;
+    one that it names and neither sets is refused), and plot.bands names the lines of dynamics.png."""
+    from eapo.study import StudySettings, claims_params
+    from eapo.study.run import plot_bands
+    from eapo.sweep import SweepError
+
+    paper = load_claims(PACKAGED / "paper.claims.yaml")
+    settings = StudySettings(claims="paper", methods=["grpo"])
+    params = claims_params(settings, paper)
+    assert (params["entropy_band"], params["max_clipped_share"]) == (0.1, 0.1)
+    assert plot_bands(paper, params) == {"entropy/rollout_over_h0": (0.9, 1.1)}
+    wider = claims_params(StudySettings(claims="paper", methods=["grpo"], entropy_band=0.2), paper)
+    assert wider["entropy_band"] == 0.2
+    assert plot_bands(paper, wider)["entropy/rollout_over_h0"] == pytest.approx((0.8, 1.2))
+    assert "{entropy_band" in paper.rules["eapo_stable_entropy"] and "entropy_band" in paper.study_params
+    # a file that names entropy_band without a default: the study config must set it
+    text = RISE.replace("statement: A raises entropy (band {band:.0%})", "statement: A (band {entropy_band})")
+    bare = load_claims(_file(tmp_path, text))
+    with pytest.raises(SweepError, match=r"names entropy_band, which neither the study config"):
+        claims_params(settings, bare)
+    assert (
+        claims_params(StudySettings(claims="x", methods=["grpo"], entropy_band=0.3), bare)["entropy_band"]
+        == 0.3
+    )
+    assert plot_bands(bare, params) == {}
+    with pytest.raises(ClaimsError, match=r"plot\.bands\.r: 'nope' is not a parameter"):
+        load_claims(_file(tmp_path, RISE + "plot: {bands: {r: [1 - nope]}}\n", "y.claims.yaml"))

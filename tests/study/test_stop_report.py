@@ -441,13 +441,14 @@ def test_eapo_study_judges_the_same_claims_file_and_writes_its_claims_md(tmp_pat
     """configs/study_cpu_stop.yaml's study.claims is the file this report reads: on the full synthetic study
     eapo study's claims (the engine on the same runs) hold the report's verdicts, every one of plan.md's
     rules is in claims.md, and claim 5's table has a row per EAPO run."""
-    from eapo.study import assess, claims_markdown, collect_method_data, study_params
+    from eapo.study import SERIES_KEYS, assess, claims_markdown, collect_method_data, study_params
 
     study = _full_study(tmp_path / "study")
     root = study.done()
     built = report.build_report(root, _controls(tmp_path / "controls.json", ALL_HELD))
     runs, _ = report.planned_runs(root)
-    assessment = assess(report.CLAIMS, collect_method_data(root, runs), study_params(0.1, 0.1, 0.1))
+    data = collect_method_data(root, runs, keys=[*SERIES_KEYS, *report.CLAIMS.metrics])
+    assessment = assess(report.CLAIMS, data, study_params(0.1, 0.1, 0.1))
     claims = assessment.claims["claims"]
     assert len(claims) == 16 and report.CLAIMS.path.name == "study_cpu_stop.claims.yaml"
     rows = _rows(built)

@@ -57,8 +57,18 @@ def assess_claims(data):
 # --------------------------------------------------------------------------------------------
 
 
+#: The paper's comparison as configs/study.yaml names it (study.methods, study.grids).
+PAPER_PLAN = {
+    "methods": ["grpo", "psr", "nsr", "w_reinforce", "eapo"],
+    "grids": ["w_reinforce.w_pos=0.1", "eapo.w0=0.2"],
+}
+
+
 def test_plan_is_the_five_methods_with_the_papers_weights_and_one_seed():
-    runs = plan_study([0])
+    settings, _ = read_study_config(STUDY)
+    assert {"methods": settings.methods, "grids": settings.grids} == PAPER_PLAN
+    assert settings.claims == "paper"
+    runs = plan_study([0], **PAPER_PLAN)
     assert [run.name for run in runs] == [
         "grpo-seed0",
         "psr-seed0",
@@ -75,7 +85,17 @@ def test_plan_is_the_five_methods_with_the_papers_weights_and_one_seed():
     ]
     assert runs[3].overrides == ["algorithm.method=w_reinforce", "algorithm.w_pos=0.1", "train.seed=0"]
     assert runs[4].overrides == ["algorithm.method=eapo", "algorithm.w0=0.2", "train.seed=0"]
-    assert [run.name for run in plan_study([0, 1, 2])][:3] == ["grpo-seed0", "grpo-seed1", "grpo-seed2"]
+    assert [run.name for run in plan_study([0, 1, 2], **PAPER_PLAN)][:3] == [
+        "grpo-seed0",
+        "grpo-seed1",
+        "grpo-seed2",
+    ]
+    with pytest.raises(SweepError, match="names what runs: study.methods"):
+        plan_study([0])
+    with pytest.raises(SweepError, match="it names neither"):
+        StudySettings(claims="paper").validate()
+    with pytest.raises(SweepError, match="it names both"):
+        StudySettings(claims="paper", runs=[{"label": "a", "method": "grpo"}], **PAPER_PLAN).validate()
 
 
 def test_the_study_config_meets_the_issue(tmp_path):
@@ -387,7 +407,7 @@ class ScriptedRunner:
 
 def test_study_on_scripted_runs_writes_table_figure_and_claims(tmp_path):
     runner = ScriptedRunner()
-    settings = StudySettings(seeds=[3], jobs=2, k=8, eval_limit=100)
+    settings = StudySettings(seeds=[3], jobs=2, k=8, eval_limit=100, claims="paper", **PAPER_PLAN)
     report = run_study(STUDY, tmp_path / "study", settings=settings, runner=runner, echo=lambda m: None)
     assert sorted(runner.trained) == sorted(
         [
@@ -446,7 +466,15 @@ def test_tiny_study_end_to_end_on_cpu(tmp_path, monkeypatch):
     }
     tree["train"].update({"max_steps": 2, "save_steps": 0})
     tree["logging"] = {"tensorboard": False, "progress": False, "plot": False}
-    tree["study"] = {"seeds": [0], "jobs": 2, "k": 2, "eval_limit": 2, "eval_max_new_tokens": 8}
+    tree["study"] = {
+        "seeds": [0],
+        "jobs": 2,
+        "k": 2,
+        "eval_limit": 2,
+        "eval_max_new_tokens": 8,
+        "claims": "paper",
+        **PAPER_PLAN,
+    }
     config = tmp_path / "tiny-study.yaml"
     config.write_text(yaml.safe_dump(tree))
     out = tmp_path / "study"

@@ -171,7 +171,9 @@ def test_bad_claims_setting_is_refused(tmp_path):
     """study.claims names a claims file: a path beside the config or a packaged name; anything else is an
     error that says what it looked for, before anything runs."""
     with pytest.raises(SweepError, match="study.claims must name a claims file"):
-        StudySettings(claims="").validate()
+        StudySettings(claims="", methods=["grpo"]).validate()
+    with pytest.raises(SweepError, match="study.claims must name a claims file .* got None"):
+        StudySettings(methods=["grpo"]).validate()  # no default: a study names its claims
     settings, _ = read_study_config(STUDY)
     assert settings.claims == "study_cpu_controls.claims.yaml"
     config = tmp_path / "study.yaml"

@@ -14,7 +14,16 @@ import yaml
 from eapo.config import dump_config, load_config
 from eapo.evaluation.metrics import avg_columns
 from eapo.plot import seed_band
-from eapo.study import HELD, StudySettings, plan_study, read_study_config, run_role, run_study
+from eapo.study import (
+    HELD,
+    StudySettings,
+    claims_params,
+    plan_study,
+    read_study_config,
+    run_role,
+    run_study,
+    study_claims,
+)
 from eapo.sweep import SweepError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,8 +78,13 @@ def test_study_runs_plan_labelled_runs_with_their_own_seeds_and_overrides():
     assert roles["W-REINFORCE_w+=0.1-seed1"] == "w_reinforce" and roles["EAPO_w0=0.2-seed0"] == "eapo"
     assert roles["W-REINFORCE_w+=0.05-seed0"] == "w_reinforce:w_pos=0.05"
     assert roles["EAPO_w0=0.1-seed0"] == "eapo:w0=0.1" and roles["Clip-Cov-seed0"] == "clip_cov"
-    # no runs: the paper's five methods, as before
-    assert [run.name for run in plan_study([0])] == [
+    # no runs: study.methods x seeds, their weights set by study.grids (configs/study.yaml's plan)
+    paper = plan_study(
+        [0],
+        methods=["grpo", "psr", "nsr", "w_reinforce", "eapo"],
+        grids=["w_reinforce.w_pos=0.1", "eapo.w0=0.2"],
+    )
+    assert [run.name for run in paper] == [
         "grpo-seed0",
         "psr-seed0",
         "nsr-seed0",
@@ -99,10 +113,17 @@ def test_bad_study_runs_are_refused_with_the_entry_named(runs, message):
 
 def test_a_study_config_with_runs_reads(tmp_path):
     config = tmp_path / "study.yaml"
-    config.write_text(TINY.read_text() + yaml.safe_dump({"study": {"seeds": [0, 1, 2], "runs": RUNS[:6]}}))
+    study = {"seeds": [0, 1, 2], "runs": RUNS[:6], "claims": "paper"}
+    config.write_text(TINY.read_text() + yaml.safe_dump({"study": study}))
     settings, tree = read_study_config(config)
     assert settings.runs[5]["overrides"] == {"w_pos": 0.05} and "study" not in tree
-    assert settings.max_clipped_share == 0.1
+    # a threshold the config leaves unset is the claims file's (configs/paper.claims.yaml's params)
+    assert settings.max_clipped_share is None and settings.entropy_band is None
+    params = claims_params(settings, study_claims(settings, config))
+    assert params["max_clipped_share"] == 0.1 and params["entropy_band"] == 0.1
+    config.write_text(TINY.read_text() + yaml.safe_dump({"study": {**study, "entropy_band": 0.2}}))
+    settings, _ = read_study_config(config)
+    assert claims_params(settings, study_claims(settings, config))["entropy_band"] == 0.2
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,7 +223,14 @@ class RoleRunner:
 def test_scripted_study_of_labelled_runs_then_finished_from_committed_outputs(tmp_path):
     tree = yaml.safe_load(TINY.read_text())
     tree["train"]["max_steps"] = 20
-    tree["study"] = {"seeds": [0, 1], "jobs": 1, "k": 2, "eval_limit": N_PROMPTS, "runs": RUNS}
+    tree["study"] = {
+        "seeds": [0, 1],
+        "jobs": 1,
+        "k": 2,
+        "eval_limit": N_PROMPTS,
+        "runs": RUNS,
+        "claims": "paper",
+    }
     config = tmp_path / "study.yaml"
     config.write_text(yaml.safe_dump(tree))
     out = tmp_path / "study"

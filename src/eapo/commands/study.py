@@ -1,4 +1,4 @@
-"""``eapo study``: train the paper's five methods, evaluate them, and judge the paper's claims."""
+"""``eapo study``: train a study config's configurations, evaluate them, and judge its claims file's claims."""
 
 from __future__ import annotations
 
@@ -54,9 +54,9 @@ def study_command(
         "them is kept.",
     ),
 ) -> None:
-    """GRPO, PSR, NSR, W-REINFORCE (w+=0.1) and EAPO (w0=0.2) from the same base and seed(s) — or the
-    config's study.runs (labelled runs: sensitivity points, entropy-control comparators, per-run seeds):
-    the comparison table, the sensitivity table, the dynamics figure and claims.md (each paper claim:
+    """The config's study.methods (with study.grids) from the same base and seed(s) — or its study.runs
+    (labelled runs: sensitivity points, entropy-control comparators, per-run seeds): the comparison table,
+    the sensitivity table, the dynamics figure and claims.md (each claim of its claims file, study.claims:
     held / did not hold / within noise).
 
     --config is a study config: a training config with a study: section. Built on `eapo sweep`:

@@ -1,11 +1,11 @@
 """``eapo study``: a comparison of configurations in one command, and a verdict on each claim of a study.
 
-The study trains GRPO, PSR, NSR, W-REINFORCE (w+ = 0.1) and EAPO (w0 = 0.2) — or the labelled runs of
-``study.runs`` — from the same base model and seed(s), evaluates each on a held-out split, and writes
-``claims.md`` / ``claims.json``: for each claim of its claims file (``study.claims``; the paper's by
-default, ``configs/paper.claims.yaml``), *held*, *did not hold*, *within noise* or *not measured*, with
-the numbers and the rule that decided it. A study's claims are data, beside its config; one engine
-judges them all.
+The study trains the methods of ``study.methods`` (their weights set by ``study.grids``) or the labelled
+runs of ``study.runs`` from the same base model and seed(s), evaluates each on a held-out split, and
+writes ``claims.md`` / ``claims.json``: for each claim of its claims file (``study.claims``, e.g. the
+paper's, ``configs/paper.claims.yaml``), *held*, *did not hold*, *within noise* or *not measured*, with
+the numbers and the rule that decided it. A study's claims, their thresholds, the bands its figure draws
+and its power analysis's rows are data, beside its config; one engine judges them all.
 
 The package, lowest layer first (each module imports only the ones listed before it):
 
@@ -40,7 +40,7 @@ from eapo.study.claims import (
     register_comparison,
     register_reason,
 )
-from eapo.study.claims_file import ClaimsError, load_claims, resolve_claims, study_params
+from eapo.study.claims_file import STUDY_DEFAULTS, ClaimsError, load_claims, resolve_claims, study_params
 from eapo.study.quantities import STATISTICS, register_statistic
 from eapo.study.render import BLOCKS, claims_markdown, claims_payload, register_block
 from eapo.study.roles import (
@@ -50,15 +50,13 @@ from eapo.study.roles import (
     LENGTH_KEY,
     REWARD_KEY,
     SERIES_KEYS,
-    STUDY_METHODS,
-    STUDY_WEIGHTS,
     MethodData,
     run_role,
 )
 from eapo.study.run import (
-    STUDY_GRIDS,
     StudyReport,
     StudySettings,
+    claims_params,
     collect_method_data,
     plan_study,
     read_study_config,
@@ -117,8 +115,6 @@ __all__ = [
     "approach_verdict",
     "combine_verdicts",
     # roles
-    "STUDY_METHODS",
-    "STUDY_WEIGHTS",
     "ENTROPY_KEY",
     "LENGTH_KEY",
     "REWARD_KEY",
@@ -143,12 +139,12 @@ __all__ = [
     "load_claims",
     "resolve_claims",
     "study_params",
+    "STUDY_DEFAULTS",
     "assess",
     "interval_text",
     "claims_markdown",
     "claims_payload",
     # run
-    "STUDY_GRIDS",
     "sensitivity_columns",
     "StudySettings",
     "StudyReport",
@@ -156,6 +152,7 @@ __all__ = [
     "study_claims",
     "plan_study",
     "study_runs",
+    "claims_params",
     "collect_method_data",
     "write_study_tables",
     "run_study",

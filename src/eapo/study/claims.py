@@ -333,6 +333,9 @@ class ClaimsFile:
     tables: Mapping[str, TableSpec]
     layout: Mapping[str, Any]  # claims.json: key -> a group, a table, or a mapping of those
     markdown: tuple[Mapping[str, Any], ...]
+    plot: Mapping[str, Any] = field(default_factory=dict)  # {bands: {panel: [number, ...]}}
+    power: Mapping[str, Any] = field(default_factory=dict)  # eapo.study.power's rows, unparsed
+    study_params: frozenset[str] = frozenset()  # the study's numbers (STUDY_PARAMS) its texts and rules name
 
     @property
     def metrics(self) -> list[str]:
@@ -485,9 +488,11 @@ def assess(
     """Every claim of ``claims`` judged over ``data`` (role -> its runs), and its tables.
 
     Args:
-        params: the study's numbers (``window``, ``entropy_band``, ...), beside the file's own ``params``.
+        params: the study's numbers (``window``, ``entropy_band``, ...), beside the file's own ``params``
+            (a study number the file's ``params`` defaults, :data:`~eapo.study.claims_file.STUDY_DEFAULTS`,
+            takes the study's value).
     """
-    values = {**(params or {}), **claims.params}
+    values = {**claims.params, **(params or {})}
     cache: dict[Any, Any] = {}
     groups = {
         name: [_assess_claim(spec, claims, data, values, cache) for spec in specs]

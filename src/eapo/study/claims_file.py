@@ -12,6 +12,8 @@ start, end``. A claims file holds::
     tables: {name: {rows: [role, ...], quantities: {...}, columns: [...], per_seed: false, with: {...}}}
     json: {key: group or table, ...}                     # claims.json's layout (default: groups, tables)
     markdown: [block, ...]                               # claims.md's layout (eapo.study.render)
+    plot: {bands: {panel key: [low, high]}}              # lines drawn on dynamics.png (optional)
+    power: {table: ..., rows: [...]}                     # eapo.study.power's rows (optional)
 
 A claim: ``id``, ``statement``, ``quantities`` (:mod:`eapo.study.quantities`), ``compare`` (a
 comparison of :data:`eapo.study.claims.COMPARISONS` and its arguments), ``evidence`` (a template),
@@ -19,6 +21,12 @@ comparison of :data:`eapo.study.claims.COMPARISONS` and its arguments), ``eviden
 whose verdicts combine); optionally ``quote``, ``section``, ``rule``, ``basis`` (``paper`` or
 ``beyond``), ``numbers`` (what claims.json keeps: names, or ``{key: name}``; default every quantity) and
 ``constants`` (more entries of it).
+
+``params`` may also give :data:`STUDY_DEFAULTS` (``entropy_band``, ``max_clipped_share``): the
+thresholds its rules were written with, used when the study config's ``study:`` section does not set them
+(a study config's value wins). ``plot.bands`` names, per panel of a study's ``dynamics.png``
+(:data:`eapo.plot.BAND_PANELS`), the dotted lines drawn on it (numbers, or ``1 ± param`` expressions);
+``power`` is read by :mod:`eapo.study.power` (its docstring describes it).
 
 ``study.claims`` in a study config names its claims file (:func:`resolve_claims`): a path relative to
 the config, or a packaged one by name (``paper``: ``configs/paper.claims.yaml``).
@@ -50,16 +58,27 @@ from eapo.study.render import BLOCKS
 from eapo.study.stats import MIN_WINDOW_STEPS
 from eapo.study.templates import Each, Template
 
-__all__ = ["ClaimsError", "STUDY_PARAMS", "PACKAGED", "load_claims", "resolve_claims", "study_params"]
+__all__ = [
+    "ClaimsError",
+    "STUDY_PARAMS",
+    "STUDY_DEFAULTS",
+    "PACKAGED",
+    "load_claims",
+    "resolve_claims",
+    "study_params",
+]
 
 #: The numbers every claims file may name, set by the study (``study:`` settings of its config).
 STUDY_PARAMS = ("window", "entropy_band", "max_clipped_share", "min_window_steps")
+#: Those a claims file's ``params`` may give a default for (its rules' thresholds; the study config's
+#: ``study:`` value, when it sets one, wins).
+STUDY_DEFAULTS = ("entropy_band", "max_clipped_share")
 #: Where ``study.claims: NAME`` finds ``NAME.claims.yaml``: the packaged presets (configs/ links here).
 PACKAGED = Path(str(resources.files("eapo") / "configs"))
 SUFFIX = ".claims.yaml"
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TOP = ("title", "names", "params", "rules", "groups", "tables", "json", "markdown")
+_TOP = ("title", "names", "params", "rules", "groups", "tables", "json", "markdown", "plot", "power")
 _CLAIM = (
     "id",
     "statement",
@@ -87,14 +106,18 @@ class ClaimsError(ValueError):
     """A claims file that cannot be used (the message names the file, the claim and the field)."""
 
 
-def study_params(window: float, entropy_band: float, max_clipped_share: float) -> dict[str, Any]:
-    """The study's numbers a claims file may name (:data:`STUDY_PARAMS`)."""
-    return {
+def study_params(
+    window: float, entropy_band: float | None, max_clipped_share: float | None
+) -> dict[str, Any]:
+    """The study's numbers a claims file may name (:data:`STUDY_PARAMS`); one the study leaves unset
+    (``None``: the claims file's default applies, :data:`STUDY_DEFAULTS`) is left out."""
+    values = {
         "window": window,
         "entropy_band": entropy_band,
         "max_clipped_share": max_clipped_share,
         "min_window_steps": MIN_WINDOW_STEPS,
     }
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def resolve_claims(setting: str, config: str | Path | None = None) -> Path:
@@ -134,6 +157,7 @@ class _Checker:
     def __init__(self, path: Path):
         self.path = path
         self.params: set[str] = set(STUDY_PARAMS)
+        self.named: set[str] = set()  # the parameters its texts and numbers name
 
     def fail(self, where: str, message: str) -> NoReturn:
         raise ClaimsError(f"{self.path}: {where}: {message}" if where else f"{self.path}: {message}")
@@ -171,6 +195,7 @@ class _Checker:
         for name in parsed[1]:
             if name not in known:
                 self.fail(where, f"{name!r} is not a parameter; known: {', '.join(sorted(known))}")
+            self.named.add(name)
         return value
 
     def fields(self, text: str, where: str, known: set[str]) -> None:
@@ -182,6 +207,7 @@ class _Checker:
             if field is None:
                 continue
             head = re.split(r"[.\[]", field, maxsplit=1)[0]
+            self.named.add(head)
             if head not in known:
                 self.fail(
                     where, f"{{{field}}} names nothing this text can read; known: {', '.join(sorted(known))}"
@@ -201,7 +227,7 @@ class _Checker:
         params = self.mapping(tree.get("params") or {}, "params")
         for name, value in params.items():
             self.identifier(name, f"params.{name}")
-            if name in STUDY_PARAMS:
+            if name in STUDY_PARAMS and name not in STUDY_DEFAULTS:
                 self.fail(f"params.{name}", "is set by the study config (study.window, ...), not here")
             if isinstance(value, bool) or not isinstance(value, int | float):
                 self.fail(f"params.{name}", f"expected a number, got {value!r}")
@@ -233,6 +259,8 @@ class _Checker:
         layout = self.layout(
             tree.get("json") or {**{g: g for g in groups}, **{t: t for t in tables}}, "json", groups, tables
         )
+        plot = self.plot(tree.get("plot") or {})
+        power = self.mapping(tree.get("power") or {}, "power")
         claims = ClaimsFile(self.path, title, names, params, rules, groups, tables, layout, ())
         default = [
             block
@@ -250,7 +278,30 @@ class _Checker:
             self.fail("markdown", "expected a list of blocks")
         for index, block in enumerate(markdown):
             self.block(block, f"markdown[{index}]", claims)
-        return ClaimsFile(self.path, title, names, params, rules, groups, tables, layout, tuple(markdown))
+        return ClaimsFile(
+            self.path,
+            title,
+            names,
+            params,
+            rules,
+            groups,
+            tables,
+            layout,
+            tuple(markdown),
+            plot,
+            power,
+            frozenset(self.named & set(STUDY_PARAMS)),
+        )
+
+    def plot(self, raw: Any) -> dict[str, Any]:
+        raw = self.mapping(raw, "plot", ("bands",))
+        bands = self.mapping(raw.get("bands") or {}, "plot.bands")
+        for panel, lines in bands.items():
+            if not isinstance(lines, list) or not lines:
+                self.fail(f"plot.bands.{panel}", f"expected a list of numbers, got {lines!r}")
+            for line in lines:
+                self.number(line, f"plot.bands.{panel}", self.params)
+        return {"bands": bands}
 
     def layout(self, layout: Any, where: str, groups: Mapping, tables: Mapping) -> dict[str, Any]:
         out = {}

@@ -1,31 +1,51 @@
 """How large a difference each verdict of ``eapo study`` can detect with S seeds, from a finished study.
 
-Every verdict compares 95% intervals (:mod:`eapo.study.stats`; the claims: the paper's claims file,
-``configs/paper.claims.yaml``, judged by :mod:`eapo.study.claims`). From a study's ``claims.json`` (its per-method intervals) this module takes
-each quantity's standard error for one seed and scales it to S seeds, then asks, per verdict, how large
-the true difference must be:
+Every verdict compares 95% intervals (:mod:`eapo.study.stats`, judged by :mod:`eapo.study.claims` from a
+claims file). From a study's ``claims.json`` (its per-role intervals) this module takes each quantity's
+standard error for one seed and scales it to S seeds, then asks, per row, how large the true difference
+must be:
 
 * the *threshold*: the smallest observed difference the rule calls held (the rule's bar);
 * the *minimum detectable difference* (MDD): the smallest true difference that the rule calls held
   with probability ``power`` (default 80%), the estimate being normal around the truth.
 
+Which rows, in which order, comparing what, is data: the ``power:`` section of the study's claims file
+(the one its config's ``study.claims`` names, or ``--claims``); nothing here names a claim. It holds::
+
+    power:
+      table: methods          # claims.json's per-role table: {role: {seeds, column: interval, ...}}
+      rows:
+        - claim: PSR lowers entropy                       # the row's label (a template over params)
+          compares: "psr entropy: end vs start window"    # what it compares (a template; {best} too)
+          rule: disjoint                                  # disjoint (a, b) | difference (a[, b]) | band (value, width)
+          a: {window: psr.entropy_start}
+          b: {window: psr.entropy_end}
+          note: ...                                       # optional; default: its sources' notes
+
 Rules and their bars (z = 1.96, z_p = the power's normal quantile, e.g. 0.84 for 80%):
 
-* two intervals that must not overlap (lowers / raises, NSR above PSR, best on Avg, rises faster,
-  EAPO closer than a comparator): threshold ``z·(SE_a + SE_b)``; MDD ``threshold + z_p·√(SE_a² + SE_b²)``;
-* an interval on a difference that must clear 0 (approaches the best fixed, tuning-free): threshold
-  ``z·SE_D``; MDD ``(z + z_p)·SE_D``;
-* an interval that must lie inside ``1 ± band`` (near H_0, stable entropy): the largest true
-  deviation ``|r − 1|`` held with that power, ``band − (z + z_p)·SE_r`` (negative: cannot hold).
+* ``disjoint``: two intervals that must not overlap: threshold ``z·(SE_a + SE_b)``; MDD
+  ``threshold + z_p·√(SE_a² + SE_b²)``;
+* ``difference``: an interval on ``a − b`` (or ``a``) that must clear 0: threshold ``z·SE_D``; MDD
+  ``(z + z_p)·SE_D``;
+* ``band``: an interval that must lie inside ``1 ± width`` (``width``: a number or a parameter, e.g.
+  ``entropy_band``): the largest true deviation ``|r − 1|`` held with that power, ``width − (z +
+  z_p)·SE_r`` (negative: cannot hold).
 
-Standard errors with S seeds: a window's or a slope's ``SE_S = SE_1/√S`` (``SE_1``: one seed's,
-recovered from a study with S₀ seeds as ``SE_pooled·√S₀``). An Avg's ``SE_S² = (SE_prompts² + sd²_seeds)/S``
-(:func:`eapo.study.stats.avg_interval`'s pooling): a one-seed study says nothing of ``sd_seeds``, so it
-is a parameter (``--seed-sd``; default: equal to ``SE_prompts``, stated in the output).
+Sources (each a mapping with one of these keys); a row whose source is missing from the study is left out:
 
-Approximations, stated: quantities a study did not run are taken from a stand-in (W-REINFORCE w+=0.2's
-entropy from W-REINFORCE w+=0.1's; a comparator's entropy deviation from EAPO's); a Range of three
-Avgs has ``SE ≈ √2·SE_Avg`` (max − min of two of them), a difference of two Ranges ``SE ≈ 2·SE_Avg``.
+* ``window: ROLE.COLUMN``: an interval of the table (a window's or a slope's): ``SE_1 = SE_pooled·√S₀``
+  (S₀: the seeds the study pooled), ``SE_S = SE_1/√S``;
+* ``avg: ROLE.COLUMN``: an Avg, ``SE_S² = (SE_prompts² + sd²_seeds)/S`` (:func:`eapo.study.stats.avg_interval`'s
+  pooling): a one-seed study says nothing of ``sd_seeds``, so it is a parameter (``--seed-sd``; default:
+  equal to ``SE_prompts``, stated in the note);
+* ``number: CLAIM.NUMBER`` with ``seeds_of: ROLE``: a number of a claim in claims.json, its SE scaled by
+  that role's pooled seeds;
+* ``ratio: [A, B]``: A ÷ B of two sources, its SE by the delta method;
+* ``deviation: SOURCE``: ``|mean − 1|`` with the source's SE;
+* ``spread: SOURCE`` (``times: k`` optional): the source's SE (× k) without its mean: a stand-in;
+* ``highest: [SOURCE, ...]`` with ``scale`` (optional, a number or ``1 - param``): the one with the
+  highest mean, scaled; ``{best}`` in ``compares`` names its role.
 
     python -m eapo.study.power docs/results/study-cpu-smollm2-medquad --seeds 3
 """
@@ -42,14 +62,20 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from eapo.study.claims_file import PACKAGED, load_claims
+from eapo.study.claims import ClaimsFile
+from eapo.study.claims_file import PACKAGED, STUDY_DEFAULTS, ClaimsError, load_claims, resolve_claims
+from eapo.study.quantities import Reading
 
-__all__ = ["Detectable", "minimum_detectable", "power_markdown", "main"]
-
-#: "Approaches the best fixed" within this share: the paper claims file's ``margin``.
-APPROACH_MARGIN: float = load_claims(PACKAGED / "paper.claims.yaml").params["margin"]
+__all__ = ["Detectable", "PowerError", "minimum_detectable", "power_markdown", "study_claims_file", "main"]
 
 _Z95 = 1.959963984540054
+_RULES = {"disjoint": ("a", "b"), "difference": ("a",), "band": ("value", "width")}
+_ROW = ("claim", "compares", "rule", "a", "b", "value", "width", "note")
+_SOURCES = ("window", "avg", "number", "ratio", "deviation", "spread", "highest")
+
+
+class PowerError(ValueError):
+    """A power section that cannot be used, or a study whose claims file cannot be found."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +93,15 @@ class Detectable:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class _Value:
+    mean: float | None
+    se: float  # for one seed
+    note: str = ""
+    role: str = ""
+    best: str = ""  # a ``highest`` source: the role it picked ({best} in texts)
+
+
 def _se(interval: Mapping[str, Any] | None) -> float | None:
     if not interval:
         return None
@@ -77,191 +112,271 @@ def _mean(interval: Mapping[str, Any] | None) -> float | None:
     return None if not interval else float(interval["mean"])
 
 
+class _Sources:
+    """The sources of a power section over one claims.json payload."""
+
+    def __init__(
+        self, payload: Mapping[str, Any], table: str, seed_sd: float | None, reading: Reading, where: str
+    ):
+        self.payload = payload
+        self.rows: Mapping[str, Any] = payload.get(table) or {}
+        self.seed_sd = seed_sd
+        self.reading = reading
+        self.where = where
+
+    def fail(self, where: str, message: str) -> PowerError:
+        return PowerError(f"{self.where}: {where}: {message}")
+
+    def _cell(self, ref: Any, where: str) -> tuple[str, Mapping[str, Any], Any]:
+        if not isinstance(ref, str) or "." not in ref:
+            raise self.fail(where, f"expected ROLE.COLUMN, got {ref!r}")
+        role, column = ref.rsplit(".", 1)
+        row = self.rows.get(role) or {}
+        return role, row, row.get(column)
+
+    def _pooled(self, row: Mapping[str, Any]) -> int:
+        return max(1, int(row.get("seeds") or 1))
+
+    def value(self, spec: Any, where: str) -> _Value | None:
+        if not isinstance(spec, Mapping):
+            raise self.fail(where, f"expected a source ({', '.join(_SOURCES)}), got {spec!r}")
+        kinds = [key for key in spec if key in _SOURCES]
+        if len(kinds) != 1:
+            raise self.fail(
+                where, f"a source holds exactly one of {', '.join(_SOURCES)}, got {', '.join(spec)}"
+            )
+        kind = kinds[0]
+        allowed = {"number": ("seeds_of",), "spread": ("times",), "highest": ("scale",)}.get(kind, ())
+        unknown = [key for key in spec if key != kind and key not in allowed]
+        if unknown:
+            raise self.fail(where, f"unknown key {unknown[0]!r} of a {kind} source")
+        return getattr(self, f"_{kind}")(spec, f"{where}.{kind}")
+
+    def _window(self, spec: Mapping[str, Any], where: str) -> _Value | None:
+        role, row, interval = self._cell(spec["window"], where)
+        se = _se(interval)
+        if se is None:
+            return None
+        return _Value(_mean(interval), se * math.sqrt(self._pooled(row)), role=role)
+
+    def _avg(self, spec: Mapping[str, Any], where: str) -> _Value | None:
+        role, row, interval = self._cell(spec["avg"], where)
+        se = _se(interval)
+        if se is None:
+            return None
+        pooled = self._pooled(row)
+        if pooled > 1:  # the pooled interval already holds the seed spread: its per-seed variance
+            return _Value(
+                _mean(interval), se * math.sqrt(pooled), "per-seed SE from the pooled interval", role
+            )
+        sd = se if self.seed_sd is None else self.seed_sd
+        note = "seed sd assumed = prompt SE" if self.seed_sd is None else f"seed sd = {self.seed_sd:g}"
+        return _Value(_mean(interval), math.sqrt(se**2 + sd**2), note, role)
+
+    def _number(self, spec: Mapping[str, Any], where: str) -> _Value | None:
+        ref = spec["number"]
+        if not isinstance(ref, str) or "." not in ref:
+            raise self.fail(where, f"expected CLAIM.NUMBER, got {ref!r}")
+        key, name = ref.rsplit(".", 1)
+        role = spec.get("seeds_of")
+        for group in self.payload.values():
+            for claim in group if isinstance(group, list) else ():
+                if isinstance(claim, Mapping) and claim.get("key") == key:
+                    interval = (claim.get("numbers") or {}).get(name)
+                    se = _se(interval) if isinstance(interval, Mapping) else None
+                    if se is None:
+                        return None
+                    pooled = self._pooled(self.rows.get(role) or {}) if role else 1
+                    return _Value(_mean(interval), se * math.sqrt(pooled), role=role or "")
+        return None
+
+    def _ratio(self, spec: Mapping[str, Any], where: str) -> _Value | None:
+        parts = spec["ratio"]
+        if not isinstance(parts, list) or len(parts) != 2:
+            raise self.fail(where, f"expected [A, B], got {parts!r}")
+        end, start = (self.value(part, f"{where}[{i}]") for i, part in enumerate(parts))
+        if end is None or start is None or not start.mean or end.mean is None:
+            return None
+        r = end.mean / start.mean
+        se_r = math.sqrt(end.se**2 + r**2 * start.se**2) / abs(start.mean)
+        return _Value(r, se_r, role=end.role)
+
+    def _deviation(self, spec: Mapping[str, Any], where: str) -> _Value | None:
+        source = self.value(spec["deviation"], where)
+        if source is None or source.mean is None:
+            return None
+        return _Value(abs(source.mean - 1), source.se, source.note, source.role)
+
+    def _spread(self, spec: Mapping[str, Any], where: str) -> _Value | None:
+        source = self.value(spec["spread"], where)
+        if source is None:
+            return None
+        se = source.se * self.reading.number(spec["times"]) if "times" in spec else source.se
+        return _Value(None, se, source.note, source.role)
+
+    def _highest(self, spec: Mapping[str, Any], where: str) -> _Value | None:
+        if not isinstance(spec["highest"], list) or not spec["highest"]:
+            raise self.fail(where, "expected a list of sources")
+        found = [self.value(s, f"{where}[{i}]") for i, s in enumerate(spec["highest"])]
+        found = [v for v in found if v is not None and v.mean is not None]
+        if not found:
+            return None
+        best = max(found, key=lambda v: v.mean)  # type: ignore[arg-type,return-value]
+        if "scale" not in spec:
+            return _Value(best.mean, best.se, best.note, best.role, best.role)
+        scale = self.reading.number(spec["scale"])
+        return _Value(scale * best.mean, scale * best.se, best.note, best.role, best.role)  # type: ignore[operator]
+
+
+def _notes(*values: _Value | None) -> str:
+    return "; ".join(dict.fromkeys(v.note for v in values if v is not None and v.note))
+
+
 def minimum_detectable(
     claims: Mapping[str, Any],
     seeds: int,
     *,
+    claims_file: ClaimsFile | str | Path | None = None,
     seed_sd: float | None = None,
     power: float = 0.8,
-    entropy_band: float | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> list[Detectable]:
-    """Each verdict's bar with ``seeds`` seeds, from a study's ``claims.json`` payload.
+    """Each row's bar with ``seeds`` seeds, from a study's ``claims.json`` payload.
 
     Args:
-        claims: the parsed ``claims.json`` (its ``methods`` per-method intervals, ``settings``).
+        claims: the parsed ``claims.json`` (its per-role table, ``settings``, claims).
         seeds: S, the seeds per configuration of the planned study.
+        claims_file: the claims file whose ``power:`` section lists the rows (a :class:`ClaimsFile`, a path
+            or a packaged name); default: the study's (:func:`study_claims_file`).
         seed_sd: the seed-to-seed standard deviation of an Avg (default: from the study when it had
             two or more seeds, else equal to each run's prompt SE).
         power: the probability of "held" the MDD is computed for.
-        entropy_band: the band of "near H_0" / "stable" (default: the study's setting).
+        params: numbers the rows read, over the study's (its ``settings``: ``entropy_band``, ...) and the
+            claims file's ``params``.
     """
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     if not 0 < power < 1:
         raise ValueError(f"power must be in (0, 1), got {power}")
+    if claims_file is None:
+        claims_file = study_claims_file(claims)
+    elif not isinstance(claims_file, ClaimsFile):
+        claims_file = load_claims(resolve_claims(str(claims_file)))
+    section = claims_file.power
+    where = f"{claims_file.path}: power"
+    if not section:
+        raise PowerError(f"{claims_file.path} has no power: section (the rows eapo.study.power computes)")
+    rows = section.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise PowerError(f"{where}.rows: expected a non-empty list of rows")
+    settings = claims.get("settings") or {}
+    study = {k: settings[k] for k in ("window", *STUDY_DEFAULTS) if settings.get(k) is not None}
+    values = {**claims_file.params, **study, **(params or {})}
+    reading = Reading({}, {}, values)
+    sources = _Sources(claims, str(section.get("table", "methods")), seed_sd, reading, where)
     z_p = NormalDist().inv_cdf(power)
-    methods: Mapping[str, Any] = claims.get("methods") or {}
-    band = (
-        entropy_band
-        if entropy_band is not None
-        else float((claims.get("settings") or {}).get("entropy_band", 0.1))
-    )
     out: list[Detectable] = []
-
-    def one_seed(method: str, key: str) -> tuple[float | None, float | None]:
-        row = methods.get(method) or {}
-        interval = row.get(key)
-        se = _se(interval)
-        pooled_seeds = max(1, int(row.get("seeds") or 1))
-        return _mean(interval), None if se is None else se * math.sqrt(pooled_seeds)
-
-    def avg_se(method: str) -> tuple[float | None, float | None, str]:
-        row = methods.get(method) or {}
-        interval = row.get("avg")
-        se = _se(interval)
-        if se is None:
-            return None, None, ""
-        pooled = max(1, int(row.get("seeds") or 1))
-        if pooled > 1:  # the pooled interval already holds the seed spread: its per-seed variance
-            return _mean(interval), se * math.sqrt(pooled), "per-seed SE from the pooled interval"
-        sd = se if seed_sd is None else seed_sd
-        note = "seed sd assumed = prompt SE" if seed_sd is None else f"seed sd = {seed_sd:g}"
-        return _mean(interval), math.sqrt(se**2 + sd**2), note
-
-    def disjoint(claim: str, compares: str, a: tuple, b: tuple, note: str = "") -> None:
-        (mean_a, se_a), (mean_b, se_b) = a, b
-        if se_a is None or se_b is None:
-            return
-        sa, sb = se_a / math.sqrt(seeds), se_b / math.sqrt(seeds)
-        threshold = _Z95 * (sa + sb)
-        mdd = threshold + z_p * math.sqrt(sa**2 + sb**2)
-        observed = None if mean_a is None or mean_b is None else abs(mean_a - mean_b)
-        held = None if observed is None else observed > threshold
-        out.append(
-            Detectable(claim, compares, "disjoint", observed, (se_a, se_b), threshold, mdd, held, note)
-        )
-
-    def difference(
-        claim: str, compares: str, observed: float | None, se_one: float | None, note: str = ""
-    ) -> None:
-        if se_one is None:
-            return
-        se = se_one / math.sqrt(seeds)
-        threshold = _Z95 * se
-        held = None if observed is None else observed > threshold
-        out.append(
-            Detectable(
-                claim, compares, "difference", observed, (se_one,), threshold, (_Z95 + z_p) * se, held, note
+    for index, row in enumerate(rows):
+        here = f"rows[{index}]"
+        if not isinstance(row, Mapping):
+            raise sources.fail(here, f"expected a mapping with keys {', '.join(_ROW)}")
+        unknown = [key for key in row if key not in _ROW]
+        if unknown:
+            raise sources.fail(here, f"unknown key {unknown[0]!r}; valid keys: {', '.join(_ROW)}")
+        rule = row.get("rule")
+        if rule not in _RULES:
+            raise sources.fail(f"{here}.rule", f"{rule!r} is not one of {', '.join(_RULES)}")
+        for key in ("claim", "compares", *_RULES[rule]):
+            if key not in row:
+                raise sources.fail(here, f"no {key!r} (a {rule} row needs it)")
+        found = {key: sources.value(row[key], f"{here}.{key}") for key in ("a", "b", "value") if key in row}
+        if any(value is None for value in found.values()):
+            continue  # a source the study did not measure
+        names = {**values, "best": next((v.best for v in found.values() if v and v.best), "")}
+        try:
+            claim = str(row["claim"]).format(**names)
+            compares = str(row["compares"]).format(**names)
+        except (KeyError, ValueError, IndexError) as error:
+            raise sources.fail(here, f"a text names what it cannot read ({error})") from None
+        note = str(row["note"]) if "note" in row else _notes(*found.values())
+        if rule == "disjoint":
+            a, b = found["a"], found["b"]
+            assert a is not None and b is not None
+            sa, sb = a.se / math.sqrt(seeds), b.se / math.sqrt(seeds)
+            threshold = _Z95 * (sa + sb)
+            mdd = threshold + z_p * math.sqrt(sa**2 + sb**2)
+            observed = None if a.mean is None or b.mean is None else abs(a.mean - b.mean)
+            held = None if observed is None else observed > threshold
+            out.append(Detectable(claim, compares, rule, observed, (a.se, b.se), threshold, mdd, held, note))
+        elif rule == "difference":
+            a, b = found["a"], found.get("b")
+            assert a is not None
+            if b is None:
+                observed, se_one = a.mean, a.se
+            else:
+                observed = None if a.mean is None or b.mean is None else a.mean - b.mean
+                se_one = math.sqrt(a.se**2 + b.se**2)
+            se = se_one / math.sqrt(seeds)
+            threshold = _Z95 * se
+            held = None if observed is None else observed > threshold
+            out.append(
+                Detectable(
+                    claim, compares, rule, observed, (se_one,), threshold, (_Z95 + z_p) * se, held, note
+                )
             )
-        )
-
-    def in_band(claim: str, compares: str, ratio: float | None, se_one: float | None, note: str = "") -> None:
-        if se_one is None:
-            return
-        se = se_one / math.sqrt(seeds)
-        threshold = band - _Z95 * se
-        observed = None if ratio is None else abs(ratio - 1)
-        held = None if observed is None else observed < threshold
-        out.append(
-            Detectable(
-                claim, compares, "band", observed, (se_one,), threshold, band - (_Z95 + z_p) * se, held, note
+        else:
+            ratio = found["value"]
+            assert ratio is not None
+            band = float(reading.number(row["width"]))
+            se = ratio.se / math.sqrt(seeds)
+            threshold = band - _Z95 * se
+            observed = None if ratio.mean is None else abs(ratio.mean - 1)
+            held = None if observed is None else observed < threshold
+            out.append(
+                Detectable(
+                    claim,
+                    compares,
+                    rule,
+                    observed,
+                    (ratio.se,),
+                    threshold,
+                    band - (_Z95 + z_p) * se,
+                    held,
+                    note,
+                )
             )
-        )
-
-    # The first eight claims (paper.claims.yaml, group claims).
-    for claim, method, what in (
-        ("PSR lowers entropy", "psr", "entropy"),
-        ("PSR shortens answers", "psr", "length"),
-        ("NSR raises entropy", "nsr", "entropy"),
-        ("GRPO lowers entropy", "grpo", "entropy"),
-        ("NSR lengthens answers", "nsr", "length"),
-    ):
-        disjoint(
-            claim,
-            f"{method} {what}: end vs start window",
-            one_seed(method, f"{what}_start"),
-            one_seed(method, f"{what}_end"),
-        )
-    ratio = _ratio_of(claims, "eapo_holds_entropy")
-    if ratio is not None:
-        pooled = max(1, int((methods.get("eapo") or {}).get("seeds") or 1))
-        in_band(
-            "EAPO holds entropy near H_0", "eapo end/H_0 in 1 ± band", ratio[0], ratio[1] * math.sqrt(pooled)
-        )
-    eapo_avg = avg_se("eapo")
-    for other in ("grpo", "psr", "nsr", "w_reinforce"):
-        m, se, note = avg_se(other)
-        disjoint("EAPO scores best on Avg", f"Avg: eapo vs {other}", eapo_avg[:2], (m, se), note)
-    disjoint(
-        "NSR's reward rises faster than PSR's",
-        "reward slope: nsr vs psr",
-        one_seed("nsr", "reward_slope"),
-        one_seed("psr", "reward_slope"),
-    )
-
-    # The paper's claims (paper.claims.yaml, group paper_claims).
-    disjoint(
-        "NSR keeps a higher entropy than PSR",
-        "end-window entropy: nsr vs psr",
-        one_seed("nsr", "entropy_end"),
-        one_seed("psr", "entropy_end"),
-    )
-    disjoint(
-        "Fixed w+ = 0.2, w− = 1 raises entropy",
-        "w_reinforce w+=0.2 entropy: end vs start",
-        one_seed("w_reinforce", "entropy_start"),
-        one_seed("w_reinforce", "entropy_end"),
-        "stand-in: W-REINFORCE (w+=0.1)'s spreads",
-    )
-    (start, se_start), (end, se_end) = one_seed("eapo", "entropy_start"), one_seed("eapo", "entropy_end")
-    if start and se_start is not None and se_end is not None and end is not None:
-        r = end / start
-        se_r = math.sqrt(se_end**2 + r**2 * se_start**2) / abs(start)
-        in_band("EAPO keeps a stable entropy level", "eapo end/start in 1 ± band", r, se_r)
-        disjoint(
-            "EAPO holds its entropy closer to its start than a comparator",
-            "|end/start − 1|: eapo vs comparator",
-            (abs(r - 1), se_r),
-            (None, se_r),
-            "stand-in: the comparator's spread = EAPO's",
-        )
-    for other in ("psr", "nsr"):
-        disjoint(
-            "EAPO confines response length (a: between PSR and NSR)",
-            f"end-window length: eapo vs {other}",
-            one_seed("eapo", "length_end"),
-            one_seed(other, "length_end"),
-        )
-    fixed = {m: avg_se(m) for m in ("grpo", "psr", "nsr", "w_reinforce") if avg_se(m)[1] is not None}
-    if fixed and eapo_avg[1] is not None:
-        best = max(fixed, key=lambda m: fixed[m][0])  # type: ignore[arg-type,return-value]
-        m_best, se_best, note = fixed[best]
-        se_d = math.sqrt(eapo_avg[1] ** 2 + ((1 - APPROACH_MARGIN) * se_best) ** 2)  # type: ignore[operator]
-        observed = eapo_avg[0] - (1 - APPROACH_MARGIN) * m_best  # type: ignore[operator]
-        difference(
-            "EAPO approaches the best fixed-weight configuration",
-            f"Avg(eapo) − (1 − {APPROACH_MARGIN:.1%})·Avg({best})",
-            observed,
-            se_d,
-            note,
-        )
-        difference(
-            "EAPO is tuning-free (Range over w0 < Range over w+)",
-            "Range_W-REINFORCE − Range_EAPO of Avg",
-            None,
-            2 * eapo_avg[1],
-            "SE of a difference of two Ranges ≈ 2·SE_Avg (no sensitivity runs in this study)",
-        )
     return out
 
 
-def _ratio_of(claims: Mapping[str, Any], key: str) -> tuple[float, float] | None:
-    for claim in claims.get("claims") or []:
-        if claim.get("key") == key:
-            ratio = (claim.get("numbers") or {}).get("ratio")
-            if ratio:
-                return float(ratio["mean"]), _se(ratio)  # type: ignore[return-value]
-    return None
+def study_claims_file(payload: Mapping[str, Any]) -> ClaimsFile:
+    """The claims file of the study that wrote ``payload`` (its claims.json): the one its config's
+    ``study.claims`` names now (the config as recorded, a path from here, else the packaged config of that
+    name), else the one its ``settings.claims`` recorded."""
+    from eapo.study.run import read_study_config
+    from eapo.sweep.plan import SweepError
+
+    config = payload.get("config")
+    problems = []
+    if isinstance(config, str):
+        for candidate in (Path(config), PACKAGED / Path(config).name):
+            if candidate.is_file():
+                try:
+                    settings, _ = read_study_config(candidate)
+                    return load_claims(resolve_claims(str(settings.claims), candidate))
+                except (SweepError, ClaimsError) as error:
+                    problems.append(str(error))
+                break
+    recorded = (payload.get("settings") or {}).get("claims")
+    if isinstance(recorded, str):
+        try:
+            return load_claims(resolve_claims(recorded, config if isinstance(config, str) else None))
+        except ClaimsError as error:
+            problems.append(str(error))
+    raise PowerError(
+        "cannot tell which claims file this study judged (its claims.json's config and settings.claims)"
+        + (f": {'; '.join(problems)}" if problems else "")
+        + "; pass --claims FILE"
+    )
 
 
 def power_markdown(rows: Sequence[Detectable], *, seeds: int, power: float, source: str) -> str:
@@ -307,6 +422,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--power", type=float, default=0.8, help="probability of 'held' for the MDD (default 0.8)"
     )
+    parser.add_argument(
+        "--claims",
+        default=None,
+        help="the claims file whose power: section lists the rows (a path or a packaged name; default: the study's)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     args = parser.parse_args(argv)
     path = args.study / "claims.json" if args.study.is_dir() else args.study
@@ -314,7 +434,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {path} does not exist; pass a directory written by eapo study", file=sys.stderr)
         return 2
     payload = json.loads(path.read_text(encoding="utf-8"))
-    rows = minimum_detectable(payload, args.seeds, seed_sd=args.seed_sd, power=args.power)
+    try:
+        rows = minimum_detectable(
+            payload, args.seeds, claims_file=args.claims, seed_sd=args.seed_sd, power=args.power
+        )
+    except (PowerError, ClaimsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps([asdict(row) for row in rows], indent=2))
     else:

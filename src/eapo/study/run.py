@@ -1,14 +1,16 @@
 """``eapo study``'s runs: plan them, train and evaluate them through the sweep runner, write the verdicts.
 
-The study trains GRPO, PSR, NSR, W-REINFORCE (w+ = 0.1) and EAPO (w0 = 0.2) from the same base model
-and seed(s), evaluates each on a held-out split with k samples per prompt, and writes — besides the
-sweep's ``comparison.md`` table and ``dynamics.png`` figure (it *is* an ``eapo sweep``: same runner,
-tables and skip-if-finished) — ``claims.md`` and ``claims.json``: for each claim of its claims file
-(``study.claims``, default the paper's: ``configs/paper.claims.yaml``), whether it *held*, *did not hold*,
-or is *within noise* in this run, with the numbers and the rules that decided them (the engine:
-:mod:`eapo.study.claims`; the intervals: :mod:`eapo.study.stats`).
+The study trains the configurations its config names from the same base model and seed(s), evaluates
+each on a held-out split with k samples per prompt, and writes — besides the sweep's ``comparison.md``
+table and ``dynamics.png`` figure (it *is* an ``eapo sweep``: same runner, tables and skip-if-finished)
+— ``claims.md`` and ``claims.json``: for each claim of its claims file (``study.claims``, e.g. ``paper``:
+``configs/paper.claims.yaml``), whether it *held*, *did not hold*, or is *within noise* in this run, with
+the numbers and the rules that decided them (the engine: :mod:`eapo.study.claims`; the intervals:
+:mod:`eapo.study.stats`). Nothing here names a study's methods, claims or thresholds: they are the study
+config's (``study.methods`` / ``study.grids`` or ``study.runs``) and its claims file's.
 
-``study.runs`` replaces the five methods with labelled runs (:func:`study_runs`), e.g.::
+``study.methods`` (with ``study.grids``, as ``eapo sweep --methods/--grid``) plans every method × seed;
+``study.runs`` lists labelled runs instead (:func:`study_runs`), e.g.::
 
     study:
       seeds: [0, 1, 2]
@@ -18,7 +20,7 @@ or is *within noise* in this run, with the numbers and the rules that decided th
         - {label: Clip-higher, method: clip_higher, overrides: {algorithm.epsilon_high: 0.28}, seeds: [0, 1]}
 
 The claims find runs by method and effective weights (:func:`eapo.study.roles.run_role`), so the paper's
-claims read the w+ = 0.1 / w0 = 0.2 runs whatever they are labelled. With such runs ``sensitivity.md``
+claims read the runs at the methods' registered weights whatever they are labelled. With such runs ``sensitivity.md``
 shows every metric and both Avgs, and ``dynamics.png`` draws each configuration's mean over seeds with a
 band across them (:func:`write_study_tables`). A run whose weights are gone but whose committed small
 outputs are complete counts as finished (:func:`eapo.run_dir.training_finished`, :mod:`eapo.sweep.run`).
@@ -42,33 +44,26 @@ import yaml
 from eapo.evaluation.settings import EvalSettings, default_scorers
 from eapo.run_dir import SUMMARY_FILE, atomic_write_text, cap_share, read_metrics, training_finished
 from eapo.study.claims import Assessment, Claim, ClaimsFile, assess
-from eapo.study.claims_file import ClaimsError, load_claims, resolve_claims, study_params
+from eapo.study.claims_file import STUDY_DEFAULTS, ClaimsError, load_claims, resolve_claims, study_params
 from eapo.study.render import claims_markdown, claims_payload
-from eapo.study.roles import CLIPPED_KEY, H0_KEY, SERIES_KEYS, STUDY_METHODS, MethodData, run_role
+from eapo.study.roles import CLIPPED_KEY, H0_KEY, SERIES_KEYS, MethodData, run_role
 from eapo.sweep.manifest import MANIFEST, read_json
 from eapo.sweep.plan import WEIGHT_KEYS, SweepError, SweepRun, plan_runs
 from eapo.sweep.run import SweepReport, run_sweep
 
 __all__ = [
-    "STUDY_GRIDS",
     "sensitivity_columns",
     "StudySettings",
     "StudyReport",
     "read_study_config",
     "plan_study",
     "study_runs",
+    "claims_params",
     "collect_method_data",
     "write_study_tables",
     "run_study",
     "rejudge_study",
 ]
-
-#: Their weights, set explicitly (not left to defaults): W-REINFORCE w+ = 0.1, EAPO w0 = 0.2.
-STUDY_GRIDS = ("w_reinforce.w_pos=0.1", "eapo.w0=0.2")
-#: "Near H_0" and "stable" mean within ±10% (``study.entropy_band``).
-ENTROPY_BAND = 0.10
-#: "Not cut at the cap": at most 10% of the end window's completions hit max_completion_tokens.
-CUT_SHARE = 0.10
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,16 +87,19 @@ class StudySettings:
     # how the scorers score (eapo.rewards.ScorerSetting: rouge_level, reranker_backend; {}: the run's)
     scorer_settings: dict[str, str] = field(default_factory=dict)
     # the study's numbers its claims file may name (eapo.study.claims_file.STUDY_PARAMS)
-    window: float = 0.1  # fraction of steps in the start / end windows
-    entropy_band: float = ENTROPY_BAND  # the tolerance around H_0 of "near H_0" and "stable"
-    max_clipped_share: float = (
-        CUT_SHARE  # "not cut at the cap": at most this share of completions hit the cap
-    )
-    # labelled runs, each {label, method, overrides, seeds}; None: the paper's five methods x seeds
+    window: float = 0.1  # fraction of steps in the start / end windows (a generic default)
+    # a band its rules read, e.g. the tolerance around H_0 of "near H_0" (None: the claims file's params)
+    entropy_band: float | None = None
+    # a share cut at the cap its rules read (None: the claims file's params)
+    max_clipped_share: float | None = None
+    # what runs: the methods x seeds, each method's weights set by grids (as eapo sweep --methods/--grid) ...
+    methods: list[str] | None = None
+    grids: list[str] = field(default_factory=list)
+    # ... or labelled runs, each {label, method, overrides, seeds} (one of methods or runs)
     runs: list[dict[str, Any]] | None = None
-    # the claims file claims.md judges: a .yaml path relative to the study config (e.g.
+    # the claims file claims.md judges (required): a .yaml path relative to the study config (e.g.
     # study_cpu_controls.claims.yaml), or a packaged one by name ("paper": configs/paper.claims.yaml)
-    claims: str = "paper"
+    claims: str | None = None
 
     def validate(self, where: str = "study") -> StudySettings:
         if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
@@ -120,17 +118,33 @@ class StudySettings:
             raise SweepError(f"{where}.scorer_settings: {error}") from None
         if not 0 < self.window <= 0.5:
             raise SweepError(f"{where}.window must be in (0, 0.5], got {self.window}")
-        if not 0 < self.entropy_band < 1:
+        if self.entropy_band is not None and not 0 < self.entropy_band < 1:
             raise SweepError(f"{where}.entropy_band must be in (0, 1), got {self.entropy_band}")
-        if not 0 < self.max_clipped_share < 1:
+        if self.max_clipped_share is not None and not 0 < self.max_clipped_share < 1:
             raise SweepError(f"{where}.max_clipped_share must be in (0, 1), got {self.max_clipped_share}")
+        if (self.methods is None) == (self.runs is None):
+            raise SweepError(
+                f"{where}: name what runs, either methods (with grids), e.g. methods: [grpo, psr] and grids: "
+                "[w_reinforce.w_pos=0.1], or runs (labelled runs); "
+                + ("it names both" if self.methods is not None else "it names neither")
+            )
+        if self.methods is not None:
+            if not isinstance(self.methods, list) or not all(isinstance(m, str) for m in self.methods):
+                raise SweepError(f"{where}.methods must be a list of method names, got {self.methods!r}")
+            if not isinstance(self.grids, list) or not all(isinstance(g, str) for g in self.grids):
+                raise SweepError(f"{where}.grids must be a list like [eapo.w0=0.2], got {self.grids!r}")
+            plan_runs(self.methods, self.grids, self.seeds)  # raises on an unknown method or a bad grid
+        elif self.grids:
+            raise SweepError(
+                f"{where}.grids sets the weights of study.methods; a run of study.runs sets its own"
+            )
+        if self.runs is not None:
+            study_runs(self.runs, self.seeds, where=f"{where}.runs")  # raises on a bad entry
         if not isinstance(self.claims, str) or not self.claims.strip():
             raise SweepError(
                 f"{where}.claims must name a claims file (a .yaml path or a packaged name such as paper), "
                 f"got {self.claims!r}"
             )
-        if self.runs is not None:
-            study_runs(self.runs, self.seeds, where=f"{where}.runs")  # raises on a bad entry
         return self
 
     def eval_settings(self) -> EvalSettings:
@@ -172,24 +186,49 @@ def read_study_config(path: str | os.PathLike) -> tuple[StudySettings, dict[str,
     if isinstance(section.get("seeds"), int):
         section["seeds"] = [section["seeds"]]
     settings = StudySettings(**section).validate(f"{path}: study")
-    study_claims(settings, path)  # a claims file that cannot be used is an error before anything runs
+    claims_params(settings, study_claims(settings, path))  # a claims file that cannot be used: an error now
     return settings, tree
 
 
 def study_claims(settings: StudySettings, config: str | os.PathLike) -> ClaimsFile:
     """The claims file of ``settings.claims`` (resolved beside ``config``), checked."""
     try:
-        return load_claims(resolve_claims(settings.claims, config))
+        return load_claims(resolve_claims(str(settings.claims), config))
     except ClaimsError as error:
         raise SweepError(str(error)) from None
 
 
-def plan_study(seeds: Sequence[int], runs: Sequence[Mapping[str, Any]] | None = None) -> list[SweepRun]:
-    """The study's runs: without ``runs``, the five methods × ``seeds``, every method from the same
-    base and seed; with ``runs`` (the ``study.runs`` entries), those labelled runs (:func:`study_runs`)."""
+def claims_params(settings: StudySettings, claims: ClaimsFile) -> dict[str, Any]:
+    """The study's numbers its claims file reads (:func:`eapo.study.claims_file.study_params`), each
+    :data:`~eapo.study.claims_file.STUDY_DEFAULTS` one from the study config, else from the claims file's
+    ``params``; one that the claims file names and neither sets is an error."""
+    values = study_params(settings.window, settings.entropy_band, settings.max_clipped_share)
+    for name in STUDY_DEFAULTS:
+        if name not in values and name in claims.params:
+            values[name] = claims.params[name]
+        if name not in values and name in claims.study_params:
+            raise SweepError(
+                f"{claims.path} names {name}, which neither the study config (study.{name}) nor the claims "
+                "file's params sets"
+            )
+    return values
+
+
+def plan_study(
+    seeds: Sequence[int],
+    runs: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    methods: Sequence[str] | None = None,
+    grids: Sequence[str] = (),
+) -> list[SweepRun]:
+    """The study's runs: ``methods`` × ``seeds`` (their weights set by ``grids``, as ``eapo sweep``), every
+    method from the same base and seed; or, with ``runs`` (the ``study.runs`` entries), those labelled
+    runs (:func:`study_runs`)."""
     if runs is not None:
         return study_runs(runs, seeds)
-    return plan_runs(STUDY_METHODS, STUDY_GRIDS, list(seeds))
+    if not methods:
+        raise SweepError("a study names what runs: study.methods (with study.grids) or study.runs")
+    return plan_runs(methods, grids, list(seeds))
 
 
 _RUN_FIELDS = ("label", "method", "overrides", "seeds")
@@ -333,11 +372,25 @@ def sensitivity_columns() -> tuple[str, ...]:
     return (*avg_columns()[MAIN_AVG], MAIN_AVG, STRICT_AVG)
 
 
-def write_study_tables(output_dir: Path, runs: Sequence[SweepRun]) -> list[Path]:
+def plot_bands(claims: ClaimsFile, params: Mapping[str, Any]) -> dict[str, tuple[float, ...]]:
+    """The lines its claims file's ``plot.bands`` draws on a study's ``dynamics.png``, per panel key, with
+    the study's numbers ``params`` (:func:`claims_params`) filled in: ``1 ± entropy_band`` -> (0.9, 1.1)."""
+    from eapo.study.quantities import Reading
+
+    reading = Reading({}, {}, {**claims.params, **params})
+    return {
+        panel: tuple(float(reading.number(value)) for value in values)
+        for panel, values in (claims.plot.get("bands") or {}).items()
+    }
+
+
+def write_study_tables(
+    output_dir: Path, runs: Sequence[SweepRun], *, bands: Mapping[str, Sequence[float]] | None = None
+) -> list[Path]:
     """The study's versions of the sweep's sensitivity table and figure (they replace the sweep's):
     ``sensitivity.md`` / ``.csv`` with every metric and both Avgs (:func:`sensitivity_columns`), and
     ``dynamics.png`` / ``.svg`` with one line per configuration (the mean over its seeds) and a band
-    from its lowest to its highest seed."""
+    from its lowest to its highest seed; ``bands``: dotted lines per panel (:func:`plot_bands`)."""
     from eapo.plot import plot_seed_bands
     from eapo.sweep.manifest import update_manifest
     from eapo.sweep.tables import collect_entries, sensitivity_table
@@ -357,7 +410,7 @@ def write_study_tables(output_dir: Path, runs: Sequence[SweepRun]) -> list[Path]
         if metrics.exists() and metrics.stat().st_size:
             groups.setdefault(run.label, []).append(run_dir)
     if groups:
-        plot_seed_bands(groups, output_dir / "dynamics.png", title="Training dynamics")
+        plot_seed_bands(groups, output_dir / "dynamics.png", title="Training dynamics", bands=bands)
         written += [output_dir / "dynamics.png", output_dir / "dynamics.svg"]
     return written
 
@@ -398,7 +451,8 @@ def run_study(
     from_file, tree = read_study_config(config)
     settings = (settings or from_file).validate()
     claims = study_claims(settings, config)
-    runs = plan_study(settings.seeds, settings.runs)
+    runs = plan_study(settings.seeds, settings.runs, methods=settings.methods, grids=settings.grids)
+    params = claims_params(settings, claims)
 
     # The training config every run starts from: the study config without its study section, checked
     # (with the overrides) before anything is written.
@@ -419,7 +473,7 @@ def run_study(
     sweep = run_sweep(
         base,
         output_dir,
-        methods=STUDY_METHODS,
+        methods=list(dict.fromkeys(run.method for run in runs)),
         planned=runs,
         overrides=list(overrides),
         eval_options=settings.eval_settings(),
@@ -432,7 +486,7 @@ def run_study(
 
     incomplete = incomplete_configurations(output_dir, runs) if report_only else {}
     data = collect_method_data(output_dir, runs, skip=incomplete, keys=[*SERIES_KEYS, *claims.metrics])
-    study_files = write_study_tables(output_dir, runs)
+    study_files = write_study_tables(output_dir, runs, bands=plot_bands(claims, params))
     wall = time.time() - started
     backends = _rollout_backends(output_dir, runs)
     context = [
@@ -468,7 +522,7 @@ def run_study(
             for role, (label, done, planned) in incomplete.items()
         },
     }
-    assessment = _write_claims(output_dir, claims, data, settings, context, payload)
+    assessment = _write_claims(output_dir, claims, data, params, context, payload)
     files = [*sweep.files, *study_files, output_dir / "claims.md", output_dir / "claims.json"]
     echo(f"wrote {output_dir / 'claims.md'}")
     return StudyReport(output_dir, sweep, assessment.claims, files, wall, assessment)
@@ -482,15 +536,14 @@ def _write_claims(
     output_dir: Path,
     claims: ClaimsFile,
     data: Mapping[str, MethodData],
-    settings: StudySettings,
+    params: Mapping[str, Any],
     context: Sequence[str],
     record: Mapping[str, Any],
 ) -> Assessment:
-    """Judge ``claims`` over ``data`` and write claims.md (``context`` under its title) and claims.json
-    (``record``, then the claims file's layout, the configurations read and the manifest's name)."""
-    assessment = assess(
-        claims, data, study_params(settings.window, settings.entropy_band, settings.max_clipped_share)
-    )
+    """Judge ``claims`` over ``data`` with the study's numbers ``params`` (:func:`claims_params`) and write
+    claims.md (``context`` under its title) and claims.json (``record``, then the claims file's layout, the
+    configurations read and the manifest's name)."""
+    assessment = assess(claims, data, params)
     atomic_write_text(output_dir / "claims.md", claims_markdown(claims, assessment, context))
     payload = {
         **record,
@@ -549,7 +602,7 @@ def rejudge_study(
         raise SweepError(f"{written_json}: not valid JSON ({error})") from None
     if not isinstance(previous, dict):
         raise SweepError(f"{written_json}: expected a JSON object")
-    runs = plan_study(settings.seeds, settings.runs)
+    runs = plan_study(settings.seeds, settings.runs, methods=settings.methods, grids=settings.grids)
     incomplete = incomplete_configurations(output_dir, runs)
     recorded = previous.get("incomplete") or {}
     if set(incomplete) != set(recorded):
@@ -562,7 +615,7 @@ def rejudge_study(
     data = collect_method_data(output_dir, runs, skip=incomplete, keys=[*SERIES_KEYS, *claims.metrics])
     context = _context_of(written_md.read_text(encoding="utf-8"))
     record = {key: previous[key] for key in RECORD_KEYS if key in previous}
-    assessment = _write_claims(output_dir, claims, data, settings, context, record)
+    assessment = _write_claims(output_dir, claims, data, claims_params(settings, claims), context, record)
     echo(f"wrote {written_md} and {written_json} (claims judged again; the run record kept)")
     return StudyReport(
         output_dir, None, assessment.claims, [written_md, written_json], time.time() - started, assessment
