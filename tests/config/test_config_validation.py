@@ -279,16 +279,23 @@ def test_loss_types_are_trls_own():
     [
         ["eval", "--config", str(TINY)],
         ["sweep", "--config", str(TINY), "--methods", "eapo"],
-        ["study", "--config", str(TINY)],
+        ["study", "--config", "STUDY"],
     ],
     ids=["eval", "sweep", "study"],
 )
 def test_eval_sweep_and_study_report_a_bad_setting_as_one_line_and_exit_2(command, tmp_path, runner):
+    """The study's config is a training config with a ``study:`` section naming what runs and its claims
+    (the tiny config with one); its bad training setting is reported the same way."""
+    if command[-1] == "STUDY":
+        study = tmp_path / "tiny_study.yaml"
+        study.write_text(TINY.read_text() + "\nstudy:\n  methods: [eapo]\n  claims: paper\n")
+        command = [*command[:-1], str(study)]
+    where = command[2]
     output_dir = tmp_path / "out"
     result = runner.invoke(app, [*command, "--output-dir", str(output_dir), "train.learning_rate=-1e-5"])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    assert lines[0].startswith("error: ") and f"{TINY}: train.learning_rate=-1e-05 is invalid" in lines[0]
+    assert lines[0].startswith("error: ") and f"{where}: train.learning_rate=-1e-05 is invalid" in lines[0]
     assert "valid: a number > 0 (set by the override 'train.learning_rate=-1e-5')" in lines[0]
     assert not output_dir.exists()
