@@ -759,6 +759,16 @@ def read_csv_text(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
+def config_for(command: str, tmp_path: Path) -> str:
+    """The tiny config for ``eapo sweep``; for ``eapo study``, the tiny config with a ``study:`` section (a
+    study config names its methods and claims file)."""
+    if command == "sweep":
+        return str(TINY)
+    study = tmp_path / "tiny_study.yaml"
+    study.write_text(TINY.read_text() + "\nstudy:\n  methods: [eapo]\n  claims: paper\n")
+    return str(study)
+
+
 @pytest.mark.parametrize("command", ["sweep", "study"])
 def test_engine_flag_trains_every_run_on_that_engine(tmp_path, monkeypatch, command):
     """``eapo sweep/study --engine verl`` hands ``engine=verl`` to every run's config (after the other
@@ -775,7 +785,8 @@ def test_engine_flag_trains_every_run_on_that_engine(tmp_path, monkeypatch, comm
 
     monkeypatch.setattr(sweep_module, "run_sweep", capture)
     monkeypatch.setattr(study_module, "run_study", capture)
-    args = [command, "--config", str(TINY), "--output-dir", str(tmp_path / "out"), "train.max_steps=2"]
+    config = config_for(command, tmp_path)
+    args = [command, "--config", config, "--output-dir", str(tmp_path / "out"), "train.max_steps=2"]
     for extra in (["--engine", "verl"], []):
         CliRunner().invoke(app, args + extra)
     assert seen == [["train.max_steps=2", "engine=verl"], ["train.max_steps=2"]]
@@ -788,7 +799,8 @@ def test_report_only_on_a_directory_without_a_sweep_refuses_and_trains_nothing(t
     from eapo.cli import app
 
     out = tmp_path / "out"
-    args = [command, "--config", str(TINY), "--output-dir", str(out), "--report-only", "train.max_steps=2"]
+    config = config_for(command, tmp_path)
+    args = [command, "--config", config, "--output-dir", str(out), "--report-only", "train.max_steps=2"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "holds no sweep.json, so there is nothing to report" in result.output
