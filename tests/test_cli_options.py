@@ -264,7 +264,9 @@ BELOW_RANGE |= {"eval_batch_size": "0", "jobs": "0"}
 
 
 @pytest.mark.parametrize(
-    "name, command", [(name, command) for name in GIVEN for command in SHARED[name]], ids="-".join
+    "name, command",
+    [(name, command) for name in GIVEN for command in SHARED[name]],
+    ids=[f"{name}-{command}" for name in GIVEN for command in SHARED[name]],
 )
 def test_every_command_that_shares_an_option_accepts_it_and_leaves_it_unset_by_default(
     commands, name, command
@@ -367,9 +369,10 @@ def test_the_study_evaluates_at_study_eval_temperature(tmp_path):
     from eapo.sweep import SweepError
 
     assert StudySettings().eval_settings().temperature is None  # the run's, as in eapo sweep
-    assert StudySettings(eval_temperature=0.0).validate().eval_settings().temperature == 0.0
+    plan = {"methods": ["eapo"], "claims": "paper"}  # a study names what runs and its claims
+    assert StudySettings(eval_temperature=0.0, **plan).validate().eval_settings().temperature == 0.0
     with pytest.raises(SweepError, match="study.eval_temperature must be >= 0 or null, got -1"):
-        StudySettings(eval_temperature=-1).validate()
+        StudySettings(eval_temperature=-1, **plan).validate()
 
 
 # --- the scorers' settings: flags generated from their registrations -------------------------------
@@ -420,14 +423,17 @@ def test_a_study_config_sets_the_scorer_settings_its_flags_override(tmp_path, ha
     from eapo.sweep import SweepError
 
     config = tmp_path / "study.yaml"
-    config.write_text("study: {scorer_settings: {rouge_level: word, reranker_backend: bi-encoder}}\n")
+    plan = "methods: [eapo], claims: paper"  # a study names what runs and its claims
+    config.write_text(
+        f"study: {{{plan}, scorer_settings: {{rouge_level: word, reranker_backend: bi-encoder}}}}\n"
+    )
     assert read_study_config(config)[0].scorer_settings == {
         "rouge_level": "word",
         "reranker_backend": "bi-encoder",
     }
     settings = handed("study", "--config", str(config), "--rouge-level", "char")["settings"]
     assert settings.scorer_settings == {"rouge_level": "char", "reranker_backend": "bi-encoder"}
-    config.write_text("study: {scorer_settings: {rouge_level: words}}\n")
+    config.write_text(f"study: {{{plan}, scorer_settings: {{rouge_level: words}}}}\n")
     with pytest.raises(SweepError, match="study.scorer_settings: --rouge-level 'words' is invalid"):
         read_study_config(config)
 
