@@ -195,9 +195,10 @@ def bench_steps(backend: str, args, data_name: str, out: Path) -> dict[str, Any]
     }[backend]
     import yaml
 
-    from eapo.study import read_study_config
+    from eapo.config import read_config_tree, resolve_config
 
-    _, tree = read_study_config(args.config or ROOT / "configs" / "study.yaml")  # without its study: section
+    tree = read_config_tree(resolve_config(str(args.config or ROOT / "configs" / "study.yaml")))
+    tree.pop("study", None)  # a study config's training part
     tree.pop("output_dir", None)
     base = out / f"{backend}-base.yaml"
     base.parent.mkdir(parents=True, exist_ok=True)
@@ -499,8 +500,8 @@ def main() -> int:
                 try:
                     result = bench_steps(backend, args, data_name, runs_dir)
                 except Exception as error:  # noqa: BLE001
-                    if isinstance(error, AssertionError):
-                        failed_checks.append(f"{backend}: {error}")
+                    if isinstance(error, AssertionError) or args.check:  # a step that did not run is no pass
+                        failed_checks.append(f"{backend}: {type(error).__name__}: {error}")
                     result = {
                         "error": f"{type(error).__name__}: {error}",
                         "traceback": traceback.format_exc()[-2000:],
