@@ -22,6 +22,7 @@ COMMITTED = {
     "study-cpu-smollm2-medquad": "configs/study_cpu.yaml",
     "study-cpu-smollm2-medquad-3seeds": "configs/study_cpu_3seeds.yaml",
     "study-cpu-controls": "configs/study_cpu_controls.yaml",
+    "study-cpu-stop": "configs/study_cpu_stop.yaml",
 }
 #: claims.json's keys that record the invocation that ran the study (kept by --claims-only).
 RECORD = ("config", "settings", "wall_time_s", "backends", "report_only", "incomplete")

@@ -458,3 +458,56 @@ def test_eapo_study_judges_the_same_claims_file_and_writes_its_claims_md(tmp_pat
         assert report.RULES[number] in markdown, number
     regime = markdown.split("## Claim 5, run by run", 1)[1].split("\n\n")[1].splitlines()
     assert len(regime) == 2 + 6 and regime[2].startswith("| EAPO w0=0.2 | 0 | 0.2 | ")
+
+
+def test_the_committed_stop_study_is_complete_and_its_readme_quotes_its_verdicts():
+    """docs/results/study-cpu-stop (issue 47): the eight configurations with 3 seeds of 40 steps each on vLLM,
+    every claim decided by plan.md's rule (none not measured), claims.md is claims.json's data, report.json
+    agrees with claims.json on every claim both decide, the premise (no answer runs on past </advice>) held,
+    and the README's verdict table states the verdict report.json holds for each row (no hand-edited verdict)."""
+    payload = json.loads((STOP / "claims.json").read_text(encoding="utf-8"))
+    built = json.loads((STOP / "report.json").read_text(encoding="utf-8"))
+    markdown = (STOP / "claims.md").read_text(encoding="utf-8")
+    readme = (STOP / "README.md").read_text(encoding="utf-8")
+    assert payload["config"] == "configs/study_cpu_stop.yaml"
+    assert payload["settings"]["k"] == 4 and payload["settings"]["eval_limit"] == 40
+    assert payload["incomplete"] == {} and payload["backends"] == ["vllm"] * 24
+    assert {
+        role: (row["seeds"], row["steps"]) for role, row in payload["controls"]["configurations"].items()
+    } == {role: (3, STEPS) for role in report.CONFIGURATIONS}
+    claims = payload["claims"]
+    assert len(claims) == 16 and {c["verdict"] for c in claims} <= {HELD, NOT_HELD, WITHIN_NOISE}
+    for claim in claims:  # claims.md's rows; a cell escapes its "|"
+        evidence = claim["evidence"].replace("|", "\\|")
+        assert f"| {claim['statement']} |" in markdown, claim["statement"]
+        assert f"| **{claim['verdict']}** | {evidence} |" in markdown, claim["statement"]
+
+    # report.json: all 24 runs finished, the engine's verdicts are its own, the premise held
+    assert [state["status"] for state in built["runs"].values()] == ["finished"] * 24
+    assert built["eapo_study_claims"]["differences"] == []
+    rows = _rows(built)
+    assert {c["key"]: c["verdict"] for c in claims} == {c["key"]: rows[c["key"]]["verdict"] for c in claims}
+    assert rows["premise"]["verdict"] == report.PREMISE_HELD and rows["premise"]["failed_for"] == []
+    judged = [row for row in built["claims"] if row["verdict"] != "reported (no verdict)"]
+    compared = [row for row in judged if row["claim"] == "9"]
+    assert len(compared) == 15 and {row["verdict"] for row in compared} <= {"changed", "unchanged"}
+    assert {row["verdict"] for row in judged if row["claim"] != "9"} <= {
+        HELD,
+        NOT_HELD,
+        WITHIN_NOISE,
+        report.PREMISE_HELD,
+    }
+
+    verdicts = readme.split("## The verdicts", 1)[1].split("\n## ", 1)[0]
+    for row in judged:
+        lines = [
+            line
+            for line in verdicts.splitlines()
+            if line.startswith(f"| {row['claim']} | {row['statement']} |")
+        ]
+        assert len(lines) == 1, (row["claim"], row["statement"])
+        assert lines[0].split("**")[1] == row["verdict"], (row["claim"], row["statement"])
+    assert "Status: finished" in readme and "Status: running" not in readme
+    assert "Interim report" not in markdown
+    for name in ("comparison.md", "dynamics.png", "dynamics.svg", "plan.md", "pilot.md", "report.md"):
+        assert (STOP / name).stat().st_size > 0, name
