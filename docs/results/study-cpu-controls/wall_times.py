@@ -1,6 +1,9 @@
-"""The controls study's wall times, from what each run logged.
+"""A study's wall times, from what each run logged (the controls study's; the stop study's with its folder).
 
-    .venv/bin/python docs/results/study-cpu-controls/wall_times.py
+    .venv/bin/python docs/results/study-cpu-controls/wall_times.py [STUDY_DIR]
+
+``STUDY_DIR`` defaults to this folder; a run whose ``metrics.jsonl`` is still empty (restarted from step 0)
+is left out.
 
 Per run: the training's logged ``step_time`` (its sum, median and largest step) and the evaluation's
 wall time (the eval log's first timestamp to ``eval/results.json``'s ``created``). The study ran in
@@ -15,15 +18,16 @@ import datetime as dt
 import json
 import re
 import statistics
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", re.MULTILINE)
 
 
-def _eval_seconds(run: str) -> float | None:
-    log = HERE / "logs" / f"{run}.eval.log"
-    results = HERE / "runs" / run / "eval" / "results.json"
+def _eval_seconds(study: Path, run: str) -> float | None:
+    log = study / "logs" / f"{run}.eval.log"
+    results = study / "runs" / run / "eval" / "results.json"
     if not log.exists() or not results.exists():
         return None
     first = STAMP.search(log.read_text(encoding="utf-8"))
@@ -34,23 +38,25 @@ def _eval_seconds(run: str) -> float | None:
     return (done - start).total_seconds()
 
 
-def main() -> None:
-    manifest = json.loads((HERE / "sweep.json").read_text(encoding="utf-8"))
+def main(study: Path = HERE) -> None:
+    manifest = json.loads((study / "sweep.json").read_text(encoding="utf-8"))
     by_label: dict[str, list[tuple[float, float]]] = {}
     print("| Run | Trained (UTC) | Steps | Step time: median | largest | sum | Evaluation |")
     print("|---|---|---|---|---|---|---|")
     for name, record in manifest["runs"].items():
-        metrics = HERE / "runs" / name / "metrics.jsonl"
+        metrics = study / "runs" / name / "metrics.jsonl"
         if not metrics.exists():
             continue
-        rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
+        rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not rows:
+            continue
         times = [row["step_time"] for row in rows]
         span = " – ".join(
             dt.datetime.fromtimestamp(t, dt.UTC).strftime("%m-%d %H:%M")
             for t in (rows[0]["time"] - rows[0]["step_time"], rows[-1]["time"])
         )
         median = statistics.median(times)
-        evaluation = _eval_seconds(name)
+        evaluation = _eval_seconds(study, name)
         shown = "–" if evaluation is None else f"{evaluation / 60:.1f} min"
         print(
             f"| {name} | {span} | {len(times)} | {median:.1f} s | {max(times):.0f} s | {sum(times) / 60:.1f} min | {shown} |"
@@ -69,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)
