@@ -29,7 +29,7 @@ CONTROLLER = {
 
 
 def _mean(rows: dict[int, dict], steps: range, key: str) -> float | None:
-    values = [rows[s][key] for s in steps if s in rows and rows[s].get(key) is not None]
+    values = [rows[s][key] for s in steps if rows[s].get(key) is not None]
     return statistics.fmean(values) if values else None
 
 
@@ -72,23 +72,16 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for label, runs in by_label.items():
-        for seed, h0, start, half, end, w_pos, length, stopped in sorted(runs):
+        for seed, h0, start, half, end, controller, length, stopped in sorted(runs):
             print(
-                f"| {label} | {seed} | {h0:.3f} | {_cell(start)} | {_cell(half)} | {_cell(end)} | {_cell(w_pos)} | "
+                f"| {label} | {seed} | {h0:.3f} | {_cell(start)} | {_cell(half)} | {_cell(end)} | {_cell(controller)} | "
                 f"{_cell(length, 1)} | {_cell(stopped, 2)} |"
             )
         if len(runs) > 1:
-            low = [
-                min(run[i] for run in runs) if all(run[i] is not None for run in runs) else None
-                for i in range(1, 8)
-            ]
-            high = [
-                max(run[i] for run in runs) if all(run[i] is not None for run in runs) else None
-                for i in range(1, 8)
-            ]
+            columns = list(zip(*(run[1:] for run in runs), strict=True))  # H_0 .. stop share, across seeds
             cells = [
-                "–" if lo is None else f"{lo:.{d}f}–{hi:.{d}f}"
-                for lo, hi, d in zip(low, high, (3, 3, 3, 3, 3, 1, 2), strict=True)
+                "–" if None in column else f"{min(column):.{digits}f}–{max(column):.{digits}f}"
+                for column, digits in zip(columns, (3, 3, 3, 3, 3, 1, 2), strict=True)
             ]
             print(f"| {label} | lowest–highest | " + " | ".join(cells) + " |")
 
